@@ -1,0 +1,71 @@
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "attnprobe/bench/bench.h"
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/report/table.h"
+#include "commands.h"
+
+namespace attnprobe::cli {
+
+namespace {
+struct BenchCommandOptions {
+  std::vector<std::string> estimators;
+  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", csv;
+  int64_t p = 64;
+  int repeat = 5;
+  bool no_sgemm = false;
+};
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchCommandOptions>();
+  app.add_option("-e,--estimator", o->estimators, "estimator specs to time (default: softmax)");
+  app.add_option("--lengths", o->lengths, "sequence lengths n")->capture_default_str();
+  app.add_option("--p", o->p, "head dim (values have the same)")->capture_default_str();
+  app.add_option("--samples", o->samples, "values of each estimator's samples knob (default: the spec's own)");
+  app.add_option("--threads", o->threads, "thread counts to time, e.g. 1,2")->capture_default_str();
+  app.add_option("--device", o->device, "cpu (cuda: see lib/attnprobe/gpu)")->capture_default_str();
+  app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
+  app.add_option("--csv", o->csv, "also write the rows to this CSV");
+  app.add_flag("--no-sgemm", o->no_sgemm, "skip the sgemm floor rows");
+  app.footer(
+      "Example:\n  attnprobe bench --lengths 512..4096:x2 --threads 1,2\n  attnprobe bench -e vmean -e softmax "
+      "--lengths 4096 --threads 1 --csv out/bench.csv\n\n"
+      "Inputs are N(0,1) queries, keys and values with scale 1/sqrt(p). gflops counts useful work (4*n^2*p for "
+      "exact attention). The sgemm-floor rows time the same two products as whole BLAS calls (Q*K^T into an n x n "
+      "matrix, then P*V) with the BLAS's own threads: the speed exact attention cannot beat by much.");
+  return [o] {
+    check_device(o->device);
+    BenchRequest r;
+    if (!o->estimators.empty()) r.estimators = o->estimators;
+    r.lengths = parse_int_list(o->lengths, "--lengths");
+    if (!o->samples.empty()) r.samples = parse_int_list(o->samples, "--samples");
+    r.threads = parse_int_list(o->threads, "--threads");
+    for (int64_t t : r.threads)
+      if (t < 1) throw UsageError("--threads values must be at least 1");
+    r.p = o->p;
+    r.repeat = o->repeat;
+    r.sgemm_floor = !o->no_sgemm;
+    std::ofstream csv;
+    if (!o->csv.empty()) {
+      csv.open(o->csv);
+      if (!csv) throw InputError(fmt::format("cannot write '{}'", o->csv));
+      csv << kBenchHeader << "\n";
+    }
+    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8}\n", "estimator", "spec", "n", "p", "samples",
+               "threads", "median ms", "min ms", "GFLOP/s");
+    run_bench(r, [&](const BenchRow& row) {
+      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8}\n", row.estimator, row.spec, row.n,
+                 row.p, row.samples, row.threads, row.seconds_median * 1e3, row.seconds_min * 1e3,
+                 row.gflops ? fmt::format("{:.1f}", *row.gflops) : "");
+      std::fflush(stdout);
+      if (csv) csv << format_bench_csv_row(row) << std::flush;
+    });
+    return 0;
+  };
+}
+
+}  // namespace attnprobe::cli

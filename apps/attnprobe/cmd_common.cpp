@@ -1,0 +1,32 @@
+#include <fmt/format.h>
+
+#include "attnprobe/common/error.h"
+#include "commands.h"
+
+namespace attnprobe::cli {
+
+void add_dump_options(CLI::App& cmd, DumpOptions& options) {
+  auto* group = "Dump layout (for files that are not /layer_NN/{q,k,v} [B,H,N,P])";
+  cmd.add_option("--q-path", options.q_path, "dataset path of the queries, e.g. /attn/q (with --k-path, --v-path)")
+      ->group(group);
+  cmd.add_option("--k-path", options.k_path, "dataset path of the keys")->group(group);
+  cmd.add_option("--v-path", options.v_path, "dataset path of the values")->group(group);
+  cmd.add_option("--layout", options.layout,
+                 "dimension order: bhnp (default for rank 4), bnhp, hnp (rank 3), nhp, bnp, np (rank 2); "
+                 "b batch, h heads, n tokens, p head dim")
+      ->group(group);
+  cmd.add_option("--num-heads", options.num_heads,
+                 "split the last dimension into this many heads (for [B,N,H*P] use --layout bnp --num-heads H)")
+      ->check(CLI::PositiveNumber)
+      ->group(group);
+}
+
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (device == "cuda")
+    throw UsageError("--device cuda: the CUDA backend's estimators are not built yet in this version "
+                     "(see lib/attnprobe/gpu/README.md); use --device cpu");
+  throw UsageError(fmt::format("--device {}: use cpu or cuda", device));
+}
+
+}  // namespace attnprobe::cli

@@ -1,0 +1,225 @@
+// `eval` and `sweep`: the same planner and runner; eval prints a table, sweep writes a long CSV
+// (flushed per slice, resumable) and run.json.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/report/run_info.h"
+#include "attnprobe/report/summary.h"
+#include "attnprobe/report/table.h"
+#include "attnprobe/sweep/runner.h"
+#include "commands.h"
+
+namespace attnprobe::cli {
+
+namespace {
+
+struct RunCommandOptions {
+  std::string dump;
+  DumpOptions dump_options;
+  std::vector<std::string> estimators;
+  std::string layers = "all", heads = "all", batch = "all";
+  std::string lengths;  // sweep: list; eval: one value
+  std::string samples;
+  int trials = 8;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string device = "cpu";
+  std::string reference = "auto";
+  std::string metrics = "all";
+  std::string output;
+  bool resume = false, overwrite = false, dry_run = false, quiet = false;
+};
+
+void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
+  cmd.add_option("dump", o.dump, "the HDF5 dump of queries, keys and values (see `attnprobe info --help`)")->required();
+  cmd.add_option("-e,--estimator", o.estimators,
+                 "estimator spec, repeatable: name or name(key=value,...), e.g. -e vmean -e 'yoso(m=32,tau=8)'; "
+                 "`attnprobe list` shows all")
+      ->required();
+  cmd.add_option("--layers", o.layers, "layer numbers: all (default), a list 0,3 or a range 0..5");
+  cmd.add_option("--heads", o.heads, "head indices: all (default), a list or a range");
+  cmd.add_option("--batch", o.batch, "batch items: all (default), a list or a range");
+  cmd.add_option("--samples", o.samples,
+                 "values for each estimator's samples knob (m, d, M, S, C, L), e.g. 8..128:x2; omitted: the spec's own. "
+                 "Deterministic estimators ignore it");
+  cmd.add_option("--trials", o.trials, "trials per random setting (deterministic estimators run once)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", o.seed, "seed of the keyed random streams: same seed, same numbers")->capture_default_str();
+  cmd.add_option("--threads", o.threads, "worker threads (0 = all cores); results do not depend on it")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--device", o.device, "cpu (cuda: see lib/attnprobe/gpu)")->capture_default_str();
+  cmd.add_option("--reference", o.reference,
+                 "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
+                 "deterministic spec")
+      ->capture_default_str();
+  cmd.add_option("--metrics", o.metrics, "all, or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows")
+      ->capture_default_str();
+  cmd.add_flag("--dry-run", o.dry_run, "validate and print the size of the grid, run nothing");
+  cmd.add_flag("-q,--quiet", o.quiet, "no progress bar");
+  add_dump_options(cmd, o.dump_options);
+}
+
+SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
+  check_device(o.device);
+  SweepRequest r;
+  r.estimators = o.estimators;
+  if (!o.samples.empty()) r.samples = parse_int_list(o.samples, "--samples");
+  r.layers = o.layers;
+  r.heads = o.heads;
+  r.batch = o.batch;
+  if (!o.lengths.empty()) {
+    r.lengths = parse_int_list(o.lengths, single_length ? "--length" : "--lengths");
+    if (single_length && r.lengths.size() != 1) throw UsageError("--length takes one value (use sweep for several)");
+  }
+  r.trials = o.trials;
+  r.seed = o.seed;
+  r.reference = o.reference;
+  r.metrics = parse_metrics(o.metrics);
+  return r;
+}
+
+void print_plan(const SweepPlan& plan) {
+  fmt::print(stderr, "plan: {} settings x {} slices = {} trials ({} metric rows)\n", plan.settings.size(),
+             plan.slices.size(), plan.total_tasks(), plan.total_tasks() * static_cast<int64_t>(plan.metrics.size()));
+  for (const EstimatorSetting& s : plan.settings)
+    fmt::print(stderr, "  {}  vs {}  ({} trial{})\n", s.canonical, s.reference, s.trials, s.trials == 1 ? "" : "s");
+}
+
+bool progress_wanted(const RunCommandOptions& o) { return !o.quiet && isatty(STDERR_FILENO); }
+
+int run_eval(const RunCommandOptions& o) {
+  const Dump dump = Dump::open(o.dump, o.dump_options);
+  const SweepPlan plan = plan_sweep(dump, make_request(o, true));
+  if (o.dry_run) {
+    print_plan(plan);
+    return 0;
+  }
+  std::unique_ptr<TrialCsvWriter> writer;
+  if (!o.output.empty()) writer = std::make_unique<TrialCsvWriter>(o.output, false);
+  std::vector<TrialRow> all_rows;
+  ProgressBar bar(progress_wanted(o));
+  RunOptions options;
+  options.threads = o.threads;
+  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  run_sweep(dump, plan, options, [&](const std::vector<TrialRow>& rows) {
+    if (writer) writer->write(rows);
+    all_rows.insert(all_rows.end(), rows.begin(), rows.end());
+  });
+  bar.finish();
+
+  // One line per setting: each metric's mean ± standard error over every slice and trial.
+  std::vector<TrialRow> pooled = all_rows;
+  for (TrialRow& r : pooled) r.key.layer = r.key.head = r.key.batch = r.key.n = "all";
+  std::vector<std::vector<std::string>> table = {{"estimator", "reference"}};
+  for (Metric m : plan.metrics) table[0].push_back(metric_name(m));
+  std::map<std::string, size_t> row_of;
+  for (const SummaryRow& s : summarize_trials(pooled)) {
+    const std::string id = s.key.spec + "|" + s.key.reference;
+    if (!row_of.count(id)) {
+      row_of[id] = table.size();
+      table.push_back({s.key.spec, s.key.reference});
+    }
+    table[row_of[id]].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_) : fmt::format("{:.4g}", s.mean));
+  }
+  fmt::print("{} slices of {}, n = {}{}; mean ± standard error over slices and trials\n", plan.slices.size(),
+             dump_label(o.dump), plan.slices.empty() ? 0 : plan.slices.front().n,
+             o.lengths.empty() ? " (full length)" : "");
+  fmt::print("{}", format_table(table));
+  if (writer) fmt::print(stderr, "wrote {} rows to {}\n", all_rows.size(), o.output);
+  return 0;
+}
+
+int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
+  const Dump dump = Dump::open(o.dump, o.dump_options);
+  const SweepPlan plan = plan_sweep(dump, make_request(o, false));
+  if (o.dry_run) {
+    print_plan(plan);
+    return 0;
+  }
+  if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+  const std::filesystem::path out_path(o.output);
+  if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());
+
+  RunOptions options;
+  options.threads = o.threads;
+  const bool exists = std::filesystem::exists(out_path) && std::filesystem::file_size(out_path) > 0;
+  if (exists && !o.resume && !o.overwrite)
+    throw UsageError(fmt::format("'{}' already exists: add --resume to continue it (finished trials are kept and "
+                                 "skipped) or --overwrite to replace it", o.output));
+  int64_t kept = 0;
+  if (exists && o.resume) {
+    CsvContents old = read_csv(o.output);
+    if (old.summary) throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", o.output));
+    options.done = complete_trials(old.trials, plan.metrics);
+    // Keep only whole trials: rows of a trial cut off mid-way are dropped and recomputed.
+    std::vector<TrialRow> whole;
+    for (const TrialRow& r : old.trials)
+      if (options.done.count(trial_identity(r.key, r.trial, r.seed))) whole.push_back(r);
+    if (whole.size() != old.trials.size() || old.truncated_tail) rewrite_trial_csv(o.output, whole);
+    kept = static_cast<int64_t>(whole.size());
+  }
+  TrialCsvWriter writer(o.output, o.resume);
+
+  RunInfo info;
+  info.command_line = globals.argv;
+  info.dump = o.dump;
+  info.threads = o.threads > 0 ? o.threads : hardware_threads();
+  info.seed = o.seed;
+  info.resumed = o.resume && exists;
+  info.started = iso_time_now();
+  const std::string info_path = run_info_path(o.output);
+  write_run_info(info_path, info);
+
+  ProgressBar bar(progress_wanted(o));
+  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  const RunStats stats = run_sweep(dump, plan, options, [&](const std::vector<TrialRow>& rows) {
+    writer.write(rows);
+    info.rows_written += static_cast<long long>(rows.size());
+  });
+  bar.finish();
+  info.finished = iso_time_now();
+  write_run_info(info_path, info);
+  fmt::print(stderr, "wrote {} rows ({} trials) to {}{}; run info in {}\n", stats.rows, stats.tasks_run, o.output,
+             stats.tasks_skipped ? fmt::format(", kept {} rows of {} finished trials", kept, stats.tasks_skipped) : "",
+             info_path);
+  return 0;
+}
+
+}  // namespace
+
+Action add_eval(CLI::App& app, const Globals& globals) {
+  auto o = std::make_shared<RunCommandOptions>();
+  add_common_options(app, *o);
+  app.add_option("--length", o->lengths, "tokens to use (a prefix of each batch item); default: the full valid length");
+  app.add_option("-o,--output", o->output, "also write the trial rows to this CSV (overwritten)");
+  app.footer("Example:\n  attnprobe eval data/synth-demo.h5 -e vmean -e softmax --layers 0 --length 128\n\n"
+             "Prints, per estimator setting, each metric's mean ± standard error over the chosen slices and trials.");
+  return [o] { return run_eval(*o); };
+}
+
+Action add_sweep(CLI::App& app, const Globals& globals) {
+  auto o = std::make_shared<RunCommandOptions>();
+  add_common_options(app, *o);
+  app.add_option("--lengths", o->lengths,
+                 "sequence lengths, e.g. 64..1024:x2 (each is a prefix of the sequence); default: the full valid length");
+  app.add_option("-o,--output", o->output, "the long CSV to write (one row per case, trial and metric)")->required();
+  app.add_flag("--resume", o->resume, "continue an interrupted sweep into the same CSV: finished trials are skipped");
+  app.add_flag("--overwrite", o->overwrite, "replace the CSV if it exists");
+  app.footer(
+      "Example:\n  attnprobe sweep data/synth-demo.h5 -e vmean -e softmax --lengths 64..256:x2 -o out/sweep.csv\n"
+      "  attnprobe summarize out/sweep.csv --table\n\n"
+      "Rows are flushed per slice; after an interruption rerun the same command with --resume. Beside the CSV, "
+      "NAME.run.json records the command, version, git hash, threads, seed and times. The same --seed gives the "
+      "same numbers for any --threads and any subset of the grid.");
+  return [o, &globals] { return run_sweep_command(*o, globals); };
+}
+
+}  // namespace attnprobe::cli

@@ -1,0 +1,82 @@
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/report/summary.h"
+#include "attnprobe/report/table.h"
+#include "commands.h"
+
+namespace attnprobe::cli {
+
+namespace {
+struct SummarizeOptions {
+  std::vector<std::string> inputs;
+  std::string over;
+  std::string output;
+  bool table = false;
+};
+
+int run_summarize(const SummarizeOptions& o) {
+  std::vector<TrialRow> trials;
+  std::vector<SummaryRow> summaries;
+  for (const std::string& path : o.inputs) {
+    CsvContents c = read_csv(path);
+    if (c.truncated_tail) fmt::print(stderr, "note: '{}' ends in a partial line (an interrupted run?); ignored it\n", path);
+    trials.insert(trials.end(), c.trials.begin(), c.trials.end());
+    summaries.insert(summaries.end(), c.summaries.begin(), c.summaries.end());
+  }
+  if (!trials.empty() && !summaries.empty())
+    throw InputError("mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
+  std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials);
+  if (!o.over.empty()) {
+    std::vector<std::string> columns;
+    for (const std::string& c : split(o.over, ',')) columns.push_back(trim(c));
+    result = summarize_over(result, columns);
+  } else if (trials.empty()) {
+    throw UsageError("the input is already a summary; add --over layer,head,... to aggregate it further");
+  }
+
+  if (o.table) {
+    std::vector<std::vector<std::string>> rows = {
+        {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
+    for (const SummaryRow& s : result)
+      rows.push_back({s.key.layer, s.key.head, s.key.batch, s.key.n, s.key.spec, s.key.reference, s.metric,
+                      std::to_string(s.count), fmt::format("{:.6g}", s.mean), fmt::format("{:.3g}", s.stderr_),
+                      fmt::format("{:.6g}", s.median)});
+    fmt::print("{}", format_table(rows));
+    if (o.output.empty()) return 0;
+  }
+  std::string text = std::string(kSummaryHeader) + "\n";
+  for (const SummaryRow& s : result) text += format_summary_row(s);
+  if (o.output.empty() || o.output == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    std::ofstream out(o.output, std::ios::binary);
+    out << text;
+    if (!out) throw InputError(fmt::format("cannot write '{}'", o.output));
+    fmt::print(stderr, "wrote {} summary rows to {}\n", result.size(), o.output);
+  }
+  return 0;
+}
+}  // namespace
+
+Action add_summarize(CLI::App& app) {
+  auto o = std::make_shared<SummarizeOptions>();
+  app.add_option("csv", o->inputs, "trial CSVs written by sweep/eval (or summaries, with --over)")->required();
+  app.add_option("--over", o->over,
+                 "aggregate across these columns (any of layer,head,batch,n): each slice's mean counts once, and the "
+                 "standard error treats slices as the replicates");
+  app.add_option("-o,--output", o->output, "write the summary CSV here (default: standard output)");
+  app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
+  app.footer("Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
+             "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n\n"
+             "Columns: dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,"
+             "min,max (std with n-1; stderr = std/sqrt(count)).");
+  return [o] { return run_summarize(*o); };
+}
+
+}  // namespace attnprobe::cli

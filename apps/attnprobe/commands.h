@@ -1,0 +1,34 @@
+#pragma once
+// One function per subcommand: `add_*` declares its options on the CLI11 app and returns the
+// action to run after parsing. main.cpp maps exceptions to the exit codes of DESIGN.md §7.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attnprobe/io/dump.h"
+
+namespace attnprobe::cli {
+
+using Action = std::function<int()>;
+
+struct Globals {
+  std::vector<std::string> argv;  ///< for run.json
+};
+
+Action add_info(CLI::App& app);
+Action add_list(CLI::App& app);
+Action add_eval(CLI::App& app, const Globals& globals);
+Action add_sweep(CLI::App& app, const Globals& globals);
+Action add_summarize(CLI::App& app);
+Action add_synth(CLI::App& app);
+Action add_bench(CLI::App& app);
+
+/// --q-path/--k-path/--v-path/--layout/--num-heads, shared by every command that reads a dump.
+void add_dump_options(CLI::App& cmd, DumpOptions& options);
+
+/// "--device cpu|cuda": only cpu exists until the CUDA backend lands; cuda is a clear error.
+void check_device(const std::string& device);
+
+}  // namespace attnprobe::cli

@@ -1,0 +1,67 @@
+// attnprobe: how far is an efficient attention estimator from the real thing, on your model?
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/version.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace attnprobe;
+  CLI::App app{
+      "attnprobe measures how far randomized estimators of softmax attention (YOSO, Skeinformer, Performer, RA, "
+      "LARA, Nystromformer, ...) are from exact attention on the queries, keys and values of your own model.\n\n"
+      "Typical session:\n"
+      "  attnprobe info model.h5                       # what is in the dump, and is it sound?\n"
+      "  attnprobe list                                # the estimators and their parameters\n"
+      "  attnprobe sweep model.h5 -e vmean -e softmax --lengths 64..512:x2 -o out/sweep.csv\n"
+      "  attnprobe summarize out/sweep.csv --table     # mean, stderr, ... per case\n",
+      "attnprobe"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attnprobe ") + kVersion);
+  app.footer("Exit codes: 0 ok, 1 regression found by check, 2 usage error, 3 input error, 4 internal error.");
+
+  cli::Globals globals;
+  for (int i = 0; i < argc; ++i) globals.argv.emplace_back(argv[i]);
+  std::vector<std::pair<CLI::App*, cli::Action>> commands;
+  auto add = [&](const char* name, const char* help, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    commands.emplace_back(sub, adder(*sub));
+  };
+  add("info", "list a dump's layers, heads, lengths, dims, dtype, scale, and check its values",
+      [](CLI::App& a) { return cli::add_info(a); });
+  add("list", "list every registered estimator with its parameters, defaults and target",
+      [](CLI::App& a) { return cli::add_list(a); });
+  add("eval", "run estimators on chosen slices at one length and print their errors",
+      [&](CLI::App& a) { return cli::add_eval(a, globals); });
+  add("sweep", "run the grid lengths x samples x estimators x slices x trials into a long CSV",
+      [&](CLI::App& a) { return cli::add_sweep(a, globals); });
+  add("summarize", "aggregate trial rows into mean/std/stderr/median/min/max per case",
+      [](CLI::App& a) { return cli::add_summarize(a); });
+  add("synth", "write a seeded synthetic dump with controlled attention sharpness",
+      [](CLI::App& a) { return cli::add_synth(a); });
+  add("bench", "time exact attention and estimators per call (with the sgemm floor)",
+      [](CLI::App& a) { return cli::add_bench(a); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? exit_code::kOk : exit_code::kUsage;
+  }
+  try {
+    for (auto& [sub, action] : commands)
+      if (sub->parsed()) return action();
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "attnprobe: usage error: {}\n", e.what());
+    return exit_code::kUsage;
+  } catch (const InputError& e) {
+    fmt::print(stderr, "attnprobe: error: {}\n", e.what());
+    return exit_code::kInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnprobe: internal error: {}\nThis is a bug in attnprobe; please report it with the command line.\n",
+               e.what());
+    return exit_code::kInternal;
+  }
+  return exit_code::kInternal;
+}

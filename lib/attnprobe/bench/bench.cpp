@@ -1,0 +1,108 @@
+#include "attnprobe/bench/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/rng/random_stream.h"
+
+namespace attnprobe {
+
+const char* const kBenchHeader =
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops";
+
+std::string format_bench_csv_row(const BenchRow& r) {
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n, r.p,
+                     r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
+                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "");
+}
+
+namespace {
+
+// Median and minimum of `repeat` timed calls after one untimed warm-up call.
+std::pair<double, double> time_calls(int repeat, const std::function<void()>& call) {
+  call();
+  std::vector<double> seconds;
+  for (int r = 0; r < repeat; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const size_t mid = seconds.size() / 2;
+  const double median = seconds.size() % 2 ? seconds[mid] : 0.5 * (seconds[mid - 1] + seconds[mid]);
+  return {median, seconds.front()};
+}
+
+HeadView random_view(int64_t n, int64_t p, uint64_t seed) {
+  const RandomStream stream(make_random_key(seed, "bench", 0), Purpose::kGeneric);
+  MatrixD q(n, p), k(n, p), v(n, p);
+  for (int64_t i = 0; i < n; ++i) {
+    stream.normals(static_cast<uint32_t>(i), 0, q.row(i).data(), p);
+    stream.normals(static_cast<uint32_t>(i), 1, k.row(i).data(), p);
+    stream.normals(static_cast<uint32_t>(i), 2, v.row(i).data(), p);
+  }
+  return make_head_view(SliceId{0, 0, 0, n}, 1.0 / std::sqrt(static_cast<double>(p)), std::move(q), std::move(k),
+                        std::move(v));
+}
+
+}  // namespace
+
+std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row) {
+  if (request.repeat < 1) throw UsageError("--repeat must be at least 1");
+  if (request.p < 1) throw UsageError("--p must be at least 1");
+  std::vector<Spec> specs;
+  for (const std::string& text : request.estimators) {
+    const Spec base = parse_spec(text);
+    if (request.samples.empty() || !base.has_samples_knob()) specs.push_back(base);
+    else
+      for (int64_t s : request.samples) specs.push_back(base.with_samples(s));
+  }
+  std::vector<BenchRow> rows;
+  auto emit = [&](BenchRow row) {
+    on_row(row);
+    rows.push_back(std::move(row));
+  };
+  for (int64_t n : request.lengths) {
+    if (n < 2) throw UsageError("bench lengths must be at least 2");
+    const HeadView view = random_view(n, request.p, request.seed);
+    for (int64_t threads : request.threads) {
+      ThreadPool pool(static_cast<int>(threads));
+      if (request.sgemm_floor) {
+        // The floor: the same two products exact attention needs, as two whole sgemm calls with
+        // the BLAS's own threading (a materialised n × n score matrix, allocated once).
+        MatrixF scores(n, n), out(n, view.pv());
+        set_blas_threads(static_cast<int>(threads));
+        auto [median, min] = time_calls(request.repeat, [&] {
+          gemm_abt(n, n, request.p, 1.0f, view.qf.data(), request.p, view.kf.data(), request.p, 0.0f, scores.data(), n);
+          gemm_ab(n, view.pv(), n, 1.0f, scores.data(), n, view.vf.data(), view.pv(), 0.0f, out.data(), view.pv());
+        });
+        set_blas_threads(1);
+        const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
+        emit(BenchRow{"sgemm-floor", fmt::format("{} Q*K^T + P*V", gemm_backend_name()), n, request.p, "", threads,
+                      "cpu", request.repeat, median, min, flops / median * 1e-9});
+      }
+      set_blas_threads(1);
+      for (const Spec& spec : specs) {
+        const std::unique_ptr<Estimator> estimator = spec.make();
+        MatrixF out;
+        const EstimateContext ctx{make_random_key(request.seed, "bench;" + spec.canonical(), 0), &pool};
+        auto [median, min] = time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
+        const double flops = estimator->flops(n, request.p, view.pv());
+        emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
+                      spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, "cpu", request.repeat,
+                      median, min, flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt});
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,41 @@
+#pragma once
+// `attnprobe bench`: per-call time of exact attention and estimators on random inputs, and the
+// OpenBLAS sgemm floor on the same shapes (the two products Q·Kᵀ and P·V, 4·n²·p flops), so
+// exact attention's GFLOP/s can be read against what the machine's GEMM reaches in the same run.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnprobe {
+
+struct BenchRequest {
+  std::vector<std::string> estimators = {"softmax"};
+  std::vector<int64_t> lengths = {512, 1024, 2048, 4096};
+  int64_t p = 64;
+  std::vector<int64_t> samples;  ///< empty: each spec's own
+  std::vector<int64_t> threads = {1, 2};
+  int repeat = 5;
+  bool sgemm_floor = true;
+  uint64_t seed = 0;
+};
+
+struct BenchRow {
+  std::string estimator, spec;
+  int64_t n = 0, p = 0;
+  std::string samples;
+  int64_t threads = 1;
+  std::string device = "cpu";
+  int repeats = 0;
+  double seconds_median = 0, seconds_min = 0;
+  std::optional<double> gflops;  ///< from the median time
+};
+
+extern const char* const kBenchHeader;
+std::string format_bench_csv_row(const BenchRow& row);
+
+/// Runs the grid; `on_row` sees each row as soon as it is measured.
+std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row);
+
+}  // namespace attnprobe

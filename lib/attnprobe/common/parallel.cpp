@@ -1,0 +1,94 @@
+#include "attnprobe/common/parallel.h"
+
+namespace attnprobe {
+
+int hardware_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+ThreadPool::ThreadPool(int threads) {
+  int total = threads <= 0 ? hardware_threads() : threads;
+  for (int i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_items() {
+  while (true) {
+    int64_t item;
+    const std::function<void(int64_t)>* job;
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (next_item_ >= job_count_) return;
+      item = next_item_++;
+      job = job_;
+      failed = error_ != nullptr;  // after a failure the remaining items are skipped, not run
+    }
+    try {
+      if (!failed) (*job)(item);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (++finished_items_ == job_count_) done_.notify_all();
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      ++busy_workers_;
+    }
+    run_items();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--busy_workers_ == 0) done_.notify_all();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t)>& fn) {
+  if (count <= 0) return;
+  if (workers_.empty() || count == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_count_ = count;
+    next_item_ = 0;
+    finished_items_ = 0;
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_items();
+  std::exception_ptr error;
+  {
+    // Wait for every item and for every worker to have left run_items, so the next job
+    // cannot be picked up by a worker still holding a pointer to this one.
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return finished_items_ == job_count_ && busy_workers_ == 0; });
+    job_ = nullptr;
+    job_count_ = 0;
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace attnprobe

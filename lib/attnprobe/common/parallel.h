@@ -1,0 +1,50 @@
+#pragma once
+// A fixed pool of worker threads with one operation: parallel_for over [0, count).
+// Work items are claimed dynamically, so results must never depend on which thread ran an
+// item: every caller writes item i's result to slot i, and randomness is keyed by the item's
+// logical index (DESIGN.md §6). That is what makes `--threads 1` and `--threads 2` identical.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace attnprobe {
+
+class ThreadPool {
+ public:
+  /// threads <= 0 means all hardware threads.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  /// Runs fn(i) for every i in [0, count), on the pool and the calling thread, and returns when
+  /// all are done. The first exception thrown by any item is rethrown here (the rest are dropped).
+  void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_items();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t job_count_ = 0;
+  int64_t next_item_ = 0;
+  int64_t finished_items_ = 0;
+  uint64_t generation_ = 0;
+  int busy_workers_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+/// Number of hardware threads (at least 1).
+int hardware_threads();
+
+}  // namespace attnprobe

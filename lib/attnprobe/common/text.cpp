@@ -1,0 +1,132 @@
+#include "attnprobe/common/text.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "attnprobe/common/error.h"
+
+namespace attnprobe {
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = text.find(sep, start);
+    if (pos == std::string_view::npos) {
+      parts.emplace_back(text.substr(start));
+      return parts;
+    }
+    parts.emplace_back(text.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+std::string trim(std::string_view text) {
+  size_t b = 0, e = text.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  return std::string(text.substr(b, e - b));
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+bool parse_int(std::string_view text, int64_t& out) {
+  std::string s = trim(text);
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  out = v;
+  return true;
+}
+
+bool parse_real(std::string_view text, double& out) {
+  std::string s = trim(text);
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno == ERANGE || end != s.c_str() + s.size()) return false;
+  out = v;
+  return true;
+}
+
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what) {
+  auto fail = [&](const std::string& why) {
+    return UsageError(fmt::format(
+        "cannot read the {} list '{}': {}. Write values like 8,16,32, a range 8..128, a doubling range "
+        "8..128:x2 or a stepped range 0..12:+4.",
+        what, text, why));
+  };
+  std::vector<int64_t> values;
+  if (trim(text).empty()) throw fail("it is empty");
+  for (const std::string& raw : split(text, ',')) {
+    std::string item = trim(raw);
+    if (item.empty()) throw fail("an item is empty");
+    size_t dots = item.find("..");
+    if (dots == std::string::npos) {
+      int64_t v;
+      if (!parse_int(item, v) || v < 0) throw fail(fmt::format("'{}' is not a non-negative integer", item));
+      values.push_back(v);
+      continue;
+    }
+    std::string lo_text = item.substr(0, dots);
+    std::string rest = item.substr(dots + 2);
+    std::string step_text;
+    if (size_t colon = rest.find(':'); colon != std::string::npos) {
+      step_text = rest.substr(colon + 1);
+      rest = rest.substr(0, colon);
+    }
+    int64_t lo, hi;
+    if (!parse_int(lo_text, lo) || !parse_int(rest, hi) || lo < 0 || hi < lo)
+      throw fail(fmt::format("'{}' is not a range lo..hi with 0 <= lo <= hi", item));
+    if (step_text.empty() || step_text[0] == '+') {
+      int64_t step = 1;
+      if (!step_text.empty() && (!parse_int(step_text.substr(1), step) || step < 1))
+        throw fail(fmt::format("'{}' has a bad step (use :+K with K >= 1)", item));
+      if ((hi - lo) / step > 1000000) throw fail("the range has more than a million values");
+      for (int64_t v = lo; v <= hi; v += step) values.push_back(v);
+    } else if (step_text[0] == 'x') {
+      int64_t factor;
+      if (!parse_int(step_text.substr(1), factor) || factor < 2 || lo < 1)
+        throw fail(fmt::format("'{}' has a bad factor (use :xK with K >= 2 and a start >= 1)", item));
+      for (int64_t v = lo; v <= hi; v *= factor) values.push_back(v);
+    } else {
+      throw fail(fmt::format("'{}' has a step that is neither :+K nor :xK", item));
+    }
+  }
+  return values;
+}
+
+std::string format_real(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return fmt::format("{}", value);
+}
+
+uint64_t stable_hash(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h;
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,30 @@
+#pragma once
+// Small text helpers shared by the CLI, the CSV reader and the spec parser.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnprobe {
+
+/// Splits on `sep`, keeping empty fields.
+std::vector<std::string> split(std::string_view text, char sep);
+std::string trim(std::string_view text);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
+/// Parses a list of non-negative integers: "8,16,32", ranges "8..128" (step 1), "8..128:x2"
+/// (geometric) and "0..10:+2" (arithmetic), mixed with commas. Throws UsageError naming `what`.
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what);
+
+/// Strict integer and real parsing (whole string, no trailing junk); nullopt-like via bool.
+bool parse_int(std::string_view text, int64_t& out);
+bool parse_real(std::string_view text, double& out);
+
+/// Shortest decimal that round-trips a double ("{}" in fmt), with nan/inf spelled out.
+std::string format_real(double value);
+
+/// 64-bit FNV-1a followed by a splitmix64 finaliser: stable across platforms and builds,
+/// used to key randomness by the canonical case id (DESIGN.md §6).
+uint64_t stable_hash(std::string_view text);
+
+}  // namespace attnprobe

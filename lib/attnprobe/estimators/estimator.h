@@ -1,0 +1,35 @@
+#pragma once
+// The one interface every estimator implements. An estimator is built from a validated spec
+// (registry.h) and maps one head slice to an n × pv estimate of its target. It must be const and
+// re-entrant: the runner calls one instance from several threads, and all randomness comes from
+// ctx.key (DESIGN.md §6), never from state.
+#include <optional>
+
+#include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
+#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/view/head_view.h"
+
+namespace attnprobe {
+
+struct EstimateContext {
+  RandomKey key;               ///< keyed by (seed, case id, trial)
+  ThreadPool* pool = nullptr;  ///< set by `bench` for estimators that parallelise inside one call
+};
+
+class Estimator {
+ public:
+  virtual ~Estimator() = default;
+
+  /// out: n × pv, computed from view.qf/kf/vf (float32).
+  virtual void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const = 0;
+
+  /// A float64 evaluation, for deterministic estimators that serve as a reference (target) of
+  /// others; nullopt when the estimator has none (then it cannot be a reference).
+  virtual std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const { return std::nullopt; }
+
+  /// Useful floating-point operations of one call, for `bench` GFLOP/s; 0 when not defined.
+  virtual double flops(int64_t n, int64_t p, int64_t pv) const { return 0; }
+};
+
+}  // namespace attnprobe

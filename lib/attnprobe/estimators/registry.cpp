@@ -1,0 +1,173 @@
+#include "attnprobe/estimators/registry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+
+namespace attnprobe {
+
+namespace {
+
+std::map<std::string, std::unique_ptr<EstimatorDef>>& registry() {
+  static std::map<std::string, std::unique_ptr<EstimatorDef>> estimators;
+  return estimators;
+}
+
+std::string names_list() {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators()) names.push_back(def->name);
+  return join(names, ", ");
+}
+
+std::string describe_param(const ParamDef& p) {
+  switch (p.kind) {
+    case ParamKind::kInt: return fmt::format("{} (integer {}..{}, default {})", p.name, p.min, p.max, p.default_value);
+    case ParamKind::kReal: return fmt::format("{} (real {}..{}, default {})", p.name, p.min, p.max, p.default_value);
+    case ParamKind::kChoice:
+      return fmt::format("{} ({}, default {})", p.name, join(p.choices, "|"), p.default_value);
+  }
+  return p.name;
+}
+
+std::string keys_list(const EstimatorDef& def) {
+  if (def.params.empty()) return fmt::format("'{}' takes no parameters", def.name);
+  std::vector<std::string> parts;
+  for (const ParamDef& p : def.params) parts.push_back(describe_param(p));
+  return fmt::format("valid keys of '{}': {}", def.name, join(parts, "; "));
+}
+
+// Validates `text` for parameter `p` and returns its canonical spelling.
+std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return InputError(fmt::format("estimator '{}': {}={} {}. {}.", def.name, p.name, text, why, describe_param(p)));
+  };
+  switch (p.kind) {
+    case ParamKind::kInt: {
+      int64_t v;
+      if (!parse_int(text, v)) throw bad("is not an integer");
+      if (v < p.min || v > p.max) throw bad("is out of range");
+      return std::to_string(v);
+    }
+    case ParamKind::kReal: {
+      double v;
+      if (!parse_real(text, v) || !std::isfinite(v)) throw bad("is not a finite number");
+      if (v < p.min || v > p.max) throw bad("is out of range");
+      return format_real(v);
+    }
+    case ParamKind::kChoice:
+      if (std::find(p.choices.begin(), p.choices.end(), text) == p.choices.end()) throw bad("is not a valid choice");
+      return text;
+  }
+  return text;
+}
+
+}  // namespace
+
+bool register_estimator(EstimatorDef def) {
+  auto& estimators = registry();
+  if (estimators.count(def.name)) {
+    std::fprintf(stderr, "attnprobe: estimator '%s' registered twice\n", def.name.c_str());
+    std::abort();
+  }
+  if (!def.target) def.target = [](const Spec&) { return std::string("softmax"); };
+  std::string name = def.name;
+  estimators.emplace(name, std::make_unique<EstimatorDef>(std::move(def)));
+  return true;
+}
+
+std::vector<const EstimatorDef*> registered_estimators() {
+  static const std::vector<std::string> kFamilyOrder = {"exact", "yoso", "sketching", "random-features", "nystrom"};
+  std::vector<const EstimatorDef*> defs;
+  for (auto& [name, def] : registry()) defs.push_back(def.get());
+  auto rank = [&](const EstimatorDef* d) {
+    auto it = std::find(kFamilyOrder.begin(), kFamilyOrder.end(), d->family);
+    return it - kFamilyOrder.begin();
+  };
+  std::stable_sort(defs.begin(), defs.end(), [&](auto* a, auto* b) {
+    return rank(a) != rank(b) ? rank(a) < rank(b) : a->name < b->name;
+  });
+  return defs;
+}
+
+const EstimatorDef* find_estimator(const std::string& name) {
+  auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second.get();
+}
+
+Spec parse_spec(const std::string& input) {
+  const std::string text = trim(input);
+  const size_t open = text.find('(');
+  const std::string name = trim(text.substr(0, open));
+  const EstimatorDef* def = find_estimator(name);
+  if (!def)
+    throw InputError(fmt::format("unknown estimator '{}' in spec '{}'. Registered estimators: {} (see `attnprobe list`).",
+                                 name, input, names_list()));
+  std::map<std::string, std::string> given;
+  if (open != std::string::npos) {
+    if (text.back() != ')' || text.find('(', open + 1) != std::string::npos ||
+        text.find(')') != text.size() - 1)
+      throw InputError(fmt::format("malformed spec '{}': write name(key=value,key=value), e.g. yoso(m=32,tau=8). {}.",
+                                   input, keys_list(*def)));
+    const std::string body = text.substr(open + 1, text.size() - open - 2);
+    if (!trim(body).empty()) {
+      for (const std::string& item : split(body, ',')) {
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos)
+          throw InputError(fmt::format("malformed spec '{}': '{}' is not key=value. {}.", input, trim(item), keys_list(*def)));
+        std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+        auto known = std::find_if(def->params.begin(), def->params.end(), [&](const ParamDef& p) { return p.name == key; });
+        if (known == def->params.end())
+          throw InputError(fmt::format("estimator '{}' has no parameter '{}' (in '{}'). {}.", name, key, input, keys_list(*def)));
+        if (given.count(key)) throw InputError(fmt::format("parameter '{}' is given twice in '{}'.", key, input));
+        given[key] = value;
+      }
+    }
+  }
+  Spec spec;
+  spec.def_ = def;
+  for (const ParamDef& p : def->params) {
+    auto it = given.find(p.name);
+    spec.values_.emplace_back(p.name, canonical_value(*def, p, it == given.end() ? p.default_value : it->second));
+  }
+  return spec;
+}
+
+std::string Spec::canonical() const {
+  if (values_.empty()) return def_->name;
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : values_) parts.push_back(key + "=" + value);
+  return def_->name + "(" + join(parts, ",") + ")";
+}
+
+const std::string& Spec::raw(const std::string& key) const {
+  for (const auto& [k, v] : values_)
+    if (k == key) return v;
+  throw std::logic_error(fmt::format("estimator '{}' has no parameter '{}'", def_->name, key));
+}
+
+int64_t Spec::get_int(const std::string& key) const { return std::stoll(raw(key)); }
+double Spec::get_real(const std::string& key) const { return std::stod(raw(key)); }
+const std::string& Spec::get_choice(const std::string& key) const { return raw(key); }
+
+Spec Spec::with_samples(int64_t samples) const {
+  if (!has_samples_knob()) return *this;
+  Spec out = *this;
+  for (auto& [key, value] : out.values_) {
+    if (key != def_->samples_knob) continue;
+    const ParamDef& p = *std::find_if(def_->params.begin(), def_->params.end(),
+                                      [&](const ParamDef& d) { return d.name == key; });
+    value = canonical_value(*def_, p, std::to_string(samples));
+  }
+  return out;
+}
+
+std::string Spec::target() const { return def_->target(*this); }
+
+}  // namespace attnprobe

@@ -1,0 +1,126 @@
+#include "attnprobe/exact/exact_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef ATTNPROBE_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+namespace attnprobe {
+
+namespace {
+// Query rows per task and keys per online-softmax step. 64 × 512 float scores = 128 KiB, which
+// stays in the 1 MiB L2 with the query block and accumulator; measured best of 32..256 × 128..1024
+// with `attnprobe bench` on the 2-core Zen 4 machines.
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 512;
+// The float64 reference forms whole score rows per block; 32 rows keeps 32 × 4096 doubles in L2.
+constexpr int64_t kReferenceBlock = 32;
+
+using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
+using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
+}  // namespace
+
+void set_blas_threads(int threads) {
+#ifdef ATTNPROBE_HAVE_BLAS
+  openblas_set_num_threads(threads);
+#endif
+}
+
+const char* gemm_backend_name() {
+#ifdef ATTNPROBE_HAVE_BLAS
+  return "openblas";
+#else
+  return "eigen";
+#endif
+}
+
+void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+              float* c, int ldc) {
+#ifdef ATTNPROBE_HAVE_BLAS
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kdim, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
+  ConstMapF B(b, n, kdim, Eigen::OuterStride<>(ldb));
+  MapF C(c, m, n, Eigen::OuterStride<>(ldc));
+  if (beta == 0.0f) C.noalias() = alpha * A * B.transpose();
+  else C = beta * C + alpha * A * B.transpose();
+#endif
+}
+
+void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc) {
+#ifdef ATTNPROBE_HAVE_BLAS
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, kdim, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
+  ConstMapF B(b, kdim, n, Eigen::OuterStride<>(ldb));
+  MapF C(c, m, n, Eigen::OuterStride<>(ldc));
+  if (beta == 0.0f) C.noalias() = alpha * A * B;
+  else C = beta * C + alpha * A * B;
+#endif
+}
+
+MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool) {
+  const int64_t n = q.rows();
+  MatrixD out(n, v.cols());
+  const int64_t blocks = (n + kReferenceBlock - 1) / kReferenceBlock;
+  auto run_block = [&](int64_t block) {
+    const int64_t r0 = block * kReferenceBlock;
+    const int64_t rows = std::min(kReferenceBlock, n - r0);
+    MatrixD scores = scale * (q.middleRows(r0, rows) * k.transpose());
+    for (int64_t i = 0; i < rows; ++i) {
+      auto row = scores.row(i);
+      row.array() = (row.array() - row.maxCoeff()).exp();
+      row /= row.sum();
+    }
+    out.middleRows(r0, rows).noalias() = scores * v;
+  };
+  if (pool) pool->parallel_for(blocks, run_block);
+  else for (int64_t b = 0; b < blocks; ++b) run_block(b);
+  return out;
+}
+
+void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
+                         ThreadPool* pool) {
+  const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
+  out.resize(n, pv);
+  const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  auto run_block = [&](int64_t block) {
+    thread_local std::vector<float> score_buffer, max_buffer, sum_buffer;
+    const int64_t r0 = block * kQueryBlock;
+    const int64_t rows = std::min(kQueryBlock, n - r0);
+    score_buffer.resize(kQueryBlock * kKeyBlock);
+    max_buffer.assign(rows, -std::numeric_limits<float>::infinity());
+    sum_buffer.assign(rows, 0.0f);
+    auto acc = out.middleRows(r0, rows);
+    acc.setZero();
+    for (int64_t c0 = 0; c0 < keys; c0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, keys - c0);
+      Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
+      gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(p), scale, q.data() + r0 * p,
+               static_cast<int>(p), k.data() + c0 * p, static_cast<int>(p), 0.0f, scores.data(),
+               static_cast<int>(cols));
+      for (int64_t i = 0; i < rows; ++i) {
+        const float block_max = scores.row(i).maxCoeff();
+        const float new_max = std::max(max_buffer[i], block_max);
+        const float correction = std::exp(max_buffer[i] - new_max);  // exp(-inf) = 0 on the first block
+        scores.row(i).array() = (scores.row(i).array() - new_max).exp();
+        sum_buffer[i] = sum_buffer[i] * correction + scores.row(i).sum();
+        if (correction != 1.0f) acc.row(i) *= correction;
+        max_buffer[i] = new_max;
+      }
+      gemm_ab(static_cast<int>(rows), static_cast<int>(pv), static_cast<int>(cols), 1.0f, scores.data(),
+              static_cast<int>(cols), v.data() + c0 * pv, static_cast<int>(pv), 1.0f, acc.data(),
+              static_cast<int>(pv));
+    }
+    for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
+  };
+  if (pool) pool->parallel_for(blocks, run_block);
+  else for (int64_t b = 0; b < blocks; ++b) run_block(b);
+}
+
+}  // namespace attnprobe

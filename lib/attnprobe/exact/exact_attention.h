@@ -1,0 +1,36 @@
+#pragma once
+// Exact softmax attention, out = softmax(s·QKᵀ)·V, in two precisions.
+//  - float64: the reference every metric compares against. Row blocks of scores are formed in
+//    full (block × n) and normalised with the row max subtracted.
+//  - float32: the fast path (bench, large n, the `softmax` estimator). Flash-style: for each
+//    block of queries, key blocks are visited once with an online softmax (running max m,
+//    running sum l, output rescaled by exp(m_old − m_new)), so the n × n matrix is never formed.
+// Shapes: q n × p, k n × p (any number of keys), v (keys) × pv, out n × pv; all row-major.
+#include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
+
+namespace attnprobe {
+
+MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
+                            ThreadPool* pool = nullptr);
+
+/// `out` is resized to n × pv. With a pool, query blocks are spread over its threads; the result
+/// does not depend on the thread count (each query row sees the same key blocking).
+void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
+                         ThreadPool* pool = nullptr);
+
+/// C = alpha·A·Bᵀ + beta·C (row-major, float), through OpenBLAS when built with it, else Eigen.
+/// a: m × kdim (leading dim lda), b: n × kdim (ldb), c: m × n (ldc).
+void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+              float* c, int ldc);
+/// C = alpha·A·B + beta·C (row-major, float). a: m × kdim, b: kdim × n, c: m × n.
+void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc);
+
+/// Threads the BLAS may use. attnprobe parallelises above it (query blocks, tasks), so 1 except
+/// when `bench` measures raw sgemm as the speed floor.
+void set_blas_threads(int threads = 1);
+/// "openblas" or "eigen": what gemm_abt/gemm_ab use.
+const char* gemm_backend_name();
+
+}  // namespace attnprobe

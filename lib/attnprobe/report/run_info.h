@@ -1,0 +1,28 @@
+#pragma once
+// run.json: what produced a CSV (DESIGN.md §5): command line, version, git hash, build type,
+// device, threads, seed, start and end time. Written when a run starts (finished = null) and
+// again when it ends, so an interrupted run is recognisable as such.
+#include <string>
+#include <vector>
+
+namespace attnprobe {
+
+struct RunInfo {
+  std::vector<std::string> command_line;
+  std::string dump;
+  std::string device = "cpu";
+  int threads = 0;
+  unsigned long long seed = 0;
+  bool resumed = false;
+  std::string started;   ///< ISO 8601 UTC
+  std::string finished;  ///< "" while running
+  long long rows_written = 0;
+};
+
+std::string iso_time_now();
+std::string attnprobe_version();  ///< "0.1.0 (git abc123, Release, openblas)"
+/// The run.json path that goes with a CSV: "dir/name.csv" → "dir/name.run.json".
+std::string run_info_path(const std::string& csv_path);
+void write_run_info(const std::string& path, const RunInfo& info);
+
+}  // namespace attnprobe

@@ -1,0 +1,83 @@
+#include "attnprobe/report/summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "attnprobe/common/error.h"
+
+namespace attnprobe {
+
+namespace {
+
+SummaryRow describe(const CaseKey& key, const std::string& metric, std::vector<double> values) {
+  SummaryRow s;
+  s.key = key;
+  s.metric = metric;
+  s.count = static_cast<int64_t>(values.size());
+  double sum = 0;
+  for (double v : values) sum += v;
+  s.mean = sum / s.count;
+  double squares = 0;
+  for (double v : values) squares += (v - s.mean) * (v - s.mean);
+  s.std = s.count > 1 ? std::sqrt(squares / (s.count - 1)) : 0.0;
+  s.stderr_ = s.std / std::sqrt(static_cast<double>(s.count));
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  s.median = values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+  s.min = values.front();
+  s.max = values.back();
+  if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); }))
+    s.median = s.min = s.max = s.mean = s.std = s.stderr_ = std::nan("");
+  return s;
+}
+
+// Groups (key, metric) → values. Output keeps the order in which cases and metrics first appear
+// (the order the sweep wrote them), not a lexical order that would put layer 10 before layer 2.
+std::vector<SummaryRow> aggregate(const std::vector<std::pair<std::pair<CaseKey, std::string>, double>>& items) {
+  std::map<std::pair<CaseKey, std::string>, size_t> index;
+  std::vector<std::pair<CaseKey, std::string>> order;
+  std::vector<std::vector<double>> values;
+  for (const auto& [id, value] : items) {
+    auto [it, inserted] = index.emplace(id, order.size());
+    if (inserted) {
+      order.push_back(id);
+      values.emplace_back();
+    }
+    values[it->second].push_back(value);
+  }
+  std::vector<SummaryRow> out;
+  out.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) out.push_back(describe(order[i].first, order[i].second, std::move(values[i])));
+  return out;
+}
+
+}  // namespace
+
+std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows) {
+  std::vector<std::pair<std::pair<CaseKey, std::string>, double>> items;
+  items.reserve(rows.size());
+  for (const TrialRow& r : rows) items.push_back({{r.key, r.metric}, r.value});
+  return aggregate(items);
+}
+
+std::vector<SummaryRow> summarize_over(const std::vector<SummaryRow>& per_case, const std::vector<std::string>& over) {
+  for (const std::string& column : over)
+    if (column != "layer" && column != "head" && column != "batch" && column != "n")
+      throw UsageError(fmt::format("--over takes layer, head, batch and n; '{}' is none of them", column));
+  auto has = [&](const char* c) { return std::find(over.begin(), over.end(), c) != over.end(); };
+  std::vector<std::pair<std::pair<CaseKey, std::string>, double>> items;
+  for (const SummaryRow& s : per_case) {
+    CaseKey key = s.key;
+    if (has("layer")) key.layer = "all";
+    if (has("head")) key.head = "all";
+    if (has("batch")) key.batch = "all";
+    if (has("n")) key.n = "all";
+    items.push_back({{key, s.metric}, s.mean});
+  }
+  return aggregate(items);
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,21 @@
+#pragma once
+// Aggregation of trial rows into per-case statistics (`attnprobe summarize`), and of per-case
+// statistics across slices (`--over layer,head,batch`).
+#include <string>
+#include <vector>
+
+#include "attnprobe/records/record.h"
+
+namespace attnprobe {
+
+/// Per (case, metric): count, mean, sample std (n−1; 0 for one value), stderr = std/√count,
+/// median, min, max. Rows of all seeds and trials of a case are pooled. NaN values make the
+/// statistics NaN (never silently dropped). Output in first-appearance order.
+std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows);
+
+/// Aggregates per-case summaries over the named columns (any of layer, head, batch, n): those
+/// columns become "all"; each slice counts once (mean of per-slice means, std and stderr of the
+/// per-slice means: the slices are the replicates). Throws UsageError on an unknown column.
+std::vector<SummaryRow> summarize_over(const std::vector<SummaryRow>& per_case, const std::vector<std::string>& over);
+
+}  // namespace attnprobe

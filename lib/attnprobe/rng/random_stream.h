@@ -1,0 +1,111 @@
+#pragma once
+// Keyed random streams (DESIGN.md §6). A draw is a pure function of
+//   (seed, hash of the canonical case id, trial)  -> the 64-bit Philox key, and
+//   (purpose, logical indices a, b, c)            -> the 128-bit Philox counter,
+// never of thread id or loop order. An estimator names each draw by what it is (row a of
+// projection f, sample s of query i, ...), so any schedule, a filtered rerun and the GPU all
+// see the same numbers.
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "attnprobe/rng/philox.h"
+
+namespace attnprobe {
+
+struct RandomKey {
+  uint64_t value = 0;
+};
+
+/// Mixes seed, case hash and trial into one Philox key (splitmix64 rounds: every input bit
+/// affects every key bit, so neighbouring trials get unrelated streams).
+RandomKey make_random_key(uint64_t seed, uint64_t case_hash, uint32_t trial);
+RandomKey make_random_key(uint64_t seed, std::string_view case_id, uint32_t trial);
+
+/// Purpose tags keep the draws of one estimator apart (two purposes never share a counter).
+enum class Purpose : uint32_t {
+  kGeneric = 0,
+  kHashProjection = 1,
+  kSignFlip = 2,
+  kRowSample = 3,
+  kColumnSample = 4,
+  kFeature = 5,
+  kFeatureNorm = 6,
+  kNoise = 7,
+  kComponent = 8,
+  kProjection = 9,
+};
+
+class RandomStream {
+ public:
+  ATTNPROBE_HOST_DEVICE RandomStream(RandomKey key, Purpose purpose)
+      : key_{{static_cast<uint32_t>(key.value), static_cast<uint32_t>(key.value >> 32)}},
+        purpose_(static_cast<uint32_t>(purpose)) {}
+
+  /// The 4 raw words at logical position (a, b, c).
+  ATTNPROBE_HOST_DEVICE PhiloxCounter bits(uint32_t a, uint32_t b = 0, uint32_t c = 0) const {
+    return philox4x32_10(PhiloxCounter{{a, b, c, purpose_}}, key_);
+  }
+
+  /// Uniform in (0, 1] at position (a, b, c).
+  ATTNPROBE_HOST_DEVICE double uniform(uint32_t a, uint32_t b = 0, uint32_t c = 0) const {
+    PhiloxCounter r = bits(a, b, c);
+    return uint_to_unit_double(r.v[0], r.v[1]);
+  }
+
+  /// Uniform integer in [0, n) at position (a, b, c).
+  ATTNPROBE_HOST_DEVICE uint32_t index(uint32_t n, uint32_t a, uint32_t b = 0, uint32_t c = 0) const {
+    uint32_t i = static_cast<uint32_t>(uniform(a, b, c) * n);  // u in (0,1]: clamp u*n == n
+    return i >= n ? n - 1 : i;
+  }
+
+  /// Element t of the standard-normal sequence of row (a, c): Box–Muller on the Philox block at
+  /// counter (a, t/2, c), which yields the pair (t even, t odd).
+  ATTNPROBE_HOST_DEVICE double normal(uint32_t a, uint32_t t, uint32_t c = 0) const {
+    PhiloxCounter r = bits(a, t >> 1, c);
+    double u1 = uint_to_unit_double(r.v[0], r.v[1]);
+    double u2 = uint_to_unit_double(r.v[2], r.v[3]);
+    double radius = sqrt(-2.0 * log(u1));
+    double angle = 6.283185307179586476925 * u2;
+    return (t & 1u) ? radius * sin(angle) : radius * cos(angle);
+  }
+
+  /// Fills out[0..count) with elements 0..count-1 of the normal sequence of row (a, c); the same
+  /// numbers as normal(a, t, c), two per Philox call.
+  template <typename T>
+  void normals(uint32_t a, uint32_t c, T* out, int64_t count) const {
+    for (int64_t t = 0; t < count; t += 2) {
+      PhiloxCounter r = bits(a, static_cast<uint32_t>(t >> 1), c);
+      double u1 = uint_to_unit_double(r.v[0], r.v[1]);
+      double u2 = uint_to_unit_double(r.v[2], r.v[3]);
+      double radius = std::sqrt(-2.0 * std::log(u1));
+      double angle = 6.283185307179586476925 * u2;
+      out[t] = static_cast<T>(radius * std::cos(angle));
+      if (t + 1 < count) out[t + 1] = static_cast<T>(radius * std::sin(angle));
+    }
+  }
+
+ private:
+  PhiloxKey key_;
+  uint32_t purpose_;
+};
+
+/// Draws `count` indices from [0, n) with probabilities ∝ weights, with replacement, by inverse
+/// CDF on the uniform at position (row, s) for draw s. Zero weights are never drawn; all-zero or
+/// non-finite weights throw std::invalid_argument.
+std::vector<int64_t> sample_with_replacement(const std::vector<double>& weights, int64_t count,
+                                             const RandomStream& stream, uint32_t row = 0);
+
+/// Draws min(count, #positive weights) distinct indices with probabilities ∝ weights, by
+/// successive sampling (each draw ∝ the remaining weights), implemented with Efraimidis–Spirakis
+/// keys log(u_j)/w_j and a top-k: u_j is the uniform at position (row, j), so the draw depends
+/// on each item's own number only. Returned in draw order (largest key first).
+std::vector<int64_t> sample_without_replacement(const std::vector<double>& weights, int64_t count,
+                                                const RandomStream& stream, uint32_t row = 0);
+
+/// Uniform sampling without replacement of `count` of n items (all weights equal).
+std::vector<int64_t> sample_uniform_without_replacement(int64_t n, int64_t count, const RandomStream& stream,
+                                                        uint32_t row = 0);
+
+}  // namespace attnprobe

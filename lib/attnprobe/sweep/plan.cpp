@@ -1,0 +1,101 @@
+#include "attnprobe/sweep/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+
+namespace attnprobe {
+
+int64_t SweepPlan::tasks_per_slice() const {
+  int64_t total = 0;
+  for (const EstimatorSetting& s : settings) total += s.trials;
+  return total;
+}
+
+std::vector<int> resolve_indices(const std::string& text, int64_t count, const std::string& what,
+                                 const std::vector<int>& valid_in) {
+  std::vector<int> valid = valid_in;
+  if (valid.empty())
+    for (int i = 0; i < count; ++i) valid.push_back(i);
+  if (trim(text) == "all" || trim(text).empty()) return valid;
+  std::vector<int> out;
+  for (int64_t v : parse_int_list(text, what)) {
+    if (std::find(valid.begin(), valid.end(), v) == valid.end())
+      throw InputError(fmt::format("{} {} does not exist in the dump (valid: {}).", what, v,
+                                   valid.size() <= 16 ? fmt::format("{}", fmt::join(valid, ","))
+                                                      : fmt::format("{}..{}", valid.front(), valid.back())));
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
+  return fmt::format("layer={};head={};batch={};n={};spec={}", slice.layer, slice.head, slice.batch, slice.n,
+                     canonical_spec);
+}
+
+SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
+  if (request.estimators.empty())
+    throw UsageError("no estimator given: add -e SPEC (e.g. -e softmax -e vmean; `attnprobe list` shows all)");
+  if (request.trials < 1) throw UsageError("--trials must be at least 1");
+  if (request.metrics.empty()) throw UsageError("--metrics selects no metric");
+  SweepPlan plan;
+  plan.seed = request.seed;
+  plan.metrics = request.metrics;
+
+  std::set<std::string> seen;
+  for (const std::string& text : request.estimators) {
+    const Spec base = parse_spec(text);
+    std::vector<Spec> variants;
+    if (request.samples.empty() || !base.has_samples_knob()) {
+      variants.push_back(base);
+    } else {
+      for (int64_t s : request.samples) variants.push_back(base.with_samples(s));
+    }
+    for (const Spec& spec : variants) {
+      EstimatorSetting setting{spec, spec.canonical(), "", "", spec.def().random ? request.trials : 1};
+      if (spec.has_samples_knob()) setting.samples = std::to_string(spec.samples());
+      const std::string ref_text = request.reference == "auto" ? spec.target() : request.reference;
+      const Spec ref = parse_spec(ref_text);
+      if (ref.def().random)
+        throw InputError(fmt::format("reference '{}' is random; a reference must be deterministic (e.g. softmax, "
+                                     "yoso-e).", ref.canonical()));
+      setting.reference = ref.canonical();
+      if (seen.insert(setting.canonical + "|" + setting.reference).second) plan.settings.push_back(setting);
+    }
+  }
+
+  std::vector<int> layer_numbers;
+  for (const LayerInfo& info : dump.layers()) layer_numbers.push_back(info.number);
+  for (int layer : resolve_indices(request.layers, 0, "layer", layer_numbers)) {
+    const LayerInfo& info = dump.layer(layer);
+    const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");
+    const std::vector<int> batch = resolve_indices(request.batch, info.batch, "batch item");
+    std::vector<std::vector<int64_t>> lengths_of(info.batch);
+    for (int b : batch) {
+      std::vector<int64_t>& lengths = lengths_of[b];
+      lengths = request.lengths;
+      if (lengths.empty()) lengths.push_back(info.lengths[b]);
+      for (int64_t n : lengths) {
+        if (n < 1 || n > info.lengths[b])
+          throw InputError(fmt::format(
+              "length {} is longer than layer {} batch item {} of '{}' ({} valid tokens{}). Use lengths up to {}, "
+              "or leave --lengths out to use each item's full length.",
+              n, layer, b, dump.path(), info.lengths[b], info.has_lengths ? ", from its lengths dataset" : "",
+              info.lengths[b]));
+      }
+    }
+    // Order: layer, head, batch item, length — the runner reads one (layer, head, item) once at
+    // its longest length and serves the shorter prefixes from it.
+    for (int h : heads)
+      for (int b : batch)
+        for (int64_t n : lengths_of[b]) plan.slices.push_back(SliceRef{layer, h, b, n});
+  }
+  return plan;
+}
+
+}  // namespace attnprobe

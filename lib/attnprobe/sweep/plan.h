@@ -1,0 +1,62 @@
+#pragma once
+// The sweep planner: expands a request (estimator specs × sample counts × layers × heads ×
+// batch items × lengths × trials) into estimator settings and slices, validating everything
+// against the dump before any work starts, so a typo fails in milliseconds, not an hour in.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/io/dump.h"
+#include "attnprobe/metrics/metrics.h"
+
+namespace attnprobe {
+
+struct SweepRequest {
+  std::vector<std::string> estimators;  ///< spec strings, as typed
+  std::vector<int64_t> samples;         ///< values for each estimator's samples knob; empty: the spec's own
+  std::string layers = "all", heads = "all", batch = "all";  ///< lists ("0,2", "0..3") or "all"
+  std::vector<int64_t> lengths;         ///< prefix lengths; empty: each batch item's full valid length
+  int trials = 8;                       ///< per random setting; deterministic ones run once
+  uint64_t seed = 0;
+  std::string reference = "auto";       ///< auto | softmax | any deterministic spec
+  std::vector<Metric> metrics = all_metrics();
+};
+
+/// One estimator configuration of the grid.
+struct EstimatorSetting {
+  Spec spec;              ///< samples knob applied
+  std::string canonical;  ///< spec.canonical()
+  std::string samples;    ///< knob value as text, "" when the estimator has none
+  std::string reference;  ///< canonical reference spec
+  int trials = 1;
+};
+
+struct SliceRef {
+  int layer = 0, head = 0, batch = 0;
+  int64_t n = 0;
+};
+
+struct SweepPlan {
+  std::vector<EstimatorSetting> settings;
+  std::vector<SliceRef> slices;  ///< grouped so that one slice is read once for all settings
+  uint64_t seed = 0;
+  std::vector<Metric> metrics;
+
+  int64_t tasks_per_slice() const;  ///< Σ over settings of their trials
+  int64_t total_tasks() const { return tasks_per_slice() * static_cast<int64_t>(slices.size()); }
+};
+
+/// Throws UsageError/InputError on an empty or invalid request.
+SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request);
+
+/// Resolves a list option ("all" or a list) against the valid indices [0, count) of `what`.
+std::vector<int> resolve_indices(const std::string& text, int64_t count, const std::string& what,
+                                 const std::vector<int>& valid = {});
+
+/// The canonical case id that keys randomness (DESIGN.md §6): independent of the dump's file
+/// name, of the thread and of which other cases run.
+std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
+
+}  // namespace attnprobe

@@ -1,0 +1,93 @@
+#include "attnprobe/synth/synthetic_dump.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/matrix.h"
+#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/version.h"
+
+namespace attnprobe {
+
+namespace {
+// Purposes of the generator's draws (its own streams, keyed per layer and head).
+enum : uint32_t { kCentre = 0, kValueCentre = 1, kCluster = 2, kQueryNoise = 3, kKeyNoise = 4, kValueNoise = 5 };
+}  // namespace
+
+DumpContents make_synthetic_dump(const SynthOptions& o) {
+  if (o.layers < 1 || o.heads < 1 || o.batch < 1 || o.tokens < 1 || o.dim < 1 || o.clusters < 1)
+    throw UsageError("synth: layers, heads, batch, tokens, dim and clusters must all be at least 1");
+  if (o.temperatures.empty()) throw UsageError("synth: give at least one temperature");
+  for (double t : o.temperatures)
+    if (!(t > 0) || !std::isfinite(t)) throw UsageError(fmt::format("synth: temperature {} must be positive", t));
+  if (!o.lengths.empty()) {
+    if (static_cast<int>(o.lengths.size()) != o.batch)
+      throw UsageError(fmt::format("synth: --valid-lengths needs one value per batch item ({})", o.batch));
+    for (int64_t l : o.lengths)
+      if (l < 1 || l > o.tokens) throw UsageError(fmt::format("synth: valid length {} outside 1..{}", l, o.tokens));
+  }
+  const int p = o.dim, pv = o.value_dim > 0 ? o.value_dim : o.dim;
+  const double sqrt_p = std::sqrt(static_cast<double>(p));
+
+  DumpContents contents;
+  contents.attributes["model"] = "synthetic clusters";
+  contents.attributes["source"] =
+      fmt::format("attnprobe synth: seed={} clusters={} temperatures={} spread={}", o.seed, o.clusters,
+                  fmt::join(o.temperatures, ","), o.spread);
+  contents.attributes["created_by"] = fmt::format("attnprobe {} synth", kVersion);
+
+  for (int layer = 0; layer < o.layers; ++layer) {
+    const double temperature = o.temperatures[layer % o.temperatures.size()];
+    const double amplitude = std::sqrt(sqrt_p / temperature);
+    DumpLayer out;
+    out.name = fmt::format("layer_{:02d}", layer);
+    out.scale = 1.0 / sqrt_p;
+    out.causal = 0;
+    if (!o.lengths.empty()) out.lengths = o.lengths;
+    const std::vector<hsize_t> shape = {static_cast<hsize_t>(o.batch), static_cast<hsize_t>(o.heads),
+                                        static_cast<hsize_t>(o.tokens), static_cast<hsize_t>(p)};
+    DumpArray& q = out.datasets["q"];
+    DumpArray& k = out.datasets["k"];
+    DumpArray& v = out.datasets["v"];
+    q.shape = k.shape = shape;
+    v.shape = {shape[0], shape[1], shape[2], static_cast<hsize_t>(pv)};
+    q.values.resize(o.batch * o.heads * o.tokens * p);
+    k.values.resize(q.values.size());
+    v.values.resize(o.batch * o.heads * o.tokens * pv);
+
+    for (int head = 0; head < o.heads; ++head) {
+      const RandomKey key = make_random_key(o.seed, fmt::format("synth;layer={};head={}", layer, head), 0);
+      const RandomStream centres(key, Purpose::kGeneric);
+      MatrixD mu(o.clusters, p), nu(o.clusters, pv);
+      for (int c = 0; c < o.clusters; ++c) {
+        centres.normals(c, kCentre, mu.row(c).data(), p);
+        centres.normals(c, kValueCentre, nu.row(c).data(), pv);
+        mu.row(c).normalize();
+      }
+      RowVectorD noise_q(p), noise_k(p), noise_v(pv);
+      for (int b = 0; b < o.batch; ++b) {
+        const uint32_t row_base = static_cast<uint32_t>(b * o.tokens);
+        for (int64_t j = 0; j < o.tokens; ++j) {
+          const uint32_t row = row_base + static_cast<uint32_t>(j);
+          const uint32_t c = centres.index(o.clusters, row, 0, kCluster);
+          centres.normals(row, kQueryNoise, noise_q.data(), p);
+          centres.normals(row, kKeyNoise, noise_k.data(), p);
+          centres.normals(row, kValueNoise, noise_v.data(), pv);
+          const RowVectorD u = (mu.row(c) + o.spread / sqrt_p * noise_q).normalized() * amplitude;
+          const RowVectorD w = (mu.row(c) + o.spread / sqrt_p * noise_k).normalized() * amplitude;
+          const RowVectorD val = nu.row(c) + 0.5 * noise_v;
+          const size_t base = ((static_cast<size_t>(b) * o.heads + head) * o.tokens + j);
+          std::copy(u.data(), u.data() + p, q.values.begin() + base * p);
+          std::copy(w.data(), w.data() + p, k.values.begin() + base * p);
+          std::copy(val.data(), val.data() + pv, v.values.begin() + base * pv);
+        }
+      }
+    }
+    contents.layers.push_back(std::move(out));
+  }
+  return contents;
+}
+
+}  // namespace attnprobe
