@@ -55,6 +55,7 @@ Action add_bench(CLI::App& app) {
       if (!csv) throw InputError(fmt::format("cannot write '{}'", o->csv));
       csv << kBenchHeader << "\n";
     }
+    fmt::print("sgemm floor: {}\n", bench_floor_description());
     fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8}\n", "estimator", "spec", "n", "p", "samples",
                "threads", "median ms", "min ms", "GFLOP/s");
     run_bench(r, [&](const BenchRow& row) {

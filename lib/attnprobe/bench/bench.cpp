@@ -1,5 +1,7 @@
 #include "attnprobe/bench/bench.h"
 
+#include "attnprobe/bench/openblas_floor.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,6 +57,8 @@ HeadView random_view(int64_t n, int64_t p, uint64_t seed) {
 
 }  // namespace
 
+std::string bench_floor_description() { return OpenBlasFloor::instance().description(); }
+
 std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row) {
   if (request.repeat < 1) throw UsageError("--repeat must be at least 1");
   if (request.p < 1) throw UsageError("--p must be at least 1");
@@ -75,21 +79,21 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     const HeadView view = random_view(n, request.p, request.seed);
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
-      if (request.sgemm_floor) {
+      const OpenBlasFloor& blas = OpenBlasFloor::instance();
+      if (request.sgemm_floor && blas.available()) {
         // The floor: the same two products exact attention needs, as two whole sgemm calls with
         // the BLAS's own threading (a materialised n × n score matrix, allocated once).
         MatrixF scores(n, n), out(n, view.pv());
-        set_blas_threads(static_cast<int>(threads));
+        const int ni = static_cast<int>(n), p = static_cast<int>(request.p), pv = static_cast<int>(view.pv());
+        blas.set_threads(static_cast<int>(threads));
         auto [median, min] = time_calls(request.repeat, [&] {
-          gemm_abt(n, n, request.p, 1.0f, view.qf.data(), request.p, view.kf.data(), request.p, 0.0f, scores.data(), n);
-          gemm_ab(n, view.pv(), n, 1.0f, scores.data(), n, view.vf.data(), view.pv(), 0.0f, out.data(), view.pv());
+          blas.sgemm(true, ni, ni, p, 1.0f, view.qf.data(), p, view.kf.data(), p, 0.0f, scores.data(), ni);
+          blas.sgemm(false, ni, pv, ni, 1.0f, scores.data(), ni, view.vf.data(), pv, 0.0f, out.data(), pv);
         });
-        set_blas_threads(1);
         const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
-        emit(BenchRow{"sgemm-floor", fmt::format("{} Q*K^T + P*V", gemm_backend_name()), n, request.p, "", threads,
-                      "cpu", request.repeat, median, min, flops / median * 1e-9});
+        emit(BenchRow{"sgemm-floor", "openblas Q*K^T + P*V", n, request.p, "", threads, "cpu", request.repeat, median,
+                      min, flops / median * 1e-9});
       }
-      set_blas_threads(1);
       for (const Spec& spec : specs) {
         const std::unique_ptr<Estimator> estimator = spec.make();
         MatrixF out;

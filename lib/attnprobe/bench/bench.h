@@ -1,6 +1,6 @@
 #pragma once
 // `attnprobe bench`: per-call time of exact attention and estimators on random inputs, and the
-// OpenBLAS sgemm floor on the same shapes (the two products Q·Kᵀ and P·V, 4·n²·p flops), so
+// OpenBLAS sgemm floor on the same shapes (bench/openblas_floor.h) (the two products Q·Kᵀ and P·V, 4·n²·p flops), so
 // exact attention's GFLOP/s can be read against what the machine's GEMM reaches in the same run.
 #include <cstdint>
 #include <functional>
@@ -34,6 +34,9 @@ struct BenchRow {
 
 extern const char* const kBenchHeader;
 std::string format_bench_csv_row(const BenchRow& row);
+
+/// What the sgemm-floor rows use ("OpenBLAS 0.3.21 ... core SkylakeX"), or why there are none.
+std::string bench_floor_description();
 
 /// Runs the grid; `on_row` sees each row as soon as it is measured.
 std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row);

@@ -5,16 +5,12 @@
 #include <limits>
 #include <vector>
 
-#ifdef ATTNPROBE_HAVE_BLAS
-#include <cblas.h>
-#endif
 
 namespace attnprobe {
 
 namespace {
 // Query rows per task and keys per online-softmax step. 64 × 512 float scores = 128 KiB, which
-// stays in the 1 MiB L2 with the query block and accumulator; measured best of 32..256 × 128..1024
-// with `attnprobe bench` on the 2-core Zen 4 machines.
+// stays in L2 with the query block and accumulator.
 constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 512;
 // The float64 reference forms whole score rows per block; 32 rows keeps 32 × 4096 doubles in L2.
@@ -24,44 +20,22 @@ using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 }  // namespace
 
-void set_blas_threads(int threads) {
-#ifdef ATTNPROBE_HAVE_BLAS
-  openblas_set_num_threads(threads);
-#endif
-}
-
-const char* gemm_backend_name() {
-#ifdef ATTNPROBE_HAVE_BLAS
-  return "openblas";
-#else
-  return "eigen";
-#endif
-}
-
 void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
               float* c, int ldc) {
-#ifdef ATTNPROBE_HAVE_BLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kdim, alpha, a, lda, b, ldb, beta, c, ldc);
-#else
   ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
   ConstMapF B(b, n, kdim, Eigen::OuterStride<>(ldb));
   MapF C(c, m, n, Eigen::OuterStride<>(ldc));
   if (beta == 0.0f) C.noalias() = alpha * A * B.transpose();
   else C = beta * C + alpha * A * B.transpose();
-#endif
 }
 
 void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
              float* c, int ldc) {
-#ifdef ATTNPROBE_HAVE_BLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, kdim, alpha, a, lda, b, ldb, beta, c, ldc);
-#else
   ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
   ConstMapF B(b, kdim, n, Eigen::OuterStride<>(ldb));
   MapF C(c, m, n, Eigen::OuterStride<>(ldc));
   if (beta == 0.0f) C.noalias() = alpha * A * B;
   else C = beta * C + alpha * A * B;
-#endif
 }
 
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool) {
@@ -90,10 +64,14 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
   out.resize(n, pv);
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
   auto run_block = [&](int64_t block) {
-    thread_local std::vector<float> score_buffer, max_buffer, sum_buffer;
+    // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the
+    // same way whichever thread runs the block: malloc'd buffers differ in alignment per thread,
+    // and with them the last bits of the result.
+    thread_local MatrixF score_buffer;
+    thread_local std::vector<float> max_buffer, sum_buffer;
     const int64_t r0 = block * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
-    score_buffer.resize(kQueryBlock * kKeyBlock);
+    score_buffer.resize(kQueryBlock, kKeyBlock);
     max_buffer.assign(rows, -std::numeric_limits<float>::infinity());
     sum_buffer.assign(rows, 0.0f);
     auto acc = out.middleRows(r0, rows);

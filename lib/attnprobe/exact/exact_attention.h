@@ -19,7 +19,10 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
                          ThreadPool* pool = nullptr);
 
-/// C = alpha·A·Bᵀ + beta·C (row-major, float), through OpenBLAS when built with it, else Eigen.
+/// C = alpha·A·Bᵀ + beta·C (row-major, float) with Eigen's GEMM. Eigen rather than OpenBLAS: built
+/// with -march=native it uses AVX-512 wherever the CPU has it, while OpenBLAS picks its kernel from
+/// the CPUID model at load time and falls back to SSE3 ("Prescott", 4× slower) on the generic
+/// "Intel Xeon Processor" these VMs report; measured in `attnprobe bench`.
 /// a: m × kdim (leading dim lda), b: n × kdim (ldb), c: m × n (ldc).
 void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
               float* c, int ldc);
@@ -27,10 +30,5 @@ void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, cons
 void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
              float* c, int ldc);
 
-/// Threads the BLAS may use. attnprobe parallelises above it (query blocks, tasks), so 1 except
-/// when `bench` measures raw sgemm as the speed floor.
-void set_blas_threads(int threads = 1);
-/// "openblas" or "eigen": what gemm_abt/gemm_ab use.
-const char* gemm_backend_name();
 
 }  // namespace attnprobe

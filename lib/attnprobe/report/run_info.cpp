@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "attnprobe/common/error.h"
-#include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/version.h"
 
 namespace attnprobe {
@@ -42,7 +41,7 @@ std::string iso_time_now() {
 }
 
 std::string attnprobe_version() {
-  return fmt::format("{} (git {}, {}, {})", kVersion, kGitHash, kBuildType, gemm_backend_name());
+  return fmt::format("{} (git {}, {})", kVersion, kGitHash, kBuildType);
 }
 
 std::string run_info_path(const std::string& csv_path) {
@@ -57,10 +56,10 @@ void write_run_info(const std::string& path, const RunInfo& info) {
   gethostname(host, sizeof host - 1);
   const std::string text = fmt::format(
       "{{\n  \"command_line\": [{}],\n  \"version\": {},\n  \"git_hash\": {},\n  \"build_type\": {},\n"
-      "  \"gemm\": {},\n  \"host\": {},\n  \"dump\": {},\n  \"device\": {},\n  \"threads\": {},\n  \"seed\": {},\n"
+      "  \"host\": {},\n  \"dump\": {},\n  \"device\": {},\n  \"threads\": {},\n  \"seed\": {},\n"
       "  \"resumed\": {},\n  \"started\": {},\n  \"finished\": {},\n  \"rows_written\": {}\n}}\n",
       fmt::join(args, ", "), json_string(kVersion), json_string(kGitHash), json_string(kBuildType),
-      json_string(gemm_backend_name()), json_string(host), json_string(info.dump), json_string(info.device),
+      json_string(host), json_string(info.dump), json_string(info.device),
       info.threads, info.seed, info.resumed ? "true" : "false", json_string(info.started),
       info.finished.empty() ? "null" : json_string(info.finished), info.rows_written);
   const std::string temp = path + ".tmp";

@@ -46,7 +46,6 @@ struct Task {
 
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink) {
-  set_blas_threads(1);
   ThreadPool pool(options.threads);
   RunStats stats;
   const std::string label = dump_label(dump.path());

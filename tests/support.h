@@ -1,0 +1,48 @@
+#pragma once
+// Shared test helpers: a private temp folder per test process, running the attnprobe binary,
+// small synthetic dumps, and skips that CTest reports as skipped.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "attnprobe/io/dump.h"
+#include "attnprobe/io/dump_writer.h"
+#include "attnprobe/synth/synthetic_dump.h"
+
+namespace attnprobe::test {
+
+/// A fresh folder, removed when the process exits (one per test process, so `ctest -j` is safe).
+const std::filesystem::path& temp_dir();
+std::string temp_path(const std::string& name);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  ///< stdout and stderr together
+};
+/// Runs `attnprobe ARGS` through the shell (args are passed as written).
+CommandResult run_attnprobe(const std::string& args);
+
+/// Writes a small synthetic dump (options as given) and returns its path.
+std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,
+                        int gzip = 0);
+
+/// ../shared/data/NAME, or "" when that folder is absent.
+std::string shared_data(const std::string& name);
+
+/// Prints why; under CTest exits with 77 (reported as skipped), otherwise returns (use SKIP_TEST).
+void report_skip(const std::string& why);
+
+std::string read_text(const std::string& path);
+
+}  // namespace attnprobe::test
+
+/// Ends the current TEST_CASE as skipped, saying why.
+#define SKIP_TEST(why)                          \
+  do {                                          \
+    ::attnprobe::test::report_skip(why);        \
+    WARN("skipped: " << (why));                 \
+    return;                                     \
+  } while (0)

@@ -1,0 +1,126 @@
+// Exact attention: the float64 reference against an independent long-double loop, and the blocked
+// float32 path against the float64 reference (n = 4096 and awkward sizes), thread-count invariance.
+#include <cmath>
+
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/rng/random_stream.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+namespace {
+MatrixD random_matrix(int64_t rows, int64_t cols, uint32_t purpose, double stddev = 1.0) {
+  const RandomStream stream(make_random_key(3, "exact-test", purpose), Purpose::kGeneric);
+  MatrixD m(rows, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    stream.normals(static_cast<uint32_t>(i), 0, m.row(i).data(), cols);
+  }
+  return m * stddev;
+}
+
+// out_i = Σ_j e^{s q_i·k_j − max} v_j / Σ_j e^{s q_i·k_j − max}, in long double, no blocking.
+MatrixD naive_attention(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale) {
+  MatrixD out(q.rows(), v.cols());
+  for (int64_t i = 0; i < q.rows(); ++i) {
+    std::vector<long double> logits(k.rows());
+    long double max = -INFINITY;
+    for (int64_t j = 0; j < k.rows(); ++j) {
+      long double dot = 0;
+      for (int64_t c = 0; c < q.cols(); ++c) dot += static_cast<long double>(q(i, c)) * k(j, c);
+      logits[j] = scale * dot;
+      max = std::max(max, logits[j]);
+    }
+    long double z = 0;
+    std::vector<long double> acc(v.cols(), 0);
+    for (int64_t j = 0; j < k.rows(); ++j) {
+      const long double w = std::exp(logits[j] - max);
+      z += w;
+      for (int64_t c = 0; c < v.cols(); ++c) acc[c] += w * v(j, c);
+    }
+    for (int64_t c = 0; c < v.cols(); ++c) out(i, c) = static_cast<double>(acc[c] / z);
+  }
+  return out;
+}
+
+double relative_error(const MatrixD& reference, const MatrixD& estimate) {
+  return (reference - estimate).norm() / reference.norm();
+}
+}  // namespace
+
+TEST_CASE("float64 reference equals an independent long-double implementation", "[exact]") {
+  for (int64_t n : {1, 7, 33, 100}) {
+    const MatrixD q = random_matrix(n, 16, 0, 2.0), k = random_matrix(n, 16, 1, 2.0), v = random_matrix(n, 5, 2);
+    const MatrixD ref = exact_attention_f64(q, k, v, 0.25);
+    // Both are float64-accurate: agreement to ~1e-15; 1e-12 leaves room for summation order.
+    CHECK(relative_error(naive_attention(q, k, v, 0.25), ref) < 1e-12);
+  }
+}
+
+TEST_CASE("blocked float32 attention matches float64 at n = 4096", "[exact]") {
+  const int64_t n = 4096, p = 64;
+  const MatrixD q = random_matrix(n, p, 10), k = random_matrix(n, p, 11), v = random_matrix(n, p, 12);
+  const double scale = 1.0 / 8.0;
+  const MatrixD ref = exact_attention_f64(q, k, v, scale);
+  MatrixF out;
+  exact_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), static_cast<float>(scale), out);
+  const double err = relative_error(ref, out.cast<double>());
+  // Bound: float32 rounding of inputs (2^-24 ≈ 6e-8 relative), of p-term dot products and of
+  // n-term sums grows like sqrt(n)·eps ≈ 64·6e-8 = 4e-6 in the worst direction; 1e-5 allows it.
+  // Observed: 3.5e-7 relative (Frobenius).
+  INFO("relative error " << err);
+  CHECK(err < 1e-5);
+}
+
+TEST_CASE("blocked float32 attention is right at sizes that do not fill a block", "[exact]") {
+  for (int64_t n : {1, 2, 63, 65, 511, 513, 1025}) {
+    const MatrixD q = random_matrix(n, 24, 20, 3.0), k = random_matrix(n, 24, 21, 3.0), v = random_matrix(n, 7, 22);
+    const MatrixD ref = exact_attention_f64(q, k, v, 0.2);
+    MatrixF out;
+    exact_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 0.2f, out);
+    REQUIRE(out.rows() == n);
+    REQUIRE(out.cols() == 7);
+    // Peaked logits (std 3·3·sqrt(24)·0.2 ≈ 8.8): float32 exp of large differences; observed < 1e-6.
+    INFO("n = " << n);
+    CHECK(relative_error(ref, out.cast<double>()) < 1e-5);
+  }
+}
+
+TEST_CASE("float32 attention gives the same bits for any thread count", "[exact]") {
+  const int64_t n = 777;
+  const MatrixF q = random_matrix(n, 32, 30).cast<float>(), k = random_matrix(n, 32, 31).cast<float>(),
+                v = random_matrix(n, 32, 32).cast<float>();
+  MatrixF one, two;
+  exact_attention_f32(q, k, v, 0.17f, one);
+  ThreadPool pool(2);
+  exact_attention_f32(q, k, v, 0.17f, two, &pool);
+  CHECK(one == two);
+  ThreadPool pool3(3);
+  const MatrixD ref1 = exact_attention_f64(q.cast<double>(), k.cast<double>(), v.cast<double>(), 0.17);
+  const MatrixD ref3 = exact_attention_f64(q.cast<double>(), k.cast<double>(), v.cast<double>(), 0.17, &pool3);
+  CHECK(ref1 == ref3);
+}
+
+TEST_CASE("extreme logits stay finite (the row max is subtracted)", "[exact]") {
+  MatrixD q = random_matrix(50, 8, 40, 30.0), k = random_matrix(50, 8, 41, 30.0), v = random_matrix(50, 3, 42);
+  const MatrixD ref = exact_attention_f64(q, k, v, 1.0);
+  MatrixF out;
+  exact_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 1.0f, out);
+  CHECK(ref.allFinite());
+  CHECK(out.allFinite());
+  // Logits of magnitude ~1e4: each row is one-hot up to float32 rounding of the winning logit.
+  CHECK(relative_error(ref, out.cast<double>()) < 1e-3);
+}
+
+TEST_CASE("the thread pool runs every item once and rethrows the first failure", "[parallel]") {
+  ThreadPool pool(2);
+  std::vector<int> hits(1000, 0);
+  pool.parallel_for(1000, [&](int64_t i) { hits[i]++; });
+  CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+  CHECK_THROWS_WITH(pool.parallel_for(100, [&](int64_t i) {
+                      if (i == 42) throw std::runtime_error("item 42 failed");
+                    }),
+                    "item 42 failed");
+  pool.parallel_for(10, [&](int64_t i) { hits[i]++; });  // usable after a failure
+  CHECK(hits[9] == 2);
+}

@@ -1,0 +1,127 @@
+// The registry walk (every estimator: spec round trip, determinism under a fixed key, shape,
+// finiteness) and strict spec parsing.
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/io/dump.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+namespace {
+HeadView small_slice(int64_t n = 96, int p = 16) {
+  SynthOptions o;
+  o.layers = 1;
+  o.heads = 1;
+  o.batch = 1;
+  o.tokens = n;
+  o.dim = p;
+  o.value_dim = p + 3;  // pv ≠ p catches estimators that confuse the two
+  o.temperatures = {0.3};
+  const std::string path = write_synth("registry-" + std::to_string(n) + ".h5", o);
+  return Dump::open(path).read_slice(0, 0, 0, n);
+}
+}  // namespace
+
+TEST_CASE("every registered estimator round-trips its spec and is deterministic per key with the right shape",
+          "[registry]") {
+  const HeadView view = small_slice();
+  const auto defs = registered_estimators();
+  REQUIRE(defs.size() >= 2);
+  for (const EstimatorDef* def : defs) {
+    INFO("estimator " << def->name);
+    const Spec spec = parse_spec(def->name);
+    CHECK(parse_spec(spec.canonical()) == spec);
+    CHECK(parse_spec(spec.canonical()).canonical() == spec.canonical());
+    CHECK(!def->summary.empty());
+    for (const ParamDef& p : def->params) CHECK(!p.help.empty());
+    if (spec.has_samples_knob()) {
+      const Spec more = spec.with_samples(5);
+      CHECK(more.samples() == 5);
+      CHECK(parse_spec(more.canonical()) == more);
+    }
+    const Spec target = parse_spec(spec.target());
+    CHECK_FALSE(target.def().random);  // a target must be usable as a reference
+
+    const auto estimator = spec.make();
+    MatrixF a, b, c;
+    estimator->estimate(view, EstimateContext{make_random_key(1, "walk", 0), nullptr}, a);
+    estimator->estimate(view, EstimateContext{make_random_key(1, "walk", 0), nullptr}, b);
+    REQUIRE(a.rows() == view.n());
+    REQUIRE(a.cols() == view.pv());
+    CHECK(a.allFinite());
+    CHECK(a == b);
+    estimator->estimate(view, EstimateContext{make_random_key(1, "walk", 1), nullptr}, c);
+    if (def->random) CHECK(a != c);
+    else CHECK(a == c);
+  }
+}
+
+TEST_CASE("deterministic references agree with their float32 estimate", "[registry]") {
+  const HeadView view = small_slice(64, 8);
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->random) continue;
+    const auto estimator = parse_spec(def->name).make();
+    const auto ref = estimator->reference(view, nullptr);
+    if (!ref) continue;
+    MatrixF out;
+    estimator->estimate(view, EstimateContext{}, out);
+    INFO("estimator " << def->name);
+    // float32 vs float64 evaluation of the same formula: ~1e-7 relative; observed < 5e-7.
+    CHECK((*ref - out.cast<double>()).norm() <= 1e-5 * ref->norm());
+  }
+}
+
+TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry]") {
+  CHECK(parse_spec("softmax").canonical() == "softmax");
+  CHECK(parse_spec("  vmean  ").canonical() == "vmean");
+  CHECK(parse_spec("vmean()").canonical() == "vmean");
+  CHECK_THROWS_AS(parse_spec("nosuch"), InputError);
+  CHECK_THROWS_WITH(parse_spec("nosuch(m=3)"), Catch::Contains("unknown estimator 'nosuch'") &&
+                                                   Catch::Contains("softmax") && Catch::Contains("vmean"));
+  CHECK_THROWS_WITH(parse_spec("vmean(d=3)"), Catch::Contains("no parameter 'd'") &&
+                                                  Catch::Contains("takes no parameters"));
+  CHECK_THROWS_WITH(parse_spec("vmean(d=3"), Catch::Contains("malformed spec"));
+  CHECK_THROWS_WITH(parse_spec("vmean(x)"), Catch::Contains("malformed spec"));
+  CHECK_THROWS_WITH(parse_spec("vmean)("), Catch::Contains("unknown estimator"));
+}
+
+namespace {
+// A registration used only by this test: one parameter of each kind, to test values and ranges.
+class ZeroEstimator final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    out = MatrixF::Zero(view.n(), view.pv());
+  }
+};
+[[maybe_unused]] const bool kTestRegistered = register_estimator({
+    .name = "test-params",
+    .family = "test",
+    .summary = "test only",
+    .params = {{"m", ParamKind::kInt, "8", 1, 1024, {}, "samples"},
+               {"beta", ParamKind::kReal, "1", 0, 10, {}, "a real"},
+               {"hash", ParamKind::kChoice, "gauss", 0, 0, {"gauss", "hadamard"}, "a choice"}},
+    .samples_knob = "m",
+    .random = false,
+    .target = nullptr,
+    .make = [](const Spec&) { return std::make_unique<ZeroEstimator>(); },
+});
+}  // namespace
+
+TEST_CASE("parameter values are typed and ranged and printed canonically", "[registry]") {
+  CHECK(parse_spec("test-params").canonical() == "test-params(m=8,beta=1,hash=gauss)");
+  CHECK(parse_spec("test-params(hash=hadamard, m=16)").canonical() == "test-params(m=16,beta=1,hash=hadamard)");
+  CHECK(parse_spec("test-params(beta=2.50)").canonical() == "test-params(m=8,beta=2.5,hash=gauss)");
+  CHECK(parse_spec("test-params(beta=0.02)").get_real("beta") == 0.02);
+  CHECK(parse_spec("test-params(m=4)").with_samples(64).canonical() == "test-params(m=64,beta=1,hash=gauss)");
+  CHECK(parse_spec("test-params").target() == "softmax");
+  CHECK_THROWS_WITH(parse_spec("test-params(m=2.5)"), Catch::Contains("not an integer") && Catch::Contains("1..1024"));
+  CHECK_THROWS_WITH(parse_spec("test-params(m=0)"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(parse_spec("test-params(beta=abc)"), Catch::Contains("not a finite number"));
+  CHECK_THROWS_WITH(parse_spec("test-params(beta=nan)"), Catch::Contains("not a finite number"));
+  CHECK_THROWS_WITH(parse_spec("test-params(hash=lsh)"), Catch::Contains("gauss|hadamard"));
+  CHECK_THROWS_WITH(parse_spec("test-params(m=4,m=5)"), Catch::Contains("given twice"));
+  CHECK_THROWS_WITH(parse_spec("test-params(q=1)"),
+                    Catch::Contains("valid keys") && Catch::Contains("m (integer") && Catch::Contains("hash ("));
+  CHECK_THROWS_AS(parse_spec("test-params").with_samples(0), InputError);
+}

@@ -1,0 +1,46 @@
+// List parsing (--lengths, --samples, --layers) and the CSV field quoting.
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/records/csv.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+TEST_CASE("integer lists accept values and ranges and doubling and stepped ranges", "[text]") {
+  using V = std::vector<int64_t>;
+  CHECK(parse_int_list("8,16,32", "x") == V{8, 16, 32});
+  CHECK(parse_int_list("3..6", "x") == V{3, 4, 5, 6});
+  CHECK(parse_int_list("8..128:x2", "x") == V{8, 16, 32, 64, 128});
+  CHECK(parse_int_list("8..100:x2", "x") == V{8, 16, 32, 64});
+  CHECK(parse_int_list("0..12:+4", "x") == V{0, 4, 8, 12});
+  CHECK(parse_int_list(" 1, 5..6 ,9", "x") == V{1, 5, 6, 9});
+}
+
+TEST_CASE("malformed lists are usage errors that say how to write one", "[text]") {
+  for (const char* bad : {"", "8,,16", "a", "8..", "16..8", "8..128:x1", "8..128:y2", "-3", "0..8:x2"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_int_list(bad, "--lengths"), UsageError);
+  }
+  CHECK_THROWS_WITH(parse_int_list("8..", "--lengths"), Catch::Contains("--lengths") && Catch::Contains("8..128:x2"));
+}
+
+TEST_CASE("CSV fields with commas and quotes round-trip", "[text]") {
+  const std::string spec = "yoso(m=32,tau=8,hash=\"gauss\")";
+  const std::string line = csv_field("a") + "," + csv_field(spec) + "," + csv_field("");
+  const auto fields = parse_csv_line(line);
+  REQUIRE(fields.size() == 3);
+  CHECK(fields[0] == "a");
+  CHECK(fields[1] == spec);
+  CHECK(fields[2] == "");
+  CHECK_THROWS_AS(parse_csv_line("\"open"), InputError);
+}
+
+TEST_CASE("numbers are written to round-trip exactly", "[text]") {
+  for (double v : {0.1, 1.0 / 3.0, 1e-300, 123456789.123456789, -2.5e-7}) {
+    double back;
+    REQUIRE(parse_real(format_real(v), back));
+    CHECK(back == v);
+  }
+  CHECK(format_real(std::nan("")) == "nan");
+}
