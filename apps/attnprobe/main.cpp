@@ -1,6 +1,9 @@
 // attnprobe: how far is an efficient attention estimator from the real thing, on your model?
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cstdio>
 
 #include "attnprobe/common/error.h"
@@ -44,6 +47,13 @@ int main(int argc, char** argv) {
   add("bench", "time exact attention and estimators per call (with the sgemm floor)",
       [](CLI::App& a) { return cli::add_bench(a); });
 
+  std::vector<std::string> names;
+  for (auto& [sub, action] : commands) names.push_back(sub->get_name());
+  if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    fmt::print(stderr, "attnprobe: unknown command '{}'. Commands: {}. See attnprobe --help.\n", argv[1],
+               fmt::join(names, ", "));
+    return exit_code::kUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

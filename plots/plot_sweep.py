@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Plot an attnprobe sweep: one panel per metric, error against sequence length (--x n) or
+against the samples knob (--x samples), one line per estimator setting, mean ± standard error.
+
+Reads only the long trial CSV (DESIGN.md section 5). Per slice (layer, head, batch item) the
+trials are averaged first; the line is the mean over slices and the error bar its standard error,
+so slices are the replicates (with one slice, the trials are).
+
+Example:
+  /usr/bin/python3 plots/plot_sweep.py out/demo.csv --x n --metric spec_rel --metric angle -o out/demo.png
+"""
+import argparse
+import csv
+import math
+import re
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_rows(paths):
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "value" not in reader.fieldnames:
+                sys.exit(f"plot_sweep: {path} is not an attnprobe trial CSV (no 'value' column)")
+            rows.extend(reader)
+    return rows
+
+
+def mean_and_se(values):
+    k = len(values)
+    mean = sum(values) / k
+    if k < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (k - 1)
+    return mean, math.sqrt(var / k)
+
+
+def without_knob(spec, knob_value):
+    """The spec with its samples value removed, so the lines of a samples sweep group together."""
+    return re.sub(r"([(,])[a-zA-Z_]+=" + re.escape(knob_value) + r"(?=[,)])", r"\1…", spec) if knob_value else spec
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", nargs="+", help="trial CSVs from attnprobe sweep")
+    parser.add_argument("--x", choices=["n", "samples"], default="n", help="horizontal axis")
+    parser.add_argument("--metric", action="append", help="metric to plot (repeatable; default spec_rel)")
+    parser.add_argument("--logy", action="store_true", help="logarithmic error axis")
+    parser.add_argument("--title", default=None)
+    parser.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
+    args = parser.parse_args()
+    metrics = args.metric or ["spec_rel"]
+
+    rows = read_rows(args.csv)
+    if not rows:
+        sys.exit("plot_sweep: no rows")
+    # (metric, line label, x) -> slice -> trial values
+    cells = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r["metric"] not in metrics:
+            continue
+        x_text = r["n"] if args.x == "n" else r["samples"]
+        if not x_text or x_text == "all":
+            continue
+        label = r["spec"] if args.x == "n" else without_knob(r["spec"], r["samples"])
+        if r["reference"] != "softmax":
+            label += f" vs {r['reference']}"
+        cells[(r["metric"], label, int(x_text))][(r["dump"], r["layer"], r["head"], r["batch"])].append(float(r["value"]))
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        lines = defaultdict(list)
+        for (m, label, x), slices in cells.items():
+            if m != metric:
+                continue
+            slice_means = [sum(v) / len(v) for v in slices.values()]
+            if len(slice_means) == 1:
+                mean, se = mean_and_se(next(iter(slices.values())))
+            else:
+                mean, se = mean_and_se(slice_means)
+            lines[label].append((x, mean, se))
+        for label, points in sorted(lines.items()):
+            points.sort()
+            xs, ys, ses = zip(*points)
+            ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
+        ax.set_xscale("log", base=2)
+        if args.logy:
+            ax.set_yscale("log")
+        ax.set_xlabel("sequence length n" if args.x == "n" else "samples")
+        ax.set_ylabel(metric)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    dumps = sorted({r["dump"] for r in rows})
+    fig.suptitle(args.title or f"attnprobe: {', '.join(dumps)} (mean ± s.e. over slices)")
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"plot_sweep: wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

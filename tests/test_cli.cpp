@@ -1,0 +1,200 @@
+// The attnprobe binary end to end: exit codes and messages for bad input, identical CSV for any
+// thread count, resume after an interruption, no half-written rows, summarize.
+#include <filesystem>
+#include <fstream>
+
+#include "attnprobe/records/csv.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+namespace {
+std::string demo_dump() {
+  static const std::string path = [] {
+    SynthOptions o;
+    o.layers = 2;
+    o.heads = 2;
+    o.batch = 2;
+    o.tokens = 96;
+    o.dim = 16;
+    o.temperatures = {0.2, 2.0};
+    return write_synth("cli-demo.h5", o);
+  }();
+  return path;
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+size_t count_lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+}  // namespace
+
+TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
+  const std::string out = temp_path("schema.csv");
+  const auto r = run_attnprobe("sweep " + demo_dump() + " -e softmax -e vmean --lengths 32,96 -q -o " + out);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const CsvContents csv = read_csv(out);
+  // 2 layers × 2 heads × 2 items × 2 lengths × 2 estimators × 1 trial × 9 metrics.
+  CHECK(csv.trials.size() == 2 * 2 * 2 * 2 * 2 * 9);
+  CHECK(csv.trials[0].key.dump == "cli-demo.h5");
+  CHECK(csv.trials[0].key.p == 16);
+  const std::string info = read_text(temp_path("schema.run.json"));
+  CHECK_THAT(info, Catch::Contains("\"command_line\"") && Catch::Contains("\"git_hash\"") &&
+                       Catch::Contains("\"threads\"") && Catch::Contains("\"seed\": 0") &&
+                       Catch::Contains("\"finished\": \"20"));
+}
+
+TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determinism]") {
+  const std::string one = temp_path("t1.csv"), two = temp_path("t2.csv");
+  const std::string grid = " -e softmax -e vmean --lengths 17,64,96 --trials 3 -q ";
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 1 -o " + one).exit_code == 0);
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 2 -o " + two).exit_code == 0);
+  CHECK(read_text(one) == read_text(two));
+  CHECK(count_lines(read_text(one)) > 100);
+}
+
+TEST_CASE("a filtered rerun reproduces the same rows", "[cli][determinism]") {
+  const std::string all = temp_path("all.csv"), part = temp_path("part.csv");
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + " -e softmax --lengths 64 -q -o " + all).exit_code == 0);
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + " -e softmax --lengths 64 --layers 1 --heads 0 --batch 1 -q -o " + part)
+              .exit_code == 0);
+  const auto whole = read_csv(all).trials;
+  const auto subset = read_csv(part).trials;
+  REQUIRE(subset.size() == 9);
+  for (const TrialRow& r : subset) {
+    auto match = std::find_if(whole.begin(), whole.end(), [&](const TrialRow& w) {
+      return w.key == r.key && w.metric == r.metric && w.trial == r.trial;
+    });
+    REQUIRE(match != whole.end());
+    CHECK(match->value == r.value);
+  }
+}
+
+TEST_CASE("an interrupted sweep resumes to the same CSV as an uninterrupted one", "[cli][resume]") {
+  const std::string clean = temp_path("clean.csv"), cut = temp_path("cut.csv");
+  const std::string grid = " -e softmax -e vmean --lengths 32,64 -q ";
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "-o " + clean).exit_code == 0);
+  const std::string full = read_text(clean);
+  // Simulate a kill mid-write: keep 40% of the bytes, ending inside a row.
+  const size_t keep = full.size() * 2 / 5;
+  REQUIRE(full[keep - 1] != '\n');
+  std::ofstream(cut, std::ios::binary) << full.substr(0, keep);
+  const auto refused = run_attnprobe("sweep " + demo_dump() + grid + "-o " + cut);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("--resume"));
+  const auto resumed = run_attnprobe("sweep " + demo_dump() + grid + "--resume -o " + cut);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("kept"));
+  CHECK(read_text(cut) == full);
+  // Resuming a finished sweep runs nothing and changes nothing.
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--resume -o " + cut).exit_code == 0);
+  CHECK(read_text(cut) == full);
+}
+
+TEST_CASE("a failure mid-sweep keeps earlier rows whole and the CSV parseable", "[cli][errors]") {
+  // Layer 1 has a NaN in head 1: layer 0 (and layer 1 head 0) finish first and must stay.
+  DumpContents c = make_synthetic_dump([] {
+    SynthOptions o;
+    o.layers = 2;
+    o.heads = 2;
+    o.batch = 1;
+    o.tokens = 40;
+    o.dim = 8;
+    return o;
+  }());
+  c.layers[1].datasets["q"].values[(1 * 40 + 7) * 8 + 2] = std::nan("");  // head 1, token 7
+  const std::string dump = temp_path("nan-mid.h5");
+  write_dump(dump, c, {});
+  const std::string out = temp_path("partial.csv");
+  const auto r = run_attnprobe("sweep " + dump + " -e vmean -q -o " + out);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("layer 1") && Catch::Contains("head 1") && Catch::Contains("batch item 0") &&
+                           Catch::Contains("token 7"));
+  const CsvContents csv = read_csv(out);
+  CHECK_FALSE(csv.truncated_tail);
+  CHECK(csv.trials.size() == 3 * 9);  // layer 0 heads 0 and 1, layer 1 head 0
+}
+
+TEST_CASE("bad input exits 3 and bad usage exits 2 with messages that say what to do", "[cli][errors]") {
+  const std::string dump = demo_dump();
+  struct Case {
+    std::string args;
+    int code;
+    std::string says;
+  };
+  const std::string not_hdf5 = temp_path("plain.txt");
+  std::ofstream(not_hdf5) << "hello\n";
+  const std::vector<Case> cases = {
+      {"info " + temp_path("missing.h5"), 3, "No such file"},
+      {"info " + not_hdf5, 3, "not an HDF5 file"},
+      {"eval " + dump + " -e nosuch", 3, "unknown estimator 'nosuch'"},
+      {"eval " + dump + " -e " + quote("vmean(k=1)"), 3, "no parameter 'k'"},
+      {"eval " + dump + " -e " + quote("vmean(k"), 3, "malformed spec"},
+      {"eval " + dump + " -e vmean --length 97", 3, "96 valid tokens"},
+      {"sweep " + dump + " -e vmean --lengths 8..200:x2 -o " + temp_path("long.csv"), 3, "longer than"},
+      {"sweep " + dump + " -e vmean --lengths 8..,16 -o " + temp_path("list.csv"), 2, "8..128:x2"},
+      {"eval " + dump + " -e vmean --layers 5", 3, "layer 5 does not exist"},
+      {"eval " + dump + " -e vmean --heads 0..9", 3, "head 2 does not exist"},
+      {"eval " + dump + " -e vmean --metrics angle,bogus", 2, "unknown metric 'bogus'"},
+      {"eval " + dump + " -e vmean --reference nosuch", 3, "unknown estimator"},
+      {"eval " + dump + " -e vmean --device tpu", 2, "use cpu or cuda"},
+      {"eval " + dump + " -e vmean --layout xyz", 2, "unknown --layout"},
+      {"eval " + dump + " --trials 3", 2, "estimator"},
+      {"sweep " + dump + " -e vmean", 2, "--output"},
+      {"frobnicate", 2, "frobnicate"},
+      {"summarize " + not_hdf5, 3, "not an attnprobe CSV"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_attnprobe(c.args);
+    INFO("attnprobe " << c.args << "\n" << r.output);
+    CHECK(r.exit_code == c.code);
+    CHECK_THAT(r.output, Catch::Contains(c.says));
+  }
+}
+
+TEST_CASE("info prints the structure and checks values", "[cli]") {
+  const auto r = run_attnprobe("info " + demo_dump() + " --entropy");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("layer_01") && Catch::Contains("float32") && Catch::Contains("all values finite") &&
+                           Catch::Contains("mean entropy"));
+}
+
+TEST_CASE("eval prints one line per setting and summarize aggregates", "[cli]") {
+  const std::string out = temp_path("eval.csv");
+  const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean -e softmax --layers 0 --length 64 -q -o " + out);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("vmean") && Catch::Contains("spec_rel") && Catch::Contains("n = 64"));
+  const auto s = run_attnprobe("summarize " + out);
+  REQUIRE(s.exit_code == 0);
+  CHECK_THAT(s.output, Catch::StartsWith(kSummaryHeader));
+  // 2 heads × 2 items × 2 estimators × 9 metrics per-case rows + header.
+  CHECK(count_lines(s.output) == 1 + 2 * 2 * 2 * 9);
+  const auto over = run_attnprobe("summarize " + out + " --over layer,head,batch");
+  REQUIRE(over.exit_code == 0);
+  CHECK(count_lines(over.output) == 1 + 2 * 9);
+  CHECK_THAT(over.output, Catch::Contains(",all,all,all,64,16,vmean,vmean,,softmax,spec,4,"));
+}
+
+TEST_CASE("help texts teach with an example", "[cli]") {
+  for (const char* cmd : {"info", "list", "eval", "sweep", "summarize", "synth", "bench"}) {
+    const auto r = run_attnprobe(std::string(cmd) + " --help");
+    INFO(cmd);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("Example"));
+  }
+}
+
+TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
+  const std::string out = temp_path("synth-cli.h5");
+  const auto r = run_attnprobe("synth -o " + out + " --layers 1 --heads 1 --batch 2 --tokens 50 --valid-lengths 50,20 "
+                               "--dtype float16 --gzip 6");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto info = run_attnprobe("info " + out);
+  CHECK(info.exit_code == 0);
+  CHECK_THAT(info.output, Catch::Contains("float16") && Catch::Contains("50,20"));
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what attnprobe needs from Debian's packages, and only what is missing.
+# Needs root (or sudo). The CUDA Toolkit is optional and not installed here: when nvcc is on the
+# machine (/usr/local/cuda), the build compiles the CUDA backend too (ATTNPROBE_CUDA=AUTO).
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libeigen3-dev libhdf5-dev libcli11-dev libfmt-dev catch2   # build and test
+  libopenblas0-pthread                                       # bench's sgemm floor (loaded at run time)
+  python3 python3-matplotlib python3-numpy                   # plots/
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
