@@ -67,7 +67,7 @@ TEST_CASE("blocked float32 attention matches float64 at n = 4096", "[exact]") {
   const double err = relative_error(ref, out.cast<double>());
   // Bound: float32 rounding of inputs (2^-24 ≈ 6e-8 relative), of p-term dot products and of
   // n-term sums grows like sqrt(n)·eps ≈ 64·6e-8 = 4e-6 in the worst direction; 1e-5 allows it.
-  // Observed: 3.5e-7 relative (Frobenius).
+  // Observed: 5.0e-7 relative (Frobenius), 20× inside the bound.
   INFO("relative error " << err);
   CHECK(err < 1e-5);
 }
@@ -80,7 +80,8 @@ TEST_CASE("blocked float32 attention is right at sizes that do not fill a block"
     exact_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 0.2f, out);
     REQUIRE(out.rows() == n);
     REQUIRE(out.cols() == 7);
-    // Peaked logits (std 3·3·sqrt(24)·0.2 ≈ 8.8): float32 exp of large differences; observed < 1e-6.
+    // Peaked logits (std 3·3·sqrt(24)·0.2 ≈ 8.8): float32 exp of large differences; observed
+    // 2.5e-8 (n = 1) to 7.3e-7 (n = 1025).
     INFO("n = " << n);
     CHECK(relative_error(ref, out.cast<double>()) < 1e-5);
   }
@@ -108,8 +109,8 @@ TEST_CASE("extreme logits stay finite (the row max is subtracted)", "[exact]") {
   exact_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 1.0f, out);
   CHECK(ref.allFinite());
   CHECK(out.allFinite());
-  // Logits of magnitude ~1e4: each row is one-hot up to float32 rounding of the winning logit.
-  CHECK(relative_error(ref, out.cast<double>()) < 1e-3);
+  // Logits of magnitude ~1e4: each row is one-hot up to float32 rounding. Observed 2.6e-8.
+  CHECK(relative_error(ref, out.cast<double>()) < 1e-6);
 }
 
 TEST_CASE("the thread pool runs every item once and rethrows the first failure", "[parallel]") {

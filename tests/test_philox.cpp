@@ -45,7 +45,7 @@ TEST_CASE("uniforms lie in the half-open unit interval and normals have mean 0 a
   }
   // Standard errors: uniform mean 1/sqrt(12·count) = 6.5e-4; normal mean 1/sqrt(count) = 2.2e-3;
   // normal variance sqrt(2/count) = 3.2e-3. Bounds are 4 standard errors. Observed (seed 7):
-  // |Δu| ≈ 1e-4, |mean| ≈ 1e-3, |var − 1| ≈ 2e-3.
+  // |Δu| = 4.0e-4, |mean| = 1.5e-3, |var − 1| = 2.5e-3.
   CHECK(std::abs(usum / count - 0.5) < 4 * 6.5e-4);
   CHECK(std::abs(sum / count) < 4 * 2.3e-3);
   CHECK(std::abs(sum2 / count - 1.0) < 4 * 3.2e-3);
@@ -92,14 +92,14 @@ TEST_CASE("sampling without replacement follows the successive-sampling law", "[
       worst_z = std::max(worst_z, std::abs(freq - p) / se);
     }
   // 12 ordered pairs, each a binomial proportion; max |z| over 12 under the law is < 4 with
-  // probability > 0.999. Observed (seed 11): 2.1.
+  // probability > 0.999. Observed (seed 11): 2.08.
   CHECK(worst_z < 4.0);
 }
 
 TEST_CASE("sampling with replacement follows the weights and never draws a zero weight", "[rng]") {
   const std::vector<double> w = {0.0, 1.0, 3.0, 0.0, 4.0};
   const RandomStream stream(make_random_key(5, "with", 0), Purpose::kRowSample);
-  const int draws = 80000;
+  const int draws = 400000;
   const auto picked = sample_with_replacement(w, draws, stream);
   std::vector<int> counts(w.size());
   for (int64_t j : picked) counts[j]++;
@@ -108,8 +108,11 @@ TEST_CASE("sampling with replacement follows the weights and never draws a zero 
   for (int j : {1, 2, 4}) {
     const double p = w[j] / 8.0;
     const double se = std::sqrt(p * (1 - p) / draws);
-    // 4 standard errors; observed (seed 5) |z| < 1.5.
-    CHECK(std::abs(counts[j] / static_cast<double>(draws) - p) < 4 * se);
+    // 4 standard errors. Observed (seed 5): z = -1.64, 0.62, 0.48 for items 1, 2, 4 (and |z| < 1.7 at
+    // 2M draws for seeds 5..7: no bias).
+    const double z = (counts[j] / static_cast<double>(draws) - p) / se;
+    INFO("item " << j << " z " << z);
+    CHECK(std::abs(z) < 4);
   }
   CHECK_THROWS(sample_with_replacement({0.0, 0.0}, 1, stream));
   CHECK_THROWS(sample_without_replacement({1.0, std::nan("")}, 1, stream));
