@@ -1,5 +1,6 @@
 #include "attnprobe/bench/bench.h"
 
+#include "attnprobe/bench/fma_peak.h"
 #include "attnprobe/bench/openblas_floor.h"
 
 #include <fmt/format.h>
@@ -74,26 +75,20 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     on_row(row);
     rows.push_back(std::move(row));
   };
-  for (int64_t n : request.lengths) {
+  if (request.sgemm_floor) {
+    // The ceiling: vector FMAs with no memory traffic (seconds = the measuring time).
+    for (int64_t threads : request.threads)
+      emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3,
+                    measure_fma_peak_gflops(static_cast<int>(threads))});
+  }
+  for (int64_t n : request.lengths)
     if (n < 2) throw UsageError("bench lengths must be at least 2");
+  // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
+  // spin for a while after a multi-threaded call and would steal a core from what comes next.
+  for (int64_t n : request.lengths) {
     const HeadView view = random_view(n, request.p, request.seed);
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
-      const OpenBlasFloor& blas = OpenBlasFloor::instance();
-      if (request.sgemm_floor && blas.available()) {
-        // The floor: the same two products exact attention needs, as two whole sgemm calls with
-        // the BLAS's own threading (a materialised n × n score matrix, allocated once).
-        MatrixF scores(n, n), out(n, view.pv());
-        const int ni = static_cast<int>(n), p = static_cast<int>(request.p), pv = static_cast<int>(view.pv());
-        blas.set_threads(static_cast<int>(threads));
-        auto [median, min] = time_calls(request.repeat, [&] {
-          blas.sgemm(true, ni, ni, p, 1.0f, view.qf.data(), p, view.kf.data(), p, 0.0f, scores.data(), ni);
-          blas.sgemm(false, ni, pv, ni, 1.0f, scores.data(), ni, view.vf.data(), pv, 0.0f, out.data(), pv);
-        });
-        const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
-        emit(BenchRow{"sgemm-floor", "openblas Q*K^T + P*V", n, request.p, "", threads, "cpu", request.repeat, median,
-                      min, flops / median * 1e-9});
-      }
       for (const Spec& spec : specs) {
         const std::unique_ptr<Estimator> estimator = spec.make();
         MatrixF out;
@@ -105,6 +100,26 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
                       median, min, flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt});
       }
     }
+  }
+  const OpenBlasFloor& blas = OpenBlasFloor::instance();
+  if (!request.sgemm_floor || !blas.available()) return rows;
+  for (int64_t n : request.lengths) {
+    const HeadView view = random_view(n, request.p, request.seed);
+    // The floor: the same two products exact attention needs, as two whole sgemm calls with the
+    // BLAS's own threading (a materialised n × n score matrix, allocated once).
+    MatrixF scores(n, n), out(n, view.pv());
+    const int ni = static_cast<int>(n), p = static_cast<int>(request.p), pv = static_cast<int>(view.pv());
+    for (int64_t threads : request.threads) {
+      blas.set_threads(static_cast<int>(threads));
+      auto [median, min] = time_calls(request.repeat, [&] {
+        blas.sgemm(true, ni, ni, p, 1.0f, view.qf.data(), p, view.kf.data(), p, 0.0f, scores.data(), ni);
+        blas.sgemm(false, ni, pv, ni, 1.0f, scores.data(), ni, view.vf.data(), pv, 0.0f, out.data(), pv);
+      });
+      const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
+      emit(BenchRow{"sgemm-floor", "openblas Q*K^T + P*V", n, request.p, "", threads, "cpu", request.repeat, median,
+                    min, flops / median * 1e-9});
+    }
+    blas.set_threads(1);
   }
   return rows;
 }

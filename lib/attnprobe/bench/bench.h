@@ -1,7 +1,8 @@
 #pragma once
-// `attnprobe bench`: per-call time of exact attention and estimators on random inputs, and the
-// OpenBLAS sgemm floor on the same shapes (bench/openblas_floor.h) (the two products Q·Kᵀ and P·V, 4·n²·p flops), so
-// exact attention's GFLOP/s can be read against what the machine's GEMM reaches in the same run.
+// `attnprobe bench`: per-call time of exact attention and estimators on random inputs, beside
+// two references measured in the same run: the machine's fp32 FMA peak (bench/fma_peak.h) and the
+// OpenBLAS sgemm floor (bench/openblas_floor.h) on the same shapes (the two products Q·Kᵀ and
+// P·V, 4·n²·p flops), so exact attention's GFLOP/s reads as a fraction of both.
 #include <cstdint>
 #include <functional>
 #include <optional>
