@@ -1,0 +1,82 @@
+#include "attnprobe/estimators/yoso/lsh.h"
+
+#include <fmt/format.h>
+
+#include "attnprobe/common/error.h"
+
+namespace attnprobe {
+
+MatrixD normalize_rows(const MatrixD& x) {
+  MatrixD out = x;
+  for (int64_t i = 0; i < out.rows(); ++i) {
+    const double norm = out.row(i).norm();
+    if (norm > 0) out.row(i) /= norm;
+  }
+  return out;
+}
+
+void fast_walsh_hadamard(double* x, int64_t length) {
+  for (int64_t half = 1; half < length; half *= 2)
+    for (int64_t start = 0; start < length; start += 2 * half)
+      for (int64_t i = start; i < start + half; ++i) {
+        const double a = x[i], b = x[i + half];
+        x[i] = a + b;
+        x[i + half] = a - b;
+      }
+}
+
+int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c) {
+  // 128 signs per Philox block: block c/128 of row (part·3 + d), bit c mod 128.
+  const PhiloxCounter bits = stream.bits(part * 3 + d, c >> 7);
+  return (bits.v[(c >> 5) & 3] >> (c & 31)) & 1u ? 1 : -1;
+}
+
+std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key) {
+  if (tau < 1 || tau > 30) throw InputError(fmt::format("yoso: tau = {} must be in 1..30", tau));
+  const int64_t n = x.rows(), p = x.cols();
+  std::vector<uint32_t> codes(static_cast<size_t>(n) * m, 0);
+  if (kind == LshKind::kGauss) {
+    const RandomStream stream(key, Purpose::kHashProjection);
+    MatrixD r(static_cast<int64_t>(m) * tau, p);
+    for (int64_t row = 0; row < r.rows(); ++row) stream.normals(static_cast<uint32_t>(row), 0, r.row(row).data(), p);
+    const MatrixD projections = x * r.transpose();  // n × (m·τ)
+    for (int64_t i = 0; i < n; ++i)
+      for (int f = 0; f < m; ++f) {
+        uint32_t code = 0;
+        for (int b = 0; b < tau; ++b) code |= static_cast<uint32_t>(projections(i, f * tau + b) > 0) << b;
+        codes[i * m + f] = code;
+      }
+    return codes;
+  }
+  int64_t padded = 1;
+  while (padded < p) padded *= 2;
+  if (tau > padded)
+    throw InputError(fmt::format("yoso(hash=hadamard): tau = {} exceeds the padded head dim {}; use tau <= {} or "
+                                 "hash=gauss", tau, padded, padded));
+  const int per_part = static_cast<int>(padded / tau);
+  const int parts = (m + per_part - 1) / per_part;
+  const RandomStream stream(key, Purpose::kSignFlip);
+  std::vector<double> signs(static_cast<size_t>(3) * padded), y(padded);
+  for (int t = 0; t < parts; ++t) {
+    for (int d = 0; d < 3; ++d)
+      for (int64_t c = 0; c < padded; ++c) signs[d * padded + c] = hadamard_sign(stream, t, d, static_cast<uint32_t>(c));
+    for (int64_t i = 0; i < n; ++i) {
+      std::fill(y.begin(), y.end(), 0.0);
+      for (int64_t c = 0; c < p; ++c) y[c] = x(i, c);
+      for (int d = 0; d < 3; ++d) {
+        for (int64_t c = 0; c < padded; ++c) y[c] *= signs[d * padded + c];
+        fast_walsh_hadamard(y.data(), padded);
+      }
+      for (int j = 0; j < per_part; ++j) {
+        const int f = t * per_part + j;
+        if (f >= m) break;
+        uint32_t code = 0;
+        for (int b = 0; b < tau; ++b) code |= static_cast<uint32_t>(y[j * tau + b] > 0) << b;
+        codes[i * m + f] = code;
+      }
+    }
+  }
+  return codes;
+}
+
+}  // namespace attnprobe

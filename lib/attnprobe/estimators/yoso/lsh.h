@@ -1,0 +1,37 @@
+#pragma once
+// The locality-sensitive hashes of YOSO (ESTIMATORS.md "YOSO family"), shared by the `yoso`
+// estimator, its tests and (later) the GPU backend, which must produce the identical codes.
+//
+// A code h_f(x) ∈ [0, 2^τ) has bit b = [r_{f,b}·x > 0] (a projection of exactly 0 gives bit 0).
+//  - gauss:    r_{f,b} iid N(0, I_p), row f·τ + b of one (m·τ × p) matrix drawn from the keyed
+//              stream; P(h_f(x) = h_f(y)) = (1 − θ/π)^τ exactly.
+//  - hadamard: per part t, y_t = H·D3_t·H·D2_t·H·D1_t·x with H the unnormalised Walsh–Hadamard
+//              matrix (Sylvester order) and D random ±1 diagonals; hash f = t·k + j, k = ⌊p'/τ⌋,
+//              reads coordinates j·τ … j·τ+τ−1 of y_t. x is zero-padded to p' = 2^⌈log2 p⌉.
+// Projections are computed in float64 so that the CPU and the GPU agree on every sign.
+#include <cstdint>
+#include <vector>
+
+#include "attnprobe/common/matrix.h"
+#include "attnprobe/rng/random_stream.h"
+
+namespace attnprobe {
+
+enum class LshKind { kGauss, kHadamard };
+
+/// codes[i·m + f] = h_f(x_i) for the rows x_i of `x` (n × p, already ℓ2-normalised or not: the
+/// sign of a projection does not depend on the norm). The hash functions depend only on
+/// (key, m, tau, kind, p), so queries and keys hashed with the same arguments share them.
+/// Throws InputError when tau > p' for hadamard, or tau outside 1..30.
+std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key);
+
+/// The ±1 diagonal entry d ∈ {0, 1, 2} (D1, D2, D3) of part t at coordinate c: +1 or −1.
+int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c);
+
+/// In-place unnormalised fast Walsh–Hadamard transform of a length-2^k vector (Sylvester order).
+void fast_walsh_hadamard(double* x, int64_t length);
+
+/// ℓ2-normalised rows; a zero row stays zero.
+MatrixD normalize_rows(const MatrixD& x);
+
+}  // namespace attnprobe

@@ -1,0 +1,107 @@
+// yoso-e(tau) — the expectation of YOSO's Bernoulli sampling (Zeng et al., "You Only Sample
+// (Almost) Once", ICML 2021; ESTIMATORS.md "YOSO family"). Deterministic, O(n²p):
+//   q̂, k̂ = ℓ2-normalised rows;  W_ij = (1 − arccos(clamp(q̂_i·k̂_j, −1, 1))/π)^τ;
+//   Y = W·V;  out_i = ℓ2(Y_i)   (no row-sum normalisation: the paper's "N-YOSO").
+// The target of yoso(m, tau) with the same τ. The scale s is not used. The cosine is clamped
+// before arccos: in float32 q̂·q̂ rounds above 1 for about a fifth of vectors, and the reference
+// code returns NaN there.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+// arccos on [−1, 1] from Abramowitz & Stegun 4.4.46: acos(x) = sqrt(1−x)·P7(x) on [0, 1],
+// |error| ≤ 2e-8, and acos(−x) = π − acos(x). Branch-free, so the loop vectorises (scalar acos
+// runs ~0.2 G/s here, PERF_NOTES.md).
+inline float fast_acos(float x) {
+  const float a = std::fabs(x);
+  float poly = -0.0012624911f;
+  poly = poly * a + 0.0066700901f;
+  poly = poly * a - 0.0170881256f;
+  poly = poly * a + 0.0308918810f;
+  poly = poly * a - 0.0501743046f;
+  poly = poly * a + 0.0889789874f;
+  poly = poly * a - 0.2145988016f;
+  poly = poly * a + 1.5707963050f;
+  const float r = std::sqrt(1.0f - a) * poly;
+  return x < 0 ? static_cast<float>(std::numbers::pi) - r : r;
+}
+
+template <typename T>
+inline T integer_power(T base, int exponent) {  // repeated squaring: τ is an integer
+  T result = 1;
+  while (exponent) {
+    if (exponent & 1) result *= base;
+    base *= base;
+    exponent >>= 1;
+  }
+  return result;
+}
+
+constexpr int64_t kRowBlock = 128;
+
+class YosoExpectation final : public Estimator {
+ public:
+  explicit YosoExpectation(int tau) : tau_(tau) {}
+
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    const int64_t n = view.n(), keys = view.kf.rows();
+    const MatrixF q = normalize_rows(view.q).cast<float>(), k = normalize_rows(view.k).cast<float>();
+    out.resize(n, view.pv());
+    MatrixF weights(kRowBlock, keys);
+    const float inv_pi = static_cast<float>(1.0 / std::numbers::pi);
+    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, n - r0);
+      Eigen::Map<MatrixF> w(weights.data(), rows, keys);
+      gemm_abt(static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(q.cols()), 1.0f, q.data() + r0 * q.cols(),
+               static_cast<int>(q.cols()), k.data(), static_cast<int>(k.cols()), 0.0f, w.data(), static_cast<int>(keys));
+      float* data = w.data();
+      for (int64_t e = 0; e < rows * keys; ++e) {
+        const float c = std::clamp(data[e], -1.0f, 1.0f);
+        data[e] = integer_power(1.0f - fast_acos(c) * inv_pi, tau_);
+      }
+      gemm_ab(static_cast<int>(rows), static_cast<int>(view.pv()), static_cast<int>(keys), 1.0f, w.data(),
+              static_cast<int>(keys), view.vf.data(), static_cast<int>(view.pv()), 0.0f, out.data() + r0 * view.pv(),
+              static_cast<int>(view.pv()));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float norm = out.row(i).norm();
+      if (norm > 0) out.row(i) /= norm;
+    }
+  }
+
+  std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
+    const MatrixD q = normalize_rows(view.q), k = normalize_rows(view.k);
+    MatrixD w = q * k.transpose();
+    w = w.unaryExpr([&](double c) {
+      return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau_);
+    });
+    return normalize_rows(w * view.v);
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
+
+ private:
+  int tau_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "yoso-e",
+    .family = "yoso",
+    .summary = "YOSO's expectation: W_ij = (1 - acos(cos(q_i,k_j))/pi)^tau, out = l2(W*V) (deterministic, O(n^2 p))",
+    .params = {{"tau", ParamKind::kInt, "8", 1, 30, {}, "hyperplane bits per hash (inverse temperature)"}},
+    .samples_knob = "",
+    .random = false,
+    .target = [](const Spec&) { return std::string("softmax"); },
+    .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(static_cast<int>(spec.get_int("tau"))); },
+});
+
+}  // namespace
+}  // namespace attnprobe
