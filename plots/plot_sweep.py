@@ -10,36 +10,17 @@ Example:
   /usr/bin/python3 plots/plot_sweep.py out/demo.csv --x n --metric spec_rel --metric angle -o out/demo.png
 """
 import argparse
-import csv
-import math
+import os
 import re
 import sys
-from collections import defaultdict
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def read_rows(paths):
-    rows = []
-    for path in paths:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or "value" not in reader.fieldnames:
-                sys.exit(f"plot_sweep: {path} is not an attnprobe trial CSV (no 'value' column)")
-            rows.extend(reader)
-    return rows
-
-
-def mean_and_se(values):
-    k = len(values)
-    mean = sum(values) / k
-    if k < 2:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (k - 1)
-    return mean, math.sqrt(var / k)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_csv import aggregate, integer, read_rows  # noqa: E402
 
 
 def without_knob(spec, knob_value):
@@ -58,36 +39,18 @@ def main():
     args = parser.parse_args()
     metrics = args.metric or ["spec_rel"]
 
-    rows = read_rows(args.csv)
+    rows = read_rows(args.csv, metric=lambda m: m in metrics)
     if not rows:
-        sys.exit("plot_sweep: no rows")
-    # (metric, line label, x) -> slice -> trial values
-    cells = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["metric"] not in metrics:
-            continue
-        x_text = r["n"] if args.x == "n" else r["samples"]
-        if not x_text or x_text == "all":
-            continue
+        sys.exit("plot_sweep: no rows for " + ", ".join(metrics))
+
+    def line_of(r):
         label = r["spec"] if args.x == "n" else without_knob(r["spec"], r["samples"])
-        if r["reference"] != "softmax":
-            label += f" vs {r['reference']}"
-        cells[(r["metric"], label, int(x_text))][(r["dump"], r["layer"], r["head"], r["batch"])].append(float(r["value"]))
+        return label if r["reference"] == "softmax" else f"{label} vs {r['reference']}"
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        lines = defaultdict(list)
-        for (m, label, x), slices in cells.items():
-            if m != metric:
-                continue
-            slice_means = [sum(v) / len(v) for v in slices.values()]
-            if len(slice_means) == 1:
-                mean, se = mean_and_se(next(iter(slices.values())))
-            else:
-                mean, se = mean_and_se(slice_means)
-            lines[label].append((x, mean, se))
+        lines = aggregate([r for r in rows if r["metric"] == metric], line_of, lambda r: integer(r[args.x]))
         for label, points in sorted(lines.items()):
-            points.sort()
             xs, ys, ses = zip(*points)
             ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
         ax.set_xscale("log", base=2)

@@ -47,7 +47,7 @@ TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
 
 TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determinism]") {
   const std::string one = temp_path("t1.csv"), two = temp_path("t2.csv");
-  const std::string grid = " -e softmax -e vmean --lengths 17,64,96 --trials 3 -q ";
+  const std::string grid = " -e softmax -e vmean -e 'yoso(m=8)' -e 'yoso(m=4,hash=hadamard)' --lengths 17,64,96 --trials 3 -q ";
   REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 1 -o " + one).exit_code == 0);
   REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 2 -o " + two).exit_code == 0);
   CHECK(read_text(one) == read_text(two));

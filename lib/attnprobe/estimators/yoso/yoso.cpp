@@ -16,35 +16,41 @@
 namespace attnprobe {
 namespace {
 
+// Floats of bucket tables kept at once (2 MiB): a group of hashes' tables stays in L2.
+constexpr int64_t kTableBudgetFloats = int64_t{1} << 19;
+
 class YosoSampling final : public Estimator {
  public:
   YosoSampling(int m, int tau, LshKind kind, bool normalize) : m_(m), tau_(tau), kind_(kind), normalize_(normalize) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
-    const std::vector<uint32_t> query_codes = lsh_codes(normalize_rows(view.q), m_, tau_, kind_, ctx.key);
-    const std::vector<uint32_t> key_codes = lsh_codes(normalize_rows(view.k), m_, tau_, kind_, ctx.key);
-    MatrixD y = MatrixD::Zero(n, pv);
+    // Codes of x and of ℓ2(x) are the same (a projection's sign ignores the norm; a zero row
+    // projects to 0 either way), so the rows are hashed as they are.
+    const std::vector<uint32_t> query_codes = lsh_codes(view.q, m_, tau_, kind_, ctx.key);
+    const std::vector<uint32_t> key_codes = lsh_codes(view.k, m_, tau_, kind_, ctx.key);
+    MatrixF y = MatrixF::Zero(n, pv);
     const int64_t buckets = int64_t{1} << tau_;
     if (buckets <= std::max<int64_t>(4096, 8 * keys)) {
-      // Dense table of 2^τ bucket sums; only touched buckets are cleared between hashes.
-      MatrixD table = MatrixD::Zero(buckets, pv);
-      std::vector<uint32_t> touched;
-      for (int f = 0; f < m_; ++f) {
-        for (int64_t j = 0; j < keys; ++j) {
-          const uint32_t c = key_codes[j * m_ + f];
-          table.row(c) += view.v.row(j);
-          touched.push_back(c);
-        }
-        for (int64_t i = 0; i < n; ++i) y.row(i) += table.row(query_codes[i * m_ + f]);
-        for (uint32_t c : touched) table.row(c).setZero();
-        touched.clear();
+      // Dense tables of 2^τ bucket sums for a group of hashes at once, sized to stay in cache:
+      // one pass over the keys fills them, one pass over the queries reads them (streaming the
+      // n × pv rows once per hash instead made n = 16384 3× slower).
+      const int64_t table_floats = buckets * pv;
+      const int group = static_cast<int>(std::clamp<int64_t>(kTableBudgetFloats / table_floats, 1, m_));
+      MatrixF tables(static_cast<int64_t>(group) * buckets, pv);
+      for (int f0 = 0; f0 < m_; f0 += group) {
+        const int g_count = std::min(group, m_ - f0);
+        tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
+        for (int64_t j = 0; j < keys; ++j)
+          for (int g = 0; g < g_count; ++g) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
+        for (int64_t i = 0; i < n; ++i)
+          for (int g = 0; g < g_count; ++g) y.row(i) += tables.row(g * buckets + query_codes[i * m_ + f0 + g]);
       }
     } else {
       // Large τ: sort the keys' codes and look each query up (no 2^τ memory).
       std::vector<int64_t> order(keys);
       std::vector<uint32_t> codes(keys);
-      MatrixD sums(keys, pv);
+      MatrixF sums(keys, pv);
       for (int f = 0; f < m_; ++f) {
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(),
@@ -57,7 +63,7 @@ class YosoSampling final : public Estimator {
             sums.row(unique).setZero();
             ++unique;
           }
-          sums.row(unique - 1) += view.v.row(order[idx]);
+          sums.row(unique - 1) += view.vf.row(order[idx]);
         }
         for (int64_t i = 0; i < n; ++i) {
           const uint32_t c = query_codes[i * m_ + f];
@@ -66,9 +72,13 @@ class YosoSampling final : public Estimator {
         }
       }
     }
-    y /= static_cast<double>(m_);
-    if (normalize_) y = normalize_rows(y);
-    out = y.cast<float>();
+    y /= static_cast<float>(m_);
+    if (normalize_)
+      for (int64_t i = 0; i < n; ++i) {
+        const float norm = y.row(i).norm();
+        if (norm > 0) y.row(i) /= norm;
+      }
+    out = std::move(y);
   }
 
   // Projections for both sides (m·τ·p multiply-adds per row, or the FWHTs for hadamard, counted

@@ -1,0 +1,56 @@
+"""Reading attnprobe's long trial CSV (DESIGN.md section 5) for the plot scripts.
+
+The aggregation every figure uses: per slice (dump, layer, head, batch item) the trials are
+averaged first; a point is the mean over slices and its error bar the standard error over slices,
+so slices are the replicates. With a single slice, the trials are the replicates.
+"""
+import csv
+import math
+import sys
+from collections import defaultdict
+
+
+def read_rows(paths, **filters):
+    """All rows of the CSVs whose columns equal the given values (a callable filter is applied)."""
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "value" not in reader.fieldnames:
+                sys.exit(f"{path} is not an attnprobe trial CSV (no 'value' column)")
+            for row in reader:
+                if all(v(row[k]) if callable(v) else row[k] == v for k, v in filters.items()):
+                    rows.append(row)
+    return rows
+
+
+def mean_and_se(values):
+    k = len(values)
+    mean = sum(values) / k
+    if k < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1) / k)
+
+
+def aggregate(rows, line_of, x_of):
+    """{line: [(x, mean, se), ...] sorted by x}, slices as replicates (see the module doc)."""
+    cells = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        x = x_of(r)
+        if x is None:
+            continue
+        cells[(line_of(r), x)][(r["dump"], r["layer"], r["head"], r["batch"])].append(float(r["value"]))
+    lines = defaultdict(list)
+    for (line, x), slices in cells.items():
+        if len(slices) == 1:
+            mean, se = mean_and_se(next(iter(slices.values())))
+        else:
+            mean, se = mean_and_se([sum(v) / len(v) for v in slices.values()])
+        lines[line].append((x, mean, se))
+    for points in lines.values():
+        points.sort()
+    return dict(lines)
+
+
+def integer(text):
+    return int(text) if text and text != "all" else None
