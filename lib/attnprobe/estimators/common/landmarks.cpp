@@ -1,0 +1,36 @@
+#include "attnprobe/estimators/common/landmarks.h"
+
+#include <algorithm>
+
+namespace attnprobe {
+
+std::vector<Segment> contiguous_segments(int64_t n, int64_t count) {
+  const int64_t c = std::min(count, n);
+  const int64_t base = n / c, longer = n % c;  // the last `longer` segments get one more token
+  std::vector<Segment> out;
+  out.reserve(c);
+  int64_t start = 0;
+  for (int64_t s = 0; s < c; ++s) {
+    const int64_t length = base + (s >= c - longer ? 1 : 0);
+    out.push_back(Segment{start, length});
+    start += length;
+  }
+  return out;
+}
+
+MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments) {
+  MatrixD out(static_cast<int64_t>(segments.size()), x.cols());
+  for (size_t s = 0; s < segments.size(); ++s)
+    out.row(s) = x.middleRows(segments[s].start, segments[s].length).colwise().mean();
+  return out;
+}
+
+void softmax_rows(MatrixD& logits) {
+  for (int64_t i = 0; i < logits.rows(); ++i) {
+    auto row = logits.row(i);
+    row.array() = (row.array() - row.maxCoeff()).exp();
+    row /= row.sum();
+  }
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,25 @@
+#pragma once
+// Landmarks as contiguous-segment means (Nyströmformer, LARA; ESTIMATORS.md): the n positions are
+// split into C contiguous segments; when C does not divide n the first segments are one shorter;
+// when n ≤ C every token is its own segment.
+#include <cstdint>
+#include <vector>
+
+#include "attnprobe/common/matrix.h"
+
+namespace attnprobe {
+
+struct Segment {
+  int64_t start = 0, length = 0;
+};
+
+/// min(count, n) segments covering [0, n) in order.
+std::vector<Segment> contiguous_segments(int64_t n, int64_t count);
+
+/// Row c = mean of the rows of segment c (segments × cols).
+MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments);
+
+/// Row-wise softmax of `logits` in place, in float64 (row max subtracted).
+void softmax_rows(MatrixD& logits);
+
+}  // namespace attnprobe

@@ -1,0 +1,70 @@
+// informer(d) — Informer's ProbSparse row selection as adapted in the Skeinformer code (Zhou et al.,
+// AAAI 2021; ESTIMATORS.md "Sketching family"). Target: softmax.
+//   c = ⌈d / ln n⌉, u = U = min(c·⌈ln n⌉, n). For each query, U key indices uniformly with
+//   replacement; sparsity M_i = max_sampled(s·q_i·k_j) − (1/n)·Σ_sampled(s·q_i·k_j) (divisor n,
+//   as in Informer's code). The u queries with the largest M_i get their exact softmax row; every
+//   other row gets mean(V). With u = n it is exact. Cost O(n·U·p + u·n·p).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+class Informer final : public Estimator {
+ public:
+  explicit Informer(int64_t d) : d_(d) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const int64_t n = view.n();
+    const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
+    const int64_t c = static_cast<int64_t>(std::ceil(d_ / log_n));
+    const int64_t u = std::min<int64_t>(c * static_cast<int64_t>(std::ceil(log_n)), n);
+    const float scale = static_cast<float>(view.scale);
+
+    const RandomStream stream(ctx.key, Purpose::kRowSample);
+    std::vector<std::pair<float, int64_t>> sparsity(n);
+    for (int64_t i = 0; i < n; ++i) {
+      float max = -INFINITY;
+      double sum = 0;
+      for (int64_t s = 0; s < u; ++s) {
+        const int64_t j = stream.index(static_cast<uint32_t>(n), static_cast<uint32_t>(i), static_cast<uint32_t>(s));
+        const float logit = scale * view.qf.row(i).dot(view.kf.row(j));
+        max = std::max(max, logit);
+        sum += logit;
+      }
+      sparsity[i] = {max - static_cast<float>(sum / n), i};
+    }
+    // The u most "active" queries; ties by index, so the choice is deterministic.
+    std::partial_sort(sparsity.begin(), sparsity.begin() + u, sparsity.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    std::vector<int64_t> active(u);
+    for (int64_t r = 0; r < u; ++r) active[r] = sparsity[r].second;
+
+    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(n, 1);
+    MatrixF exact_rows;
+    exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, scale, exact_rows);
+    for (int64_t r = 0; r < u; ++r) out.row(active[r]) = exact_rows.row(r);
+  }
+
+ private:
+  int64_t d_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "informer",
+    .family = "sketching",
+    .summary = "Informer ProbSparse: exact rows for the ~d queries with the largest sampled sparsity, mean(V) elsewhere",
+    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 24, {}, "budget: u = ceil(d/ln n)*ceil(ln n) exact rows"}},
+    .samples_knob = "d",
+    .random = true,
+    .target = nullptr,
+    .make = [](const Spec& spec) { return std::make_unique<Informer>(spec.get_int("d")); },
+});
+
+}  // namespace
+}  // namespace attnprobe

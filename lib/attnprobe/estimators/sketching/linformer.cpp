@@ -1,0 +1,83 @@
+// linformer(d, std) and linformer-jlt(d) — low-rank projections (Wang et al., "Linformer", 2020;
+// the Skeinformer paper §3.3.2; ESTIMATORS.md "Sketching family"). Target: softmax.
+//  - linformer:     E ∈ R^{d×n}, E_ij iid N(0, std²) (std = 0 means 1/√d, the JL scaling; the
+//                   reference code's unscaled 0.02 is std=0.02); out = softmax(s·Q(EK)ᵀ)·(EV).
+//                   O(n·d·p). Biased: the projection sits inside the softmax.
+//  - linformer-jlt: out = B·S·Sᵀ·V with S ∈ R^{n×d}, S_ij iid N(0, 1/d), so E[SSᵀ] = I and the
+//                   estimate is unbiased for B·V. O(n²): it shows what Linformer gave up.
+#include <cmath>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+// Rows of a Gaussian matrix from the keyed stream: row r, element t = normal(r, t).
+MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream) {
+  MatrixF m(rows, cols);
+  std::vector<double> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    stream.normals(static_cast<uint32_t>(r), 0, row.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) m(r, c) = static_cast<float>(stddev * row[c]);
+  }
+  return m;
+}
+
+class Linformer final : public Estimator {
+ public:
+  Linformer(int64_t d, double stddev) : d_(d), stddev_(stddev) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const double stddev = stddev_ > 0 ? stddev_ : 1.0 / std::sqrt(static_cast<double>(d_));
+    const MatrixF e = gaussian_matrix(d_, view.n(), stddev, RandomStream(ctx.key, Purpose::kProjection));
+    const MatrixF k_proj = e * view.kf, v_proj = e * view.vf;  // d × p, d × pv
+    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out);
+  }
+
+ private:
+  int64_t d_;
+  double stddev_;
+};
+
+class LinformerJlt final : public Estimator {
+ public:
+  explicit LinformerJlt(int64_t d) : d_(d) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    // S is n × d: row j of S is row j of the stream, scaled by 1/√d.
+    const MatrixF s = gaussian_matrix(view.n(), d_, 1.0 / std::sqrt(static_cast<double>(d_)),
+                                      RandomStream(ctx.key, Purpose::kProjection));
+    const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, n × pv
+    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out);
+  }
+
+ private:
+  int64_t d_;
+};
+
+[[maybe_unused]] const bool kRegisteredLinformer = register_estimator({
+    .name = "linformer",
+    .family = "sketching",
+    .summary = "Linformer: keys and values projected to d rows by a Gaussian E, softmax(s*Q*(EK)^T)*(EV)",
+    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 20, {}, "projected length"},
+               {"std", ParamKind::kReal, "0", 0, 1e6, {}, "std of E's entries; 0 = 1/sqrt(d) (JL), 0.02 = reference code"}},
+    .samples_knob = "d",
+    .random = true,
+    .target = nullptr,
+    .make = [](const Spec& spec) { return std::make_unique<Linformer>(spec.get_int("d"), spec.get_real("std")); },
+});
+
+[[maybe_unused]] const bool kRegisteredJlt = register_estimator({
+    .name = "linformer-jlt",
+    .family = "sketching",
+    .summary = "unreduced JL sketch B*S*S^T*V, unbiased for B*V (O(n^2); what Linformer gave up)",
+    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 20, {}, "sketch width (S is n x d, entries N(0, 1/d))"}},
+    .samples_knob = "d",
+    .random = true,
+    .target = nullptr,
+    .make = [](const Spec& spec) { return std::make_unique<LinformerJlt>(spec.get_int("d")); },
+});
+
+}  // namespace
+}  // namespace attnprobe

@@ -1,0 +1,137 @@
+// skeinformer(d, colsample, rownorm, pilot_reuse) — Skeinformer (Chen et al., "Sketching as a Tool
+// for Understanding and Accelerating Self-attention for Long Sequences", NAACL 2022), Algorithm 1,
+// with the ablations of its Table 1 (ESTIMATORS.md "Sketching family"). Target: softmax.
+// With B = D⁻¹A, A = exp(s·QKᵀ), and d_eff = min(d, n − 1):
+//  1. pilot: d_eff rows J uniformly with replacement; exact rows B_J;
+//  2. column probabilities p̂_c ∝ ‖B_J[:, c]‖₂ · ‖v_c‖₂;
+//  3. d_eff columns J′ without replacement ∝ p̂ (successive sampling; no importance weights);
+//  4. a_ic = exp(s·q_i·k_c) for c ∈ J′ (per-row shift), R′_i = Σ a_ic v_c, S_i = Σ a_ic;
+//  5. adaptive row normalisation: g_i = geometric mean of the selected a_ic,
+//     out_i = (R′_i + g_i·(Σ_j v_j − Σ_{c∈J′} v_c)) / (S_i + (n − |J′|)·g_i);
+//  6. pilot reuse: rows J of the output are the exact rows B_J·V.
+// Ablations: colsample=uniform (no pilot, J′ uniform, no pilot reuse); pilot_reuse=0;
+// rownorm=simple (softmax over J′ only, no fill, no pilot reuse); rownorm=exact (R′_i / D_ii with the
+// exact O(n²) denominator). Biased (a sketch, not an unbiased estimator); cost O(n·d·p) except
+// rownorm=exact.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+enum class RowNorm { kAdaptive, kSimple, kExact };
+
+class Skeinformer final : public Estimator {
+ public:
+  Skeinformer(int64_t d, bool importance, RowNorm rownorm, bool pilot_reuse)
+      : d_(d), importance_(importance), rownorm_(rownorm), pilot_reuse_(pilot_reuse) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const int64_t n = view.n(), pv = view.pv();
+    const float scale = static_cast<float>(view.scale);
+    const int64_t d_eff = std::max<int64_t>(1, std::min(d_, n - 1));
+
+    // Steps 1-3: the columns J′ (and the pilot rows J when sampling by importance).
+    std::vector<int64_t> pilot, columns;
+    MatrixF pilot_out;
+    if (importance_) {
+      const RandomStream rows(ctx.key, Purpose::kRowSample);
+      for (int64_t s = 0; s < d_eff; ++s) pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
+      const MatrixF q_pilot = view.qf(pilot, Eigen::all);
+      MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
+      for (int64_t r = 0; r < probs.rows(); ++r) {
+        probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
+        probs.row(r) /= probs.row(r).sum();
+      }
+      pilot_out = probs * view.vf;  // exact rows B_J·V
+      std::vector<double> weights(n);
+      for (int64_t c = 0; c < n; ++c)
+        weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
+      if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
+        std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
+      columns = sample_without_replacement(weights, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
+    } else {
+      columns = sample_uniform_without_replacement(n, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
+    }
+
+    // Steps 4-5 on the selected columns.
+    const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
+    const int64_t selected = static_cast<int64_t>(columns.size());
+    MatrixF logits = scale * (view.qf * k_sel.transpose());  // n × |J′|
+    out.resize(n, pv);
+    if (rownorm_ == RowNorm::kExact) {
+      // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
+      const int64_t block = 256;
+      for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t rows = std::min(block, n - r0);
+        const MatrixF full = scale * (view.qf.middleRows(r0, rows) * view.kf.transpose());
+        for (int64_t i = 0; i < rows; ++i) {
+          const float row_max = full.row(i).maxCoeff();
+          const double denominator = (full.row(i).array() - row_max).exp().cast<double>().sum();
+          const RowVectorF a = (logits.row(r0 + i).array() - row_max).exp();
+          out.row(r0 + i) = (a * v_sel) / static_cast<float>(denominator);
+        }
+      }
+    } else {
+      const RowVectorF v_total = view.vf.cast<double>().colwise().sum().cast<float>();
+      const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
+      const float unselected = static_cast<float>(n - selected);
+      for (int64_t i = 0; i < n; ++i) {
+        const float shift = logits.row(i).maxCoeff();
+        const float log_g = logits.row(i).mean() - shift;  // log of the geometric mean of a_ic
+        logits.row(i).array() = (logits.row(i).array() - shift).exp();
+        const float s_i = logits.row(i).sum();
+        const RowVectorF r_i = logits.row(i) * v_sel;
+        if (rownorm_ == RowNorm::kSimple) {
+          out.row(i) = r_i / s_i;
+        } else {
+          const float g = std::exp(log_g);
+          out.row(i) = (r_i + g * v_missing) / (s_i + unselected * g);
+        }
+      }
+    }
+
+    // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
+    if (importance_ && pilot_reuse_ && rownorm_ != RowNorm::kSimple)
+      for (size_t r = 0; r < pilot.size(); ++r) out.row(pilot[r]) = pilot_out.row(r);
+  }
+
+ private:
+  int64_t d_;
+  bool importance_;
+  RowNorm rownorm_;
+  bool pilot_reuse_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "skeinformer",
+    .family = "sketching",
+    .summary = "Skeinformer (Alg. 1): pilot rows, column sampling by importance, adaptive row normalisation, "
+               "pilot reuse; ablations as options",
+    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 24, {}, "sketch size: pilot rows and sampled columns (min(d, n-1))"},
+               {"colsample", ParamKind::kChoice, "importance", 0, 0, {"importance", "uniform"},
+                "columns by pilot importance (Alg. 1) or uniform without a pilot (ablation)"},
+               {"rownorm", ParamKind::kChoice, "adaptive", 0, 0, {"adaptive", "simple", "exact"},
+                "adaptive (Alg. 1), simple (softmax over sampled columns), exact (O(n^2) denominator)"},
+               {"pilot_reuse", ParamKind::kInt, "1", 0, 1, {}, "1: overwrite the pilot rows with their exact values"}},
+    .samples_knob = "d",
+    .random = true,
+    .target = nullptr,
+    .make =
+        [](const Spec& spec) {
+          const std::string& rn = spec.get_choice("rownorm");
+          return std::make_unique<Skeinformer>(spec.get_int("d"), spec.get_choice("colsample") == "importance",
+                                               rn == "adaptive" ? RowNorm::kAdaptive
+                                               : rn == "simple" ? RowNorm::kSimple
+                                                                : RowNorm::kExact,
+                                               spec.get_int("pilot_reuse") == 1);
+        },
+});
+
+}  // namespace
+}  // namespace attnprobe
