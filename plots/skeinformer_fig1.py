@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Skeinformer paper, Figure 1: spectral-norm error of the sketched attention against the sketch
+size d, at the longest sequence lengths, one line per method, mean ± standard error.
+
+The figure's axis says "percentage" while the text defines the absolute norm ||BV - R||_2, so both
+are drawn: the top row is `spec`, the bottom row `spec_rel` (divided by ||BV||_2). Methods without
+a samples knob (V-Mean) are flat lines. The paper's claim: Skeinformer lowest, especially at large
+d; V-Mean flat. Input: a sweep with --samples over d, e.g.
+
+  build/attnprobe sweep data/synth-demo.h5 -e vmean -e informer -e linformer -e nystrom -e skeinformer \\
+      -e 'skeinformer(colsample=uniform)' -e 'skeinformer(rownorm=simple)' -e 'skeinformer(pilot_reuse=0)' \\
+      --samples 8..256:x2 --lengths 512,1024 --trials 8 --metrics spec,spec_rel -o out/sketch.csv
+  /usr/bin/python3 plots/skeinformer_fig1.py out/sketch.csv -o out/skeinformer-fig1.png
+"""
+import argparse
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_csv import aggregate, integer, read_rows  # noqa: E402
+
+# Defaults of the ablation keys: a line is labelled by its name and the keys that differ.
+DEFAULTS = {"colsample": "importance", "rownorm": "adaptive", "pilot_reuse": "1", "pinv": "iterative",
+            "std": "0", "ortho": "1"}
+KNOBS = {"d", "L", "M", "S", "C", "m"}
+
+
+def method_label(spec):
+    name, _, body = spec.partition("(")
+    extras = []
+    for item in body.rstrip(")").split(","):
+        key, _, value = item.partition("=")
+        if key and key not in KNOBS and DEFAULTS.get(key) != value:
+            extras.append(f"{key}={value}")
+    return name + (f" ({', '.join(extras)})" if extras else "")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", nargs="+", help="trial CSVs of a sketching sweep")
+    parser.add_argument("--lengths", default=None, help="comma-separated n to draw (default: the two longest)")
+    parser.add_argument("-o", "--output", required=True, help="image file (.png, .svg)")
+    args = parser.parse_args()
+
+    rows = read_rows(args.csv, reference="softmax", metric=lambda m: m in ("spec", "spec_rel"))
+    if not rows:
+        sys.exit("skeinformer_fig1: no spec/spec_rel rows against softmax in the input")
+    lengths = sorted({int(r["n"]) for r in rows if r["n"] != "all"})
+    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else lengths[-2:]
+
+    fig, axes = plt.subplots(2, len(lengths), figsize=(5.5 * len(lengths), 8), squeeze=False)
+    for col, n in enumerate(lengths):
+        for row, metric in enumerate(("spec", "spec_rel")):
+            ax = axes[row][col]
+            subset = [r for r in rows if r["metric"] == metric and r["n"] == str(n)]
+            knobbed = aggregate([r for r in subset if r["samples"]], lambda r: method_label(r["spec"]),
+                                lambda r: integer(r["samples"]))
+            flat = aggregate([r for r in subset if not r["samples"]], lambda r: method_label(r["spec"]), lambda r: 0)
+            xs_all = sorted({x for points in knobbed.values() for x, _, _ in points}) or [8, 256]
+            for label, points in sorted(knobbed.items()):
+                xs, ys, ses = zip(*points)
+                ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
+            for label, points in sorted(flat.items()):
+                _, y, se = points[0]
+                ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", label=label)
+                ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, alpha=0.15)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("d (samples)")
+            ax.set_ylabel("||BV - R||_2" if metric == "spec" else "||BV - R||_2 / ||BV||_2")
+            ax.set_title(f"n = {n}", fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            if row == 0 and col == 0:
+                ax.legend(fontsize=7)
+    dumps = sorted({r["dump"] for r in rows})
+    fig.suptitle(f"Skeinformer Fig. 1 on {', '.join(dumps)} (mean ± s.e. over slices)")
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"skeinformer_fig1: wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
