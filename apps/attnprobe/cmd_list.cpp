@@ -19,7 +19,7 @@ Action add_list(CLI::App& app) {
       const Spec spec = parse_spec(def->name);
       fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
                  spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
-                 def->random ? "random (runs --trials trials)" : "deterministic (one trial)");
+                 spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

@@ -38,6 +38,8 @@ struct EstimatorDef {
   std::vector<ParamDef> params;
   std::string samples_knob;  ///< the parameter `--samples` sets; "" for none
   bool random = true;        ///< deterministic estimators run one trial
+  /// When set, decides randomness per spec (e.g. lara(mode=mean) is deterministic); else `random`.
+  std::function<bool(const Spec&)> random_for;
   /// Canonical spec of what this estimator estimates (`--reference auto`); default "softmax".
   std::function<std::string(const Spec&)> target;
   std::function<std::unique_ptr<Estimator>(const Spec&)> make;
@@ -55,6 +57,8 @@ class Spec {
   const std::string& get_choice(const std::string& key) const;
 
   bool has_samples_knob() const { return !def_->samples_knob.empty(); }
+  /// Whether this configuration draws random numbers (deterministic ones run one trial).
+  bool random() const { return def_->random_for ? def_->random_for(*this) : def_->random; }
   int64_t samples() const { return get_int(def_->samples_knob); }  ///< only if has_samples_knob()
   /// The same spec with the samples knob set (validated against its range).
   Spec with_samples(int64_t samples) const;

@@ -1,0 +1,17 @@
+#pragma once
+// LARA's multiple-importance-sampling weights (Zheng et al., ICML 2022, Eqs. 36–38), exposed so
+// that the MIS identity Σ_c α_nc(ω) = 1 can be tested at a fixed ω.
+#include "attnprobe/common/matrix.h"
+
+namespace attnprobe {
+
+enum class LaraWeighting { kBalance, kCoupled, kDecoupled };
+
+/// α_nc(ω) for one ω and all n, c (n × C), before clamping:
+///   balance:   BH_c(ω) = q_c(ω) / Σ_c′ q_c′(ω)
+///   coupled:   BH_c(ω) + β·q_c(ω)·(r′_nc − Σ_c′ BH_c′(ω)·r′_nc′)
+///   decoupled: BH_c(ω) + β·(r′_nc − (1/C)·Σ_c′ r′_nc′)
+/// log_q: log q_c(ω) for c = 1..C; r_prime: r′_nc (n × C, each column sums to 1 over n).
+MatrixD lara_alpha(LaraWeighting weighting, double beta, const RowVectorD& log_q, const MatrixD& r_prime);
+
+}  // namespace attnprobe

@@ -1,0 +1,101 @@
+// ra(S, variant, noise) — randomized attention (Zheng et al., "Linear Complexity Randomized
+// Self-attention Mechanism", ICML 2022, §3; ESTIMATORS.md). Target: softmax. O(n²p) per sample.
+// For query i and sample s, with π_i = softmax_j(s·q_i·k_j):
+//   unbiased: j* ~ π_i, ω = q̃_i + k̃_{j*} + ε;   biased: ω = q̃_i + Σ_j π_i(j)·k̃_j + ε;
+//   out_i = (1/S)·Σ_s f(ω_s),  f(ω) = Σ_j softmax_j(ω·k̃_j − ‖k̃_j‖²/2)·v_j.
+// `unbiased` with noise=scaled (ε ~ N(0, I) in the scaled space, as the paper states) is unbiased
+// for exact attention (Prop. 3.2; tested). noise=raw draws ε in raw units (std √s in the scaled
+// space), as the reference code does, and is biased (~10% relative; the test detects it).
+// f(ω) is attention of the query ω over keys k̃ with a per-key bias −‖k̃‖²/2, i.e. plain attention
+// of [ω, 1] over [k̃, −‖k̃‖²/2]: the blocked float32 kernel computes it.
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+class RandomizedAttention final : public Estimator {
+ public:
+  RandomizedAttention(int64_t samples, bool unbiased, bool raw_noise)
+      : samples_(samples), unbiased_(unbiased), raw_noise_(raw_noise) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const int64_t n = view.n(), p = view.p();
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD q_scaled = root_scale * view.q, k_scaled = root_scale * view.k;
+    const double noise_std = raw_noise_ ? root_scale : 1.0;
+
+    // Centres: q̃_i + k̃_{j*} (j* ~ π_i, one per sample) or q̃_i + Σ_j π_i(j)·k̃_j.
+    MatrixD centres(n * samples_, p);
+    if (unbiased_) {
+      const RandomStream draw(ctx.key, Purpose::kRowSample);
+      const int64_t block = 64;
+      std::vector<double> probs(n);
+      for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t rows = std::min(block, n - r0);
+        MatrixD logits = q_scaled.middleRows(r0, rows) * k_scaled.transpose();
+        for (int64_t r = 0; r < rows; ++r) {
+          const double max = logits.row(r).maxCoeff();
+          for (int64_t j = 0; j < n; ++j) probs[j] = std::exp(logits(r, j) - max);
+          const auto picked = sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(r0 + r));
+          for (int64_t s = 0; s < samples_; ++s)
+            centres.row((r0 + r) * samples_ + s) = q_scaled.row(r0 + r) + k_scaled.row(picked[s]);
+        }
+      }
+    } else {
+      MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃
+      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t s = 0; s < samples_; ++s)
+          centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
+    }
+    const RandomStream noise(ctx.key, Purpose::kNoise);
+    RowVectorD eps(p);
+    for (int64_t r = 0; r < centres.rows(); ++r) {
+      noise.normals(static_cast<uint32_t>(r), 0, eps.data(), p);
+      centres.row(r) += noise_std * eps;
+    }
+
+    // f(ω) for every (i, s) at once: [ω, 1]·[k̃, −‖k̃‖²/2]ᵀ with scale 1.
+    MatrixF omega_aug(centres.rows(), p + 1), key_aug(n, p + 1);
+    omega_aug.leftCols(p) = centres.cast<float>();
+    omega_aug.col(p).setOnes();
+    key_aug.leftCols(p) = k_scaled.cast<float>();
+    key_aug.col(p) = (-0.5 * k_scaled.rowwise().squaredNorm()).cast<float>();
+    MatrixF per_sample;
+    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
+    out.resize(n, view.pv());
+    for (int64_t i = 0; i < n; ++i)
+      out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return samples_ * (2.0 * n * n * (p + 1) + 2.0 * n * n * pv) + 2.0 * n * n * p;
+  }
+
+ private:
+  int64_t samples_;
+  bool unbiased_, raw_noise_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "ra",
+    .family = "random-features",
+    .summary = "randomized attention: f(omega) averaged over S samples of omega around q+k (O(n^2 p S))",
+    .params = {{"S", ParamKind::kInt, "1", 1, 4096, {}, "samples per query"},
+               {"variant", ParamKind::kChoice, "unbiased", 0, 0, {"unbiased", "biased"},
+                "unbiased: omega = q + k_j*, j* ~ softmax row (Prop. 3.2); biased: omega = q + E_pi[k]"},
+               {"noise", ParamKind::kChoice, "scaled", 0, 0, {"scaled", "raw"},
+                "scaled: eps ~ N(0,I) in the scaled space (paper); raw: std sqrt(s) as the reference code (biased)"}},
+    .samples_knob = "S",
+    .random = true,
+    .target = nullptr,
+    .make =
+        [](const Spec& spec) {
+          return std::make_unique<RandomizedAttention>(spec.get_int("S"), spec.get_choice("variant") == "unbiased",
+                                                       spec.get_choice("noise") == "raw");
+        },
+});
+
+}  // namespace
+}  // namespace attnprobe
