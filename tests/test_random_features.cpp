@@ -153,6 +153,22 @@ TEST_CASE("LARA's weights satisfy the MIS identity sum_c alpha_nc(omega) = 1", "
     }
 }
 
+TEST_CASE("the batched LARA weights equal the single-omega weights column by column", "[random-features][lara]") {
+  const int n = 9, c = 6;
+  const RandomStream s(make_random_key(4, "batched", 0), Purpose::kGeneric);
+  MatrixD log_q(c, c), r_prime(n, c);
+  for (int i = 0; i < c * c; ++i) log_q.data()[i] = -2.0 * s.uniform(0, i) - 40;
+  for (int i = 0; i < n * c; ++i) r_prime.data()[i] = s.uniform(1, i);
+  r_prime = r_prime.array().rowwise() / r_prime.colwise().sum().array();
+  for (auto weighting : {LaraWeighting::kBalance, LaraWeighting::kCoupled, LaraWeighting::kDecoupled}) {
+    const MatrixD batched = lara_alpha_at_samples(weighting, 2.0, log_q, r_prime);
+    for (int col = 0; col < c; ++col) {
+      const MatrixD single = lara_alpha(weighting, 2.0, log_q.row(col), r_prime);
+      CHECK((batched.col(col) - single.col(col)).norm() < 1e-12);
+    }
+  }
+}
+
 TEST_CASE("lara mode=mean is deterministic and mode=sample is not", "[random-features][lara]") {
   const HeadView view = synth_slice(64, 16, 0.5, 3);
   CHECK_FALSE(parse_spec("lara(mode=mean)").random());

@@ -14,4 +14,9 @@ enum class LaraWeighting { kBalance, kCoupled, kDecoupled };
 /// log_q: log q_c(ω) for c = 1..C; r_prime: r′_nc (n × C, each column sums to 1 over n).
 MatrixD lara_alpha(LaraWeighting weighting, double beta, const RowVectorD& log_q, const MatrixD& r_prime);
 
+/// What the estimator needs: column c of the result is α_{·c}(ω_c), each function at its own sample
+/// (n × C). log_q(c, c′) = log q_c′(ω_c). Equal to column c of lara_alpha(…, log_q.row(c), …) for
+/// every c (tested), in O(n·C) (balance, decoupled) or one n × C × C product (coupled).
+MatrixD lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& r_prime);
+
 }  // namespace attnprobe
