@@ -27,7 +27,8 @@ from sweep_csv import aggregate, integer, read_rows  # noqa: E402
 
 # Defaults of the ablation keys: a line is labelled by its name and the keys that differ.
 DEFAULTS = {"colsample": "importance", "rownorm": "adaptive", "pilot_reuse": "1", "pinv": "iterative",
-            "std": "0", "ortho": "1"}
+            "std": "0", "ortho": "1", "proposal": "segment", "weights": "decoupled", "beta": "1", "mode": "sample",
+            "noise": "scaled", "variant": "unbiased", "tau": "8", "hash": "gauss", "norm": "l2"}
 KNOBS = {"d", "L", "M", "S", "C", "m"}
 
 
