@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
       "  attnprobe info model.h5                       # what is in the dump, and is it sound?\n"
       "  attnprobe list                                # the estimators and their parameters\n"
       "  attnprobe sweep model.h5 -e vmean -e softmax --lengths 64..512:x2 -o out/sweep.csv\n"
-      "  attnprobe summarize out/sweep.csv --table     # mean, stderr, ... per case\n",
+      "  attnprobe summarize out/sweep.csv --table     # mean, stderr, ... per case\n"
+      "  attnprobe check out/sweep.csv --baseline base.csv   # did anything get worse?\n",
       "attnprobe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnprobe ") + kVersion);
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
       [&](CLI::App& a) { return cli::add_sweep(a, globals); });
   add("summarize", "aggregate trial rows into mean/std/stderr/median/min/max per case",
       [](CLI::App& a) { return cli::add_summarize(a); });
+  add("check", "regression gate: exit 1 if a case got worse than the baseline beyond a statistical tolerance",
+      [](CLI::App& a) { return cli::add_check(a); });
   add("synth", "write a seeded synthetic dump with controlled attention sharpness",
       [](CLI::App& a) { return cli::add_synth(a); });
   add("bench", "time exact attention and estimators per call (with the sgemm floor)",

@@ -1,0 +1,95 @@
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/report/check.h"
+#include "attnprobe/report/summary.h"
+#include "attnprobe/report/table.h"
+#include "commands.h"
+
+namespace attnprobe::cli {
+
+namespace {
+
+struct CheckCommandOptions {
+  std::string current, baseline, json, metrics;
+  CheckOptions check;
+  bool improvements = false, all = false;
+};
+
+// Trial CSVs are summarised; summaries are used as they are.
+std::vector<SummaryRow> load_summary(const std::string& path) {
+  CsvContents c = read_csv(path);
+  return c.summary ? c.summaries : summarize_trials(c.trials);
+}
+
+std::string case_text(const Comparison& c) {
+  return fmt::format("{} L{} H{} B{} n={} {}", c.key.dump, c.key.layer, c.key.head, c.key.batch, c.key.n, c.key.spec) +
+         (c.key.reference == "softmax" ? "" : " vs " + c.key.reference);
+}
+
+std::string mean_se(double mean, double se) { return fmt::format("{:.4g} ± {:.2g}", mean, se); }
+
+int run_check(const CheckCommandOptions& o) {
+  CheckOptions options = o.check;
+  if (!o.metrics.empty())
+    for (const std::string& m : split(o.metrics, ',')) options.metrics.push_back(trim(m));
+  if (options.z < 0 || options.atol < 0 || options.rtol < 0) throw UsageError("--z, --atol and --rtol must be >= 0");
+  const CheckReport report = check_regressions(load_summary(o.baseline), load_summary(o.current), options);
+
+  std::vector<std::vector<std::string>> table = {{"verdict", "case", "metric", "baseline", "new", "z"}};
+  for (const Comparison& c : report.comparisons) {
+    const bool show = c.verdict == Verdict::kRegression || c.verdict == Verdict::kMissing ||
+                      (o.improvements && c.verdict == Verdict::kImprovement) || (c.verdict == Verdict::kNew) || o.all;
+    if (!show) continue;
+    table.push_back({verdict_name(c.verdict), case_text(c), c.metric, mean_se(c.base_mean, c.base_se),
+                     c.verdict == Verdict::kMissing ? "(missing)" : mean_se(c.new_mean, c.new_se),
+                     c.verdict == Verdict::kNew ? "" : fmt::format("{:.2f}", c.z)});
+  }
+  if (table.size() > 1) fmt::print("{}\n", format_table(table));
+  fmt::print("check: {} comparisons, {} regressions, {} missing cases, {} improvements, {} new (z = {}, atol = {}, "
+             "rtol = {})\n",
+             report.compared, report.regressions, report.missing, report.improvements, report.added, options.z,
+             options.atol, options.rtol);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << check_report_json(report, options);
+    if (!out) throw InputError(fmt::format("cannot write '{}'", o.json));
+  }
+  if (report.failed()) {
+    fmt::print("check: FAILED — {} is worse than {} beyond the tolerance. If the change is intended, refresh the "
+               "baseline (tools/baseline.sh --refresh for the project's own).\n",
+               o.current, o.baseline);
+    return exit_code::kRegression;
+  }
+  fmt::print("check: passed\n");
+  return exit_code::kOk;
+}
+
+}  // namespace
+
+Action add_check(CLI::App& app) {
+  auto o = std::make_shared<CheckCommandOptions>();
+  app.add_option("csv", o->current, "the new run: a trial CSV from sweep/eval, or a summary")->required();
+  app.add_option("--baseline", o->baseline, "the baseline: a trial CSV or a summary")->required();
+  app.add_option("--z", o->check.z, "standard errors of slack")->capture_default_str();
+  app.add_option("--atol", o->check.atol, "absolute slack")->capture_default_str();
+  app.add_option("--rtol", o->check.rtol, "slack relative to the baseline mean")->capture_default_str();
+  app.add_option("--metrics", o->metrics, "gate only these metrics (e.g. spec_rel,angle); default: all in the baseline");
+  app.add_flag("--improvements", o->improvements, "also list significant improvements");
+  app.add_flag("--all", o->all, "list every comparison, passing ones too");
+  app.add_option("--json", o->json, "also write the comparison as JSON to this file");
+  app.footer(
+      "Example:\n  attnprobe sweep model.h5 -e 'yoso(m=32)' --lengths 512 --trials 16 -o new.csv\n"
+      "  attnprobe check new.csv --baseline baseline.csv\n\n"
+      "For every case and metric of the baseline (larger is worse: every metric is an error), a regression is\n"
+      "  mean_new - mean_base > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|.\n"
+      "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
+      "Exit code 1 on a regression or a missing case, 0 otherwise.");
+  return [o] { return run_check(*o); };
+}
+
+}  // namespace attnprobe::cli

@@ -1,0 +1,136 @@
+#include "attnprobe/report/check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace attnprobe {
+
+const char* verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kOk: return "ok";
+    case Verdict::kRegression: return "regression";
+    case Verdict::kImprovement: return "improvement";
+    case Verdict::kMissing: return "missing";
+    case Verdict::kNew: return "new";
+  }
+  return "?";
+}
+
+CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std::vector<SummaryRow>& current,
+                              const CheckOptions& options) {
+  auto gated = [&](const std::string& metric) {
+    return options.metrics.empty() ||
+           std::find(options.metrics.begin(), options.metrics.end(), metric) != options.metrics.end();
+  };
+  std::map<std::pair<CaseKey, std::string>, const SummaryRow*> fresh;
+  for (const SummaryRow& s : current) fresh[{s.key, s.metric}] = &s;
+  std::map<std::pair<CaseKey, std::string>, bool> seen;
+
+  CheckReport report;
+  for (const SummaryRow& base : baseline) {
+    if (!gated(base.metric)) continue;
+    Comparison c;
+    c.key = base.key;
+    c.metric = base.metric;
+    c.base_mean = base.mean;
+    c.base_se = base.stderr_;
+    seen[{base.key, base.metric}] = true;
+    auto it = fresh.find({base.key, base.metric});
+    if (it == fresh.end()) {
+      c.verdict = Verdict::kMissing;
+      c.z = std::numeric_limits<double>::infinity();
+      ++report.missing;
+      report.comparisons.push_back(c);
+      continue;
+    }
+    ++report.compared;
+    c.new_mean = it->second->mean;
+    c.new_se = it->second->stderr_;
+    const double se = std::sqrt(c.base_se * c.base_se + c.new_se * c.new_se);
+    const double diff = c.new_mean - c.base_mean;
+    c.threshold = options.z * se + options.atol + options.rtol * std::abs(c.base_mean);
+    c.z = se > 0 ? diff / se : diff == 0 ? 0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
+    if (std::isnan(c.new_mean) && !std::isnan(c.base_mean)) {
+      c.verdict = Verdict::kRegression;  // a number became NaN
+      c.z = std::numeric_limits<double>::infinity();
+    } else if (std::isnan(c.new_mean) || std::isnan(c.base_mean)) {
+      c.verdict = Verdict::kOk;  // NaN in the baseline: nothing to hold the new run to
+    } else if (diff > c.threshold) {
+      c.verdict = Verdict::kRegression;
+    } else if (-diff > c.threshold) {
+      c.verdict = Verdict::kImprovement;
+    }
+    report.regressions += c.verdict == Verdict::kRegression;
+    report.improvements += c.verdict == Verdict::kImprovement;
+    report.comparisons.push_back(c);
+  }
+  for (const SummaryRow& s : current)
+    if (gated(s.metric) && !seen.count({s.key, s.metric})) {
+      Comparison c;
+      c.key = s.key;
+      c.metric = s.metric;
+      c.verdict = Verdict::kNew;
+      c.new_mean = s.mean;
+      c.new_se = s.stderr_;
+      ++report.added;
+      report.comparisons.push_back(c);
+    }
+  auto rank = [](Verdict v) {
+    switch (v) {
+      case Verdict::kMissing: return 0;
+      case Verdict::kRegression: return 1;
+      case Verdict::kImprovement: return 2;
+      case Verdict::kNew: return 3;
+      case Verdict::kOk: return 4;
+    }
+    return 5;
+  };
+  std::stable_sort(report.comparisons.begin(), report.comparisons.end(), [&](const Comparison& a, const Comparison& b) {
+    if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
+    return a.verdict == Verdict::kImprovement ? a.z < b.z : a.z > b.z;
+  });
+  return report;
+}
+
+namespace {
+std::string json_number(double v) {
+  if (std::isnan(v)) return "null";
+  if (std::isinf(v)) return v > 0 ? "1e308" : "-1e308";
+  return fmt::format("{}", v);
+}
+std::string json_text(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string check_report_json(const CheckReport& report, const CheckOptions& options) {
+  std::string out = fmt::format(
+      "{{\n  \"options\": {{\"z\": {}, \"atol\": {}, \"rtol\": {}}},\n  \"failed\": {},\n  \"compared\": {},\n"
+      "  \"regressions\": {},\n  \"missing\": {},\n  \"improvements\": {},\n  \"new\": {},\n  \"comparisons\": [",
+      options.z, options.atol, options.rtol, report.failed() ? "true" : "false", report.compared, report.regressions,
+      report.missing, report.improvements, report.added);
+  for (size_t i = 0; i < report.comparisons.size(); ++i) {
+    const Comparison& c = report.comparisons[i];
+    out += fmt::format(
+        "{}\n    {{\"verdict\": \"{}\", \"dump\": {}, \"layer\": {}, \"head\": {}, \"batch\": {}, \"n\": {}, "
+        "\"p\": {}, \"estimator\": {}, \"spec\": {}, \"samples\": {}, \"reference\": {}, \"metric\": {}, "
+        "\"base_mean\": {}, \"base_se\": {}, \"new_mean\": {}, \"new_se\": {}, \"z\": {}, \"threshold\": {}}}",
+        i ? "," : "", verdict_name(c.verdict), json_text(c.key.dump), json_text(c.key.layer), json_text(c.key.head),
+        json_text(c.key.batch), json_text(c.key.n), c.key.p, json_text(c.key.estimator), json_text(c.key.spec),
+        json_text(c.key.samples), json_text(c.key.reference), json_text(c.metric), json_number(c.base_mean),
+        json_number(c.base_se), json_number(c.new_mean), json_number(c.new_se), json_number(c.z),
+        json_number(c.threshold));
+  }
+  return out + "\n  ]\n}\n";
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,45 @@
+#pragma once
+// The regression gate (`attnprobe check`, DESIGN.md §1 and §7): compares per-case statistics of a
+// new run with a baseline. For every (case, metric) of the baseline, larger is worse (every metric
+// is an error), and a regression is
+//   mean_new − mean_base > z·sqrt(se_new² + se_base²) + atol + rtol·|mean_base|,
+// a case of the baseline missing from the new run is a failure, and a value that became NaN is one.
+#include <string>
+#include <vector>
+
+#include "attnprobe/records/record.h"
+
+namespace attnprobe {
+
+struct CheckOptions {
+  double z = 4.0;      ///< standard errors of slack (deterministic cases have se = 0)
+  double atol = 1e-9;  ///< absolute slack: float rounding of values near 0 (zero_rows, tiny errors)
+  double rtol = 1e-3;  ///< relative slack: float rounding differences between builds and CPUs
+  std::vector<std::string> metrics;  ///< gate only these; empty = all in the baseline
+};
+
+enum class Verdict { kOk, kRegression, kImprovement, kMissing, kNew };
+
+struct Comparison {
+  CaseKey key;
+  std::string metric;
+  Verdict verdict = Verdict::kOk;
+  double base_mean = 0, base_se = 0, new_mean = 0, new_se = 0;
+  double z = 0;          ///< (new − base) / sqrt(se² + se²); ±inf when both se are 0 and means differ
+  double threshold = 0;  ///< the allowed increase
+};
+
+struct CheckReport {
+  std::vector<Comparison> comparisons;  ///< sorted: regressions and missing by severity, then the rest
+  int regressions = 0, missing = 0, improvements = 0, added = 0, compared = 0;
+  bool failed() const { return regressions > 0 || missing > 0; }
+};
+
+CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std::vector<SummaryRow>& current,
+                              const CheckOptions& options);
+
+const char* verdict_name(Verdict verdict);
+/// A JSON document of the report, for other tools.
+std::string check_report_json(const CheckReport& report, const CheckOptions& options);
+
+}  // namespace attnprobe

@@ -1,0 +1,129 @@
+// The regression gate: an identical rerun and a rerun with other seeds pass; an injected
+// regression and a missing case fail with exit 1 and name the case; every registered estimator
+// has a committed baseline.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/report/check.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+namespace {
+std::string gate_dump() {
+  static const std::string path = [] {
+    SynthOptions o;
+    o.layers = 2;
+    o.heads = 2;
+    o.batch = 1;
+    o.tokens = 128;
+    o.dim = 16;
+    o.temperatures = {0.2, 1.0};
+    return write_synth("gate.h5", o);
+  }();
+  return path;
+}
+
+std::string sweep(const std::string& name, const std::string& args) {
+  const std::string out = temp_path(name);
+  const auto r = run_attnprobe("sweep " + gate_dump() + " " + args + " --trials 16 -q --overwrite -o " + out);
+  REQUIRE(r.exit_code == 0);
+  return out;
+}
+
+const std::string kGrid = "-e vmean -e 'yoso(m=32)' -e 'performer(M=64)' -e 'lara(C=32)' -e 'skeinformer(d=32)'";
+}  // namespace
+
+TEST_CASE("check passes an identical rerun", "[check]") {
+  const std::string base = sweep("base.csv", kGrid + " --seed 0");
+  const std::string again = sweep("again.csv", kGrid + " --seed 0");
+  const auto r = run_attnprobe("check " + again + " --baseline " + base);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("0 regressions") && Catch::Contains("passed"));
+}
+
+TEST_CASE("check passes a rerun with other seeds (noise only)", "[check]") {
+  const std::string base = sweep("seed0.csv", kGrid + " --seed 0");
+  const std::string other = sweep("seed1.csv", kGrid + " --seed 1");
+  const std::string json = temp_path("seeds.json");
+  const auto r = run_attnprobe("check " + other + " --baseline " + base + " --json " + json);
+  INFO(r.output);
+  // 4 slices × 5 settings × 9 metrics = 180 comparisons at z = 4; random settings differ only by
+  // noise. Observed largest |z| over the 180: 2.52 (seed 0 vs 1; the JSON has them all).
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(read_text(json), Catch::Contains("\"failed\": false"));
+}
+
+TEST_CASE("check fails an injected regression and names the case", "[check]") {
+  // Baseline from yoso(m=64); the "new" run is yoso(m=16) relabelled as m=64: 4× fewer hashes
+  // under the same case names, as a change that silently weakened the estimator would look.
+  const std::string base = sweep("m64.csv", "-e 'yoso(m=64)' --layers 0");
+  const std::string weak = sweep("m16.csv", "-e 'yoso(m=16)' --layers 0");
+  std::string text = read_text(weak);
+  text = std::regex_replace(text, std::regex("yoso\\(m=16,"), "yoso(m=64,");
+  text = std::regex_replace(text, std::regex(",yoso,(\"yoso\\(m=64[^\"]*\"),16,"), ",yoso,$1,64,");
+  const std::string relabelled = temp_path("relabelled.csv");
+  std::ofstream(relabelled) << text;
+  const auto r = run_attnprobe("check " + relabelled + " --baseline " + base);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("regression") && Catch::Contains("yoso(m=64,tau=8,hash=gauss,norm=l2)") &&
+                           Catch::Contains("L0 H0 B0 n=128") && Catch::Contains("FAILED"));
+  // And --improvements in the other direction: m=16 as baseline, m=64 relabelled as new.
+  std::string better = std::regex_replace(read_text(base), std::regex("yoso\\(m=64,"), "yoso(m=16,");
+  better = std::regex_replace(better, std::regex(",yoso,(\"yoso\\(m=16[^\"]*\"),64,"), ",yoso,$1,16,");
+  const std::string improved = temp_path("improved.csv");
+  std::ofstream(improved) << better;
+  const auto i = run_attnprobe("check " + improved + " --baseline " + weak + " --improvements");
+  CHECK(i.exit_code == 0);
+  CHECK_THAT(i.output, Catch::Contains("improvement"));
+}
+
+TEST_CASE("check fails when a baseline case is missing and reports new cases", "[check]") {
+  const std::string base = sweep("both.csv", "-e vmean -e 'yoso(m=8)'");
+  const std::string fewer = sweep("fewer.csv", "-e vmean --layers 0");
+  const auto r = run_attnprobe("check " + fewer + " --baseline " + base);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("missing"));
+  const auto added = run_attnprobe("check " + base + " --baseline " + fewer);
+  CHECK(added.exit_code == 0);
+  CHECK_THAT(added.output, Catch::Contains("new"));
+}
+
+TEST_CASE("check accepts summaries and a NaN that appears is a regression", "[check]") {
+  CaseKey key{"d.h5", "0", "0", "0", "64", 8, "vmean", "vmean", "", "softmax"};
+  SummaryRow base{key, "mse", 1, 0.5, 0, 0, 0.5, 0.5, 0.5};
+  SummaryRow nan_row = base;
+  nan_row.mean = std::nan("");
+  CheckReport report = check_regressions({base}, {nan_row}, {});
+  CHECK(report.regressions == 1);
+  // Deterministic cases (se = 0) get rtol·|mean| of slack: 0.1% worse passes, 1% fails.
+  SummaryRow slightly = base, clearly = base;
+  slightly.mean = 0.5 * 1.0009;
+  clearly.mean = 0.5 * 1.01;
+  CHECK(check_regressions({base}, {slightly}, {}).regressions == 0);
+  CHECK(check_regressions({base}, {clearly}, {}).regressions == 1);
+  const std::string summary = temp_path("summary.csv");
+  REQUIRE(run_attnprobe("summarize " + sweep("s.csv", "-e vmean") + " -o " + summary).exit_code == 0);
+  CHECK(run_attnprobe("check " + summary + " --baseline " + summary).exit_code == 0);
+  CHECK(run_attnprobe("check " + summary + " --baseline " + summary + " --z -1").exit_code == 2);
+}
+
+TEST_CASE("every registered estimator has a committed baseline", "[check]") {
+  const std::string path = std::string(ATTNPROBE_SOURCE_DIR) + "/data/baselines/synth-demo.csv";
+  const CsvContents baseline = read_csv(path);
+  REQUIRE(baseline.summary);
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->family == "test") continue;  // registered by test_registry.cpp only
+    const bool present = std::any_of(baseline.summaries.begin(), baseline.summaries.end(),
+                                     [&](const SummaryRow& s) { return s.key.estimator == def->name; });
+    INFO(def->name << " has no rows in data/baselines/synth-demo.csv: add it to tools/baseline.sh and refresh");
+    CHECK(present);
+  }
+}
