@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev libhdf5-dev libcli11-dev libfmt-dev catch2   # build and test
   libopenblas0-pthread                                       # bench's sgemm floor (loaded at run time)
   python3 python3-matplotlib python3-numpy                   # plots/
+  python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test
 )
 missing=()
 for p in "${packages[@]}"; do
