@@ -1,6 +1,8 @@
 #define CATCH_CONFIG_MAIN
 #include "support.h"
 
+#include "attnprobe/estimators/registry.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -47,6 +49,52 @@ std::string write_synth(const std::string& name, const SynthOptions& options, St
   const std::string path = temp_path(name);
   write_dump(path, make_synthetic_dump(options), DumpWriteOptions{type, gzip});
   return path;
+}
+
+HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed) {
+  SynthOptions o;
+  o.layers = 1;
+  o.heads = 1;
+  o.batch = 1;
+  o.tokens = n;
+  o.dim = p;
+  o.temperatures = {temperature};
+  o.seed = seed;
+  const std::string path = write_synth(fmt::format("slice-{}-{}-{}-{}.h5", n, p, temperature, seed), o);
+  return Dump::open(path).read_slice(0, 0, 0, n);
+}
+
+MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial, uint64_t key_seed) {
+  MatrixF out;
+  parse_spec(spec).make()->estimate(view, EstimateContext{make_random_key(key_seed, spec, trial), nullptr}, out);
+  return out;
+}
+
+std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& view, const MatrixD& target, int seeds,
+                                      double* mean_error, uint64_t key_seed) {
+  const int stats = 4;
+  const RandomStream s(make_random_key(3, "weights", 0), Purpose::kGeneric);
+  std::vector<MatrixD> weights(stats, MatrixD(target.rows(), target.cols()));
+  for (int w = 0; w < stats; ++w)
+    for (int64_t i = 0; i < target.size(); ++i) weights[w].data()[i] = s.uniform(w, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+  std::vector<double> sum(stats, 0), sum2(stats, 0);
+  MatrixD mean = MatrixD::Zero(target.rows(), target.cols());
+  for (int t = 0; t < seeds; ++t) {
+    const MatrixD y = run_estimator(spec, view, t, key_seed).cast<double>();
+    mean += y / seeds;
+    for (int w = 0; w < stats; ++w) {
+      const double value = (weights[w].array() * y.array()).sum();
+      sum[w] += value;
+      sum2[w] += value * value;
+    }
+  }
+  std::vector<double> z;
+  for (int w = 0; w < stats; ++w) {
+    const double m = sum[w] / seeds, var = (sum2[w] - seeds * m * m) / (seeds - 1);
+    z.push_back((m - (weights[w].array() * target.array()).sum()) / std::sqrt(var / seeds));
+  }
+  if (mean_error) *mean_error = (mean - target).norm() / target.norm();
+  return z;
 }
 
 std::string shared_data(const std::string& name) {

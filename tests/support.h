@@ -29,6 +29,18 @@ CommandResult run_attnprobe(const std::string& args);
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,
                         int gzip = 0);
 
+/// Slice (0, 0, 0, n) of a one-layer synthetic dump (p, temperature, seed; 8 clusters).
+HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0);
+
+/// One run of `spec` on `view`, keyed by (key_seed, spec, trial).
+MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial = 0, uint64_t key_seed = 8);
+
+/// Unbiasedness check: for 4 fixed random ±1 weightings w, the statistic Σ_e w_e·Y_e of each of
+/// `seeds` iid runs (trials 0..seeds-1) gives (mean − Σ_e w_e·target_e)/se, a valid z-score; random
+/// signs catch biases that would cancel in a plain sum. Also returns ‖mean − target‖/‖target‖.
+std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& view, const MatrixD& target, int seeds,
+                                      double* mean_error = nullptr, uint64_t key_seed = 8);
+
 /// ../shared/data/NAME, or "" when that folder is absent.
 std::string shared_data(const std::string& name);
 

@@ -14,25 +14,6 @@ using namespace attnprobe::test;
 
 namespace {
 
-HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0, int batch_item = 0) {
-  SynthOptions o;
-  o.layers = 1;
-  o.heads = 1;
-  o.batch = 1;
-  o.tokens = n;
-  o.dim = p;
-  o.temperatures = {temperature};
-  o.seed = seed;
-  const std::string path = write_synth(fmt::format("sketch-{}-{}-{}-{}.h5", n, p, temperature, seed), o);
-  return Dump::open(path).read_slice(0, 0, batch_item, n);
-}
-
-MatrixF run(const std::string& spec, const HeadView& view, uint32_t trial = 0) {
-  MatrixF out;
-  parse_spec(spec).make()->estimate(view, EstimateContext{make_random_key(8, spec, trial), nullptr}, out);
-  return out;
-}
-
 double relative_error(const MatrixD& reference, const MatrixF& estimate) {
   return (reference - estimate.cast<double>()).norm() / reference.norm();
 }
@@ -40,7 +21,7 @@ double relative_error(const MatrixD& reference, const MatrixF& estimate) {
 double mean_spec_rel(const std::string& spec, const HeadView& view, const MatrixD& reference, int trials) {
   const ReferenceNorms norms = reference_norms(reference);
   double total = 0;
-  for (int t = 0; t < trials; ++t) total += compute_metrics(reference, norms, run(spec, view, t), {Metric::kSpecRel})[0];
+  for (int t = 0; t < trials; ++t) total += compute_metrics(reference, norms, run_estimator(spec, view, t), {Metric::kSpecRel})[0];
   return total / trials;
 }
 
@@ -73,7 +54,7 @@ TEST_CASE("nystrom with L = n is exact attention", "[nystrom]") {
   // 5% relative. Observed 7.3e-3 (V-Mean: 0.57 here).
   const auto iterative = parse_spec("nystrom(L=64,pinv=iterative)").make()->reference(view, nullptr);
   const double iterative_error = (*iterative - exact).norm() / exact.norm();
-  const double vmean_error = relative_error(exact, run("vmean", view));
+  const double vmean_error = relative_error(exact, run_estimator("vmean", view));
   INFO("iterative " << iterative_error << " vmean " << vmean_error);
   CHECK(iterative_error < 0.05);
   CHECK(iterative_error < 0.1 * vmean_error);
@@ -98,42 +79,27 @@ TEST_CASE("nystrom's pseudo-inverse is initialised per slice", "[nystrom]") {
   write_dump(temp_path("nys-scaled.h5"), scaled, {});
   const HeadView a = Dump::open(temp_path("nys-plain.h5")).read_slice(0, 0, 0, 48);
   const HeadView b = Dump::open(temp_path("nys-scaled.h5")).read_slice(0, 0, 0, 48);
-  CHECK(run("nystrom(L=8)", a) == run("nystrom(L=8)", b));
-  CHECK(run("nystrom(L=8)", Dump::open(temp_path("nys-scaled.h5")).read_slice(0, 0, 1, 48)).allFinite());
+  CHECK(run_estimator("nystrom(L=8)", a) == run_estimator("nystrom(L=8)", b));
+  CHECK(run_estimator("nystrom(L=8)", Dump::open(temp_path("nys-scaled.h5")).read_slice(0, 0, 1, 48)).allFinite());
 }
 
 TEST_CASE("informer with u = n is exact attention", "[sketching]") {
   const HeadView view = synth_slice(64, 16, 0.5, 2);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
   // n = 64: ⌈ln n⌉ = 5, c = ⌈64 / 4.16⌉ = 16, u = min(80, 64) = 64. Observed 9.2e-8 (float32).
-  CHECK(relative_error(exact, run("informer(d=64)", view)) < 1e-5);
+  CHECK(relative_error(exact, run_estimator("informer(d=64)", view)) < 1e-5);
   // Fewer rows: the rest are mean(V); better than V-Mean on peaked attention (observed 0.51 vs 0.63).
-  CHECK(relative_error(exact, run("informer(d=16)", view)) < relative_error(exact, run("vmean", view)));
+  CHECK(relative_error(exact, run_estimator("informer(d=16)", view)) < relative_error(exact, run_estimator("vmean", view)));
 }
 
 TEST_CASE("linformer-jlt is unbiased for exact attention", "[sketching][statistics]") {
   const HeadView view = synth_slice(40, 8, 0.5, 3);
   const MatrixD target = exact_attention_f64(view.q, view.k, view.v, view.scale);
-  const int seeds = 2000, stats = 4;
-  const RandomStream s(make_random_key(3, "jlt-weights", 0), Purpose::kGeneric);
-  std::vector<MatrixD> weights(stats, MatrixD(target.rows(), target.cols()));
-  for (int w = 0; w < stats; ++w)
-    for (int64_t i = 0; i < target.size(); ++i) weights[w].data()[i] = s.uniform(w, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
-  std::vector<double> sum(stats, 0), sum2(stats, 0);
-  for (int t = 0; t < seeds; ++t) {
-    const MatrixD y = run("linformer-jlt(d=8)", view, t).cast<double>();
-    for (int w = 0; w < stats; ++w) {
-      const double value = (weights[w].array() * y.array()).sum();
-      sum[w] += value;
-      sum2[w] += value * value;
-    }
-  }
-  for (int w = 0; w < stats; ++w) {
-    const double mean = sum[w] / seeds, var = (sum2[w] - seeds * mean * mean) / (seeds - 1);
-    const double z = (mean - (weights[w].array() * target.array()).sum()) / std::sqrt(var / seeds);
-    // iid per-seed statistics: |z| < 4. Observed (seed 8): z = 0.85, 1.11, 0.47, −0.27.
-    INFO("weighting " << w << " z " << z);
-    CHECK(std::abs(z) < 4);
+  const auto z = weighted_z_scores("linformer-jlt(d=8)", view, target, 2000);
+  for (int w = 0; w < 4; ++w) {
+    // iid per-seed statistics: |z| < 4. Observed (key seed 8): z = −0.51, −1.38, −0.36, 0.53.
+    INFO("weighting " << w << " z " << z[w]);
+    CHECK(std::abs(z[w]) < 4);
   }
 }
 
@@ -156,8 +122,8 @@ TEST_CASE("skeinformer's pilot rows are exact", "[sketching]") {
   const HeadView view = synth_slice(128, 16, 0.3, 5);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
   const std::string spec = "skeinformer(d=16,colsample=importance,rownorm=adaptive,pilot_reuse=1)";
-  const MatrixF out = run(spec, view);
-  const MatrixF without = run("skeinformer(d=16,colsample=importance,rownorm=adaptive,pilot_reuse=0)", view);
+  const MatrixF out = run_estimator(spec, view);
+  const MatrixF without = run_estimator("skeinformer(d=16,colsample=importance,rownorm=adaptive,pilot_reuse=0)", view);
   // The pilot rows, regenerated from the same key and purpose as the estimator draws them.
   const RandomStream rows(make_random_key(8, spec, 0), Purpose::kRowSample);
   std::vector<bool> is_pilot(view.n(), false);
@@ -179,19 +145,19 @@ TEST_CASE("skeinformer's pilot rows are exact", "[sketching]") {
 TEST_CASE("every skeinformer ablation runs and is finite", "[sketching]") {
   const HeadView view = synth_slice(96, 16, 0.5, 6);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
-  const double vmean = relative_error(exact, run("vmean", view));
+  const double vmean = relative_error(exact, run_estimator("vmean", view));
   // Observed relative errors (V-Mean 0.58): uniform 0.37, pilot_reuse=0 0.38, simple 0.47,
   // exact denominator 0.70 (no fill for the unsampled mass), linformer 1.44 (JL std) and 1.07
   // (std=0.02): untrained random projections are worse than V-Mean on this data.
   for (const char* spec : {"skeinformer(d=32,colsample=uniform)", "skeinformer(d=32,rownorm=simple)",
                            "skeinformer(d=32,rownorm=exact,pilot_reuse=0)", "skeinformer(d=32,pilot_reuse=0)",
                            "linformer(d=32)", "linformer(d=32,std=0.02)"}) {
-    const MatrixF out = run(spec, view);
+    const MatrixF out = run_estimator(spec, view);
     INFO(spec << " error " << relative_error(exact, out) << " vmean " << vmean);
     CHECK(out.allFinite());
     CHECK(out.rows() == 96);
   }
   // rownorm=exact with d_eff = n − 1 misses one column, so R′/D falls short of exact by that column's
   // share only. Observed 0.030.
-  CHECK(relative_error(exact, run("skeinformer(d=200,rownorm=exact,pilot_reuse=0)", view)) < 0.1);
+  CHECK(relative_error(exact, run_estimator("skeinformer(d=200,rownorm=exact,pilot_reuse=0)", view)) < 0.1);
 }
