@@ -154,6 +154,15 @@ TEST_CASE("bad input exits 3 and bad usage exits 2 with messages that say what t
   }
 }
 
+TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
+  const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean --device cuda -q");
+  if (r.exit_code == 0) SKIP_TEST("a GPU is visible: --device cuda runs (the parity tests check it)");
+  INFO(r.output);
+  // No CUDA backend in the build: usage error 2; backend but no GPU: input error 3.
+  CHECK((r.exit_code == 2 || r.exit_code == 3));
+  CHECK_THAT(r.output, Catch::Contains("--device cuda") && Catch::Contains("--device cpu"));
+}
+
 TEST_CASE("info prints the structure and checks values", "[cli]") {
   const auto r = run_attnprobe("info " + demo_dump() + " --entropy");
   INFO(r.output);

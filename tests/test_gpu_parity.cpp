@@ -39,3 +39,95 @@ TEST_CASE("device Philox draws the host's numbers", "[gpu]") {
   CHECK(worst < 1e-14);
 #endif
 }
+
+#ifdef ATTNPROBE_HAVE_CUDA
+#include "attnprobe/estimators/device.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/gpu/kernels.h"
+
+namespace {
+// Awkward shapes: n not a multiple of any tile, p not a power of two.
+struct Shape {
+  int64_t n;
+  int p;
+};
+const Shape kShapes[] = {{97, 50}, {97, 64}, {1025, 50}, {1025, 64}};
+
+HeadView parity_slice(const Shape& s) { return synth_slice(s.n, s.p, 0.3, 11); }
+
+MatrixF run_on(const std::string& spec, const HeadView& view, Device device) {
+  MatrixF out;
+  make_estimator(parse_spec(spec), device)->estimate(view, EstimateContext{make_random_key(12345, spec, 0), nullptr}, out);
+  return out;
+}
+
+double error(const MatrixD& reference, const MatrixF& estimate) {
+  return (reference - estimate.cast<double>()).norm() / reference.norm();
+}
+}  // namespace
+#endif
+
+TEST_CASE("device hash codes are identical to the host's", "[gpu]") {
+#ifndef ATTNPROBE_HAVE_CUDA
+  SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
+#else
+  if (gpu::device_count() == 0) SKIP_TEST("no GPU visible: " + gpu::device_description());
+  for (const Shape& shape : kShapes) {
+    const HeadView view = parity_slice(shape);
+    for (bool hadamard : {false, true}) {
+      const RandomKey key = make_random_key(12345, "codes", hadamard);
+      const auto host = lsh_codes(view.q, 32, 8, hadamard ? LshKind::kHadamard : LshKind::kGauss, key);
+      std::vector<uint32_t> device(host.size());
+      gpu::lsh_codes(view.q.data(), view.n(), view.p(), 32, 8, hadamard, key, device.data());
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < host.size(); ++i) mismatches += host[i] != device[i];
+      INFO("seed 12345, n " << shape.n << " p " << shape.p << (hadamard ? " hadamard" : " gauss"));
+      CHECK(mismatches == 0);
+    }
+  }
+#endif
+}
+
+TEST_CASE("device estimates are within twice the CPU float32 error of float64", "[gpu]") {
+#ifndef ATTNPROBE_HAVE_CUDA
+  SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
+#else
+  if (gpu::device_count() == 0) SKIP_TEST("no GPU visible: " + gpu::device_description());
+  for (const Shape& shape : kShapes) {
+    const HeadView view = parity_slice(shape);
+    INFO("seed 12345, n " << shape.n << " p " << shape.p);
+    // Deterministic estimators against their float64 references (flash-attention's calibration:
+    // the device may err at most twice as much as the CPU float32 path, plus 1e-6).
+    for (const char* spec : {"softmax", "vmean", "yoso-e(tau=8)"}) {
+      const MatrixD reference = *parse_spec(spec).make()->reference(view, nullptr);
+      const double cpu = error(reference, run_on(spec, view, Device::kCpu));
+      const double gpu = error(reference, run_on(spec, view, Device::kCuda));
+      INFO(spec << " cpu " << cpu << " gpu " << gpu);
+      CHECK(gpu <= 2 * cpu + 1e-6);
+    }
+    // The fp64-accumulation mode of the exact kernel is a reference in its own right.
+    MatrixF fp64(view.n(), view.pv());
+    gpu::exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.n(), view.p(), view.pv(),
+                         static_cast<float>(view.scale), true, fp64.data());
+    CHECK(error(exact_attention_f64(view.q, view.k, view.v, view.scale), fp64) < 1e-6);
+    // yoso: identical codes, so the float64 evaluation of those codes is the reference.
+    const std::string yoso = "yoso(m=16,tau=8,hash=gauss,norm=none)";
+    const RandomKey key = make_random_key(12345, yoso, 0);
+    const auto qc = lsh_codes(view.q, 16, 8, LshKind::kGauss, key), kc = lsh_codes(view.k, 16, 8, LshKind::kGauss, key);
+    MatrixD exact_tables = MatrixD::Zero(view.n(), view.pv());
+    for (int64_t i = 0; i < view.n(); ++i)
+      for (int f = 0; f < 16; ++f)
+        for (int64_t j = 0; j < view.n(); ++j)
+          if (qc[i * 16 + f] == kc[j * 16 + f]) exact_tables.row(i) += view.v.row(j) / 16.0;
+    const double cpu = error(exact_tables, run_on(yoso, view, Device::kCpu));
+    const double gpu = error(exact_tables, run_on(yoso, view, Device::kCuda));
+    INFO("yoso cpu " << cpu << " gpu " << gpu);
+    CHECK(gpu <= 2 * cpu + 1e-6);
+    // performer: the same features and the same float64 formula on both sides.
+    const MatrixF cpu_performer = run_on("performer(M=64)", view, Device::kCpu);
+    CHECK(error(cpu_performer.cast<double>(), run_on("performer(M=64)", view, Device::kCuda)) < 1e-5);
+  }
+#endif
+}

@@ -21,12 +21,5 @@ void add_dump_options(CLI::App& cmd, DumpOptions& options) {
       ->group(group);
 }
 
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device == "cuda")
-    throw UsageError("--device cuda: the CUDA backend's estimators are not built yet in this version "
-                     "(see lib/attnprobe/gpu/README.md); use --device cpu");
-  throw UsageError(fmt::format("--device {}: use cpu or cuda", device));
-}
 
 }  // namespace attnprobe::cli

@@ -55,7 +55,10 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--threads", o.threads, "worker threads (0 = all cores); results do not depend on it")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd.add_option("--device", o.device, "cpu (cuda: see lib/attnprobe/gpu)")->capture_default_str();
+  cmd.add_option("--device", o.device,
+                 "cpu or cuda (GPU versions: softmax, vmean, yoso-e, yoso, performer; the float64 references stay on "
+                 "the CPU; same seeds give the same random draws on both)")
+      ->capture_default_str();
   cmd.add_option("--reference", o.reference,
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
                  "deterministic spec")
@@ -68,7 +71,7 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
 }
 
 SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
-  check_device(o.device);
+  parse_device(o.device);
   SweepRequest r;
   r.estimators = o.estimators;
   if (!o.samples.empty()) r.samples = parse_int_list(o.samples, "--samples");
@@ -108,6 +111,7 @@ int run_eval(const RunCommandOptions& o) {
   ProgressBar bar(progress_wanted(o));
   RunOptions options;
   options.threads = o.threads;
+  options.device = parse_device(o.device);
   options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
   run_sweep(dump, plan, options, [&](const std::vector<TrialRow>& rows) {
     if (writer) writer->write(rows);
@@ -150,6 +154,7 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
 
   RunOptions options;
   options.threads = o.threads;
+  options.device = parse_device(o.device);
   const bool exists = std::filesystem::exists(out_path) && std::filesystem::file_size(out_path) > 0;
   if (exists && !o.resume && !o.overwrite)
     throw UsageError(fmt::format("'{}' already exists: add --resume to continue it (finished trials are kept and "
@@ -172,6 +177,7 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   info.command_line = globals.argv;
   info.dump = o.dump;
   info.threads = o.threads > 0 ? o.threads : hardware_threads();
+  info.device = o.device;
   info.seed = o.seed;
   info.resumed = o.resume && exists;
   info.started = iso_time_now();

@@ -29,7 +29,4 @@ Action add_check(CLI::App& app);
 /// --q-path/--k-path/--v-path/--layout/--num-heads, shared by every command that reads a dump.
 void add_dump_options(CLI::App& cmd, DumpOptions& options);
 
-/// "--device cpu|cuda": only cpu exists until the CUDA backend lands; cuda is a clear error.
-void check_device(const std::string& device);
-
 }  // namespace attnprobe::cli

@@ -11,6 +11,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/estimators/device.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/records/csv.h"
@@ -75,7 +76,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     on_row(row);
     rows.push_back(std::move(row));
   };
-  if (request.sgemm_floor) {
+  const Device device = parse_device(request.device);
+  if (request.sgemm_floor && device == Device::kCpu) {
     // The ceiling: vector FMAs with no memory traffic (seconds = the measuring time).
     for (int64_t threads : request.threads)
       emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3,
@@ -90,19 +92,20 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
       for (const Spec& spec : specs) {
-        const std::unique_ptr<Estimator> estimator = spec.make();
+        const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
         MatrixF out;
         const EstimateContext ctx{make_random_key(request.seed, "bench;" + spec.canonical(), 0), &pool};
         auto [median, min] = time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
         const double flops = estimator->flops(n, request.p, view.pv());
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
-                      spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, "cpu", request.repeat,
+                      spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
+                      request.repeat,
                       median, min, flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt});
       }
     }
   }
   const OpenBlasFloor& blas = OpenBlasFloor::instance();
-  if (!request.sgemm_floor || !blas.available()) return rows;
+  if (!request.sgemm_floor || !blas.available() || device != Device::kCpu) return rows;
   for (int64_t n : request.lengths) {
     const HeadView view = random_view(n, request.p, request.seed);
     // The floor: the same two products exact attention needs, as two whole sgemm calls with the

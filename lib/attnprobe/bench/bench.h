@@ -20,6 +20,7 @@ struct BenchRequest {
   int repeat = 5;
   bool sgemm_floor = true;
   uint64_t seed = 0;
+  std::string device = "cpu";  ///< cpu | cuda (the fma-peak and sgemm-floor rows are CPU ceilings)
 };
 
 struct BenchRow {

@@ -71,6 +71,13 @@ class RandomStream {
     return (t & 1u) ? radius * sin(angle) : radius * cos(angle);
   }
 
+  /// A random sign at position (row, index): ±1, 128 signs per Philox block (block index/128 of the
+  /// row, bit index mod 128).
+  ATTNPROBE_HOST_DEVICE int sign(uint32_t row, uint32_t index) const {
+    const PhiloxCounter r = bits(row, index >> 7);
+    return (r.v[(index >> 5) & 3] >> (index & 31)) & 1u ? 1 : -1;
+  }
+
   /// Fills out[0..count) with elements 0..count-1 of the normal sequence of row (a, c); the same
   /// numbers as normal(a, t, c), two per Philox call.
   template <typename T>

@@ -51,7 +51,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   const std::string label = dump_label(dump.path());
 
   std::vector<std::unique_ptr<Estimator>> estimators;
-  for (const EstimatorSetting& s : plan.settings) estimators.push_back(s.spec.make());
+  for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
   std::map<std::string, std::unique_ptr<Estimator>> reference_estimators;
   for (const EstimatorSetting& s : plan.settings)
     if (!reference_estimators.count(s.reference)) reference_estimators[s.reference] = parse_spec(s.reference).make();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/estimators/device.h"
 #include "attnprobe/io/dump.h"
 #include "attnprobe/records/record.h"
 #include "attnprobe/sweep/plan.h"
@@ -21,6 +22,7 @@ std::set<std::string> complete_trials(const std::vector<TrialRow>& rows, const s
 
 struct RunOptions {
   int threads = 0;                  ///< 0: all cores
+  Device device = Device::kCpu;     ///< where the estimators run (references are float64 on the CPU)
   std::set<std::string> done;       ///< trial identities to skip (resume)
   std::function<void(int64_t done, int64_t total)> progress;  ///< called after each slice
 };

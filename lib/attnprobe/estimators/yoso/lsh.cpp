@@ -26,9 +26,7 @@ void fast_walsh_hadamard(double* x, int64_t length) {
 }
 
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c) {
-  // 128 signs per Philox block: block c/128 of row (part·3 + d), bit c mod 128.
-  const PhiloxCounter bits = stream.bits(part * 3 + d, c >> 7);
-  return (bits.v[(c >> 5) & 3] >> (c & 31)) & 1u ? 1 : -1;
+  return stream.sign(part * 3 + d, c);  // the GPU kernel draws the same: gpu/lsh.cu
 }
 
 std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key) {

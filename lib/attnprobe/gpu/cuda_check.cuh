@@ -1,0 +1,46 @@
+#pragma once
+// Small device helpers shared by the kernels: error checks and RAII device buffers.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace attnprobe::gpu {
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
+}
+
+/// A device array of n elements; upload() and download() copy from/to host memory.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    if (count_) check_cuda(cudaMalloc(&data_, count_ * sizeof(T)), "cudaMalloc");
+  }
+  DeviceBuffer(const T* host, size_t count) : DeviceBuffer(count) { upload(host); }
+  ~DeviceBuffer() {
+    if (data_) cudaFree(data_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return data_; }
+  void upload(const T* host) { check_cuda(cudaMemcpy(data_, host, count_ * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  void download(T* host) const {
+    check_cuda(cudaMemcpy(host, data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  }
+  void zero() { check_cuda(cudaMemset(data_, 0, count_ * sizeof(T)), "memset"); }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+inline void check_launch(const char* kernel) {
+  check_cuda(cudaGetLastError(), kernel);
+  check_cuda(cudaDeviceSynchronize(), kernel);
+}
+
+inline int blocks_for(int64_t items, int threads) { return static_cast<int>((items + threads - 1) / threads); }
+
+}  // namespace attnprobe::gpu

@@ -1,0 +1,87 @@
+// YOSO on the GPU (mirrors estimators/yoso/yoso_e.cpp and yoso.cpp): the expectation, one thread
+// per query row; and YOSO-m's bucket tables, filled with atomics and read per (query, column).
+#include <cmath>
+
+#include "attnprobe/gpu/cuda_check.cuh"
+#include "attnprobe/gpu/kernels.h"
+
+namespace attnprobe::gpu {
+
+namespace {
+constexpr int kMaxDim = 128;
+
+__global__ void yoso_expectation_kernel(const float* q_hat, const float* k_hat, const float* v, int n, int keys, int p,
+                                        int pv, int tau, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc[kMaxDim];
+  for (int c = 0; c < pv; ++c) acc[c] = 0;
+  for (int j = 0; j < keys; ++j) {
+    float cosine = 0;
+    for (int c = 0; c < p; ++c) cosine += q_hat[static_cast<int64_t>(i) * p + c] * k_hat[static_cast<int64_t>(j) * p + c];
+    cosine = fminf(1.0f, fmaxf(-1.0f, cosine));  // clamp before acos: q̂·q̂ can round above 1
+    const float base = 1.0f - acosf(cosine) * 0.318309886183790671538f;
+    float weight = 1.0f;
+    for (int t = 0; t < tau; ++t) weight *= base;
+    for (int c = 0; c < pv; ++c) acc[c] += weight * v[static_cast<int64_t>(j) * pv + c];
+  }
+  float norm = 0;
+  for (int c = 0; c < pv; ++c) norm += acc[c] * acc[c];
+  norm = sqrtf(norm);
+  for (int c = 0; c < pv; ++c) out[static_cast<int64_t>(i) * pv + c] = norm > 0 ? acc[c] / norm : 0.0f;
+}
+
+__global__ void fill_tables_kernel(const uint32_t* key_codes, const float* v, int keys, int pv, int m, int64_t buckets,
+                                   float* tables) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // (j, f, c)
+  if (idx >= static_cast<int64_t>(keys) * m * pv) return;
+  const int c = static_cast<int>(idx % pv);
+  const int f = static_cast<int>((idx / pv) % m);
+  const int64_t j = idx / (static_cast<int64_t>(pv) * m);
+  const uint32_t code = key_codes[j * m + f];
+  atomicAdd(&tables[(f * buckets + code) * pv + c], v[j * pv + c]);
+}
+
+__global__ void read_tables_kernel(const uint32_t* query_codes, const float* tables, int n, int pv, int m,
+                                   int64_t buckets, float* y) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // (i, c)
+  if (idx >= static_cast<int64_t>(n) * pv) return;
+  const int c = static_cast<int>(idx % pv);
+  const int64_t i = idx / pv;
+  float sum = 0;
+  for (int f = 0; f < m; ++f) sum += tables[(f * buckets + query_codes[i * m + f]) * pv + c];
+  y[idx] = sum / m;
+}
+}  // namespace
+
+void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, int64_t n, int64_t keys, int64_t p,
+                      int64_t pv, int tau, float* out) {
+  if (pv > kMaxDim) throw std::runtime_error("CUDA yoso-e supports value dims up to 128");
+  DeviceBuffer<float> dq(q_hat, n * p), dk(k_hat, keys * p), dv(v, keys * pv), dout(n * pv);
+  yoso_expectation_kernel<<<blocks_for(n, 128), 128>>>(dq.get(), dk.get(), dv.get(), static_cast<int>(n),
+                                                       static_cast<int>(keys), static_cast<int>(p),
+                                                       static_cast<int>(pv), tau, dout.get());
+  check_launch("yoso_expectation_kernel");
+  dout.download(out);
+}
+
+void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const float* v, int64_t n, int64_t keys,
+                 int64_t pv, int m, int tau, float* y) {
+  const int64_t buckets = int64_t{1} << tau;
+  const int64_t table_floats = static_cast<int64_t>(m) * buckets * pv;
+  if (table_floats > (int64_t{1} << 30))
+    throw std::runtime_error("CUDA yoso: m * 2^tau * pv = " + std::to_string(table_floats) +
+                             " table entries exceed 2^30 (4 GiB); use a smaller tau or m, or --device cpu");
+  DeviceBuffer<uint32_t> dq(query_codes, n * m), dk(key_codes, keys * m);
+  DeviceBuffer<float> dv(v, keys * pv), tables(table_floats), dy(n * pv);
+  tables.zero();
+  fill_tables_kernel<<<blocks_for(keys * m * pv, 256), 256>>>(dk.get(), dv.get(), static_cast<int>(keys),
+                                                              static_cast<int>(pv), m, buckets, tables.get());
+  check_launch("fill_tables_kernel");
+  read_tables_kernel<<<blocks_for(n * pv, 256), 256>>>(dq.get(), tables.get(), static_cast<int>(n),
+                                                      static_cast<int>(pv), m, buckets, dy.get());
+  check_launch("read_tables_kernel");
+  dy.download(y);
+}
+
+}  // namespace attnprobe::gpu
