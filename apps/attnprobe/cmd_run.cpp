@@ -47,7 +47,7 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--batch", o.batch, "batch items: all (default), a list or a range");
   cmd.add_option("--samples", o.samples,
                  "values for each estimator's samples knob (m, d, M, S, C, L), e.g. 8..128:x2; omitted: the spec's own. "
-                 "Deterministic estimators ignore it");
+                 "Estimators without a knob (softmax, vmean, yoso-e) ignore it");
   cmd.add_option("--trials", o.trials, "trials per random setting (deterministic estimators run once)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
