@@ -23,8 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from skeinformer_fig1 import method_label  # noqa: E402
-from sweep_csv import aggregate, integer, read_rows  # noqa: E402
+from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
 
 
 def main():

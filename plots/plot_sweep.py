@@ -11,7 +11,6 @@ Example:
 """
 import argparse
 import os
-import re
 import sys
 
 import matplotlib
@@ -20,12 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, integer, read_rows  # noqa: E402
-
-
-def without_knob(spec, knob_value):
-    """The spec with its samples value removed, so the lines of a samples sweep group together."""
-    return re.sub(r"([(,])[a-zA-Z_]+=" + re.escape(knob_value) + r"(?=[,)])", r"\1…", spec) if knob_value else spec
+from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
 
 
 def main():
@@ -44,7 +38,7 @@ def main():
         sys.exit("plot_sweep: no rows for " + ", ".join(metrics))
 
     def line_of(r):
-        label = r["spec"] if args.x == "n" else without_knob(r["spec"], r["samples"])
+        label = method_label(r["spec"], keep_knob=args.x == "n")
         return label if r["reference"] == "softmax" else f"{label} vs {r['reference']}"
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
@@ -59,10 +53,11 @@ def main():
         ax.set_xlabel("sequence length n" if args.x == "n" else "samples")
         ax.set_ylabel(metric)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
     dumps = sorted({r["dump"] for r in rows})
     fig.suptitle(args.title or f"attnprobe: {', '.join(dumps)} (mean ± s.e. over slices)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
     fig.savefig(args.output, dpi=120)
     print(f"plot_sweep: wrote {args.output}")
 

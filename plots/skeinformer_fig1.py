@@ -14,7 +14,6 @@ d; V-Mean flat. Input: a sweep with --samples over d, e.g.
 """
 import argparse
 import os
-import re
 import sys
 
 import matplotlib
@@ -23,24 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, integer, read_rows  # noqa: E402
-
-# Defaults of the ablation keys: a line is labelled by its name and the keys that differ.
-DEFAULTS = {"colsample": "importance", "rownorm": "adaptive", "pilot_reuse": "1", "pinv": "iterative",
-            "std": "0", "ortho": "1", "proposal": "segment", "weights": "decoupled", "beta": "1", "mode": "sample",
-            "noise": "scaled", "variant": "unbiased", "tau": "8", "hash": "gauss", "norm": "l2"}
-KNOBS = {"d", "L", "M", "S", "C", "m"}
-
-
-def method_label(spec):
-    name, _, body = spec.partition("(")
-    extras = []
-    for item in body.rstrip(")").split(","):
-        key, _, value = item.partition("=")
-        if key and key not in KNOBS and DEFAULTS.get(key) != value:
-            extras.append(f"{key}={value}")
-    return name + (f" ({', '.join(extras)})" if extras else "")
-
+from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

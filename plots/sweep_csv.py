@@ -52,5 +52,25 @@ def aggregate(rows, line_of, x_of):
     return dict(lines)
 
 
+# Defaults of the estimators' option keys, and their samples knobs: a line is labelled by its name
+# and the keys that differ from these.
+DEFAULTS = {"colsample": "importance", "rownorm": "adaptive", "pilot_reuse": "1", "pinv": "iterative",
+            "std": "0", "ortho": "1", "proposal": "segment", "weights": "decoupled", "beta": "1", "mode": "sample",
+            "noise": "scaled", "variant": "unbiased", "tau": "8", "hash": "gauss", "norm": "l2"}
+KNOBS = {"d", "L", "M", "S", "C", "m"}
+
+
+def method_label(spec, keep_knob=False):
+    """'lara(C=64,proposal=segment,...)' -> 'lara' (or 'lara (C=64)' with keep_knob)."""
+    name, _, body = spec.partition("(")
+    extras = []
+    for item in body.rstrip(")").split(","):
+        key, _, value = item.partition("=")
+        if not key or DEFAULTS.get(key) == value or (key in KNOBS and not keep_knob):
+            continue
+        extras.append(f"{key}={value}")
+    return name + (f" ({', '.join(extras)})" if extras else "")
+
+
 def integer(text):
     return int(text) if text and text != "all" else None

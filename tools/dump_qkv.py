@@ -28,6 +28,7 @@ Recipe for your own model (Python):
 
 Command line (for this project's character model):
 
+    /usr/bin/python3 tools/train_charlm.py ... --held-out-text held_out.txt   # writes the held-out split
     /usr/bin/python3 tools/dump_qkv.py --checkpoint data/models/charlm-hd32.pt --text held_out.txt \\
         --length 4096 --sequences 2 -o data/charlm-hd32.h5
 """
@@ -151,7 +152,8 @@ def main():
     write(captured, args.output, scale=1 / math.sqrt(meta["head_dim"]), causal=0,
           model=f"attnprobe char-level MLM transformer ({meta['layers']} layers x {meta['heads']} heads, "
                 f"head dim {meta['head_dim']}, rotary), tools/train_charlm.py",
-          source=f"{meta['corpus']}; held-out characters {args.offset}..{need} of {args.text}", dtype=args.dtype)
+          source=f"{meta['corpus']}; characters {args.offset}..{need} of the held-out split (the last 5% of the "
+                 f"text, never trained on)", dtype=args.dtype)
     print(f"dump_qkv: wrote {args.output}: {meta['layers']} layers x {meta['heads']} heads x {args.sequences} x "
           f"{args.length} tokens, head dim {meta['head_dim']}, {args.dtype}")
 

@@ -14,7 +14,9 @@ frequencies, evaluated on the held-out text).
     /usr/bin/python3 tools/train_charlm.py --head-dim 32 --heads 2 --layers 2 -o data/models/charlm-hd32.pt
     /usr/bin/python3 tools/train_charlm.py --head-dim 64 --heads 2 --layers 2 -o data/models/charlm-hd64.pt
 
-Training is a curriculum over sequence lengths (128 -> 512 -> 1024 -> 4096), most steps short.
+Training is a curriculum over sequence lengths (128 -> 512 -> 1024 -> 4096), most steps short; the
+learning rate decays (cosine) only to 30% so the long stages still learn. On 2 CPU cores: ~10 min
+(head dim 32) and ~13 min (head dim 64).
 """
 import argparse
 import json
@@ -153,7 +155,7 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=32)
-    parser.add_argument("--steps", default="2500,400,150,40", help="steps at lengths 128,512,1024,4096")
+    parser.add_argument("--steps", default="800,200,200,150", help="steps at lengths 128,512,1024,4096")
     parser.add_argument("--batch", default="32,8,4,1", help="batch size at each length")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -191,7 +193,9 @@ def main():
     done, start = 0, time.time()
     for length, count, batch in zip(lengths, steps, batches):
         for _ in range(count):
-            lr = args.lr * 0.5 * (1 + math.cos(math.pi * done / total))  # cosine decay over all stages
+            # Cosine decay to a floor of 30%: the long-sequence stages come last and must still learn
+            # (decaying to 0 left the model untrained beyond ~1024 tokens: 5.6 bits/char at 4096).
+            lr = args.lr * (0.3 + 0.7 * 0.5 * (1 + math.cos(math.pi * done / total)))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             inputs, targets, mask = masked_batch(train, length, batch, generator, index[MASK])
