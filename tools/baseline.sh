@@ -9,7 +9,9 @@
 #
 # ATTNPROBE (the binary, default build/attnprobe) and BASELINE_WORK (scratch folder, default
 # build/baseline) may be set. All 8 slices of the dump at n = 64, 256, 1024, 8 trials: about 4 s on 2
-# cores.
+# cores. Gated metrics: spec_rel, fro_rel, mse, angle, zero_rows (the absolute spec and fro are the
+# relative ones times a constant of the fixed reference; nmse and maxabs add little and double the
+# baseline file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ATTNPROBE:-build/attnprobe}
@@ -29,6 +31,7 @@ args=()
 for e in "${estimators[@]}"; do args+=(-e "$e"); done
 mkdir -p "$work"
 "$bin" sweep data/synth-demo.h5 "${args[@]}" --lengths 64,256,1024 --trials 8 --seed 0 \
+  --metrics spec_rel,fro_rel,mse,angle,zero_rows \
   --overwrite -q -o "$work/run.csv"
 if [ "${1:-}" = "--refresh" ]; then
   mkdir -p "$(dirname "$baseline")"
