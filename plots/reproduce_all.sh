@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Reruns the sweeps behind the three paper figures on the bundled dump and draws them as PNG and
+# Reruns the sweeps behind the three paper figures on the bundled dumps and draws them as PNG and
 # SVG into out/figures/ (YOSO Fig. 8, Skeinformer Fig. 1, LARA Fig. 1). plots/README.md explains
 # each figure, what the paper claimed and what the data shows.
 #
-#   plots/reproduce_all.sh            # the bundled dump (data/synth-demo.h5), ~20 s on 2 cores
+#   plots/reproduce_all.sh            # the bundled dumps (synth-demo, charlm-hd64), a few minutes on 2 cores
 #   plots/reproduce_all.sh --shared   # also ../shared/data/stories260K.h5 and kwt1-speech.h5, when present
 #
 # Needs a build (tools/build.sh) and Debian's python3-matplotlib (tools/install_deps.sh).
@@ -36,6 +36,8 @@ figures() {  # name dump yoso-lengths sketch-lengths sketch-samples lara-lengths
 }
 
 figures synth-demo data/synth-demo.h5 64..1024:x2 512,1024 8..256:x2 256,512,1024 8..1024:x2
+# Our own trained model at the papers' lengths (YOSO: up to 4096; Skeinformer: 1024 and 4096).
+figures charlm-hd64 data/charlm-hd64.h5 64..4096:x2 1024,4096 8..256:x2 256,1024,4096 8..1024:x2
 if [ "${1:-}" = "--shared" ]; then
   shared=../shared/data
   if [ -f "$shared/stories260K.h5" ]; then
