@@ -51,16 +51,17 @@ std::string write_synth(const std::string& name, const SynthOptions& options, St
   return path;
 }
 
-HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed) {
+HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed, int pv) {
   SynthOptions o;
   o.layers = 1;
   o.heads = 1;
   o.batch = 1;
   o.tokens = n;
   o.dim = p;
+  o.value_dim = pv;
   o.temperatures = {temperature};
   o.seed = seed;
-  const std::string path = write_synth(fmt::format("slice-{}-{}-{}-{}.h5", n, p, temperature, seed), o);
+  const std::string path = write_synth(fmt::format("slice-{}-{}-{}-{}-{}.h5", n, p, pv, temperature, seed), o);
   return Dump::open(path).read_slice(0, 0, 0, n);
 }
 

@@ -29,8 +29,9 @@ CommandResult run_attnprobe(const std::string& args);
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,
                         int gzip = 0);
 
-/// Slice (0, 0, 0, n) of a one-layer synthetic dump (p, temperature, seed; 8 clusters).
-HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0);
+/// Slice (0, 0, 0, n) of a one-layer synthetic dump (p, temperature, seed; 8 clusters; value dim
+/// pv, 0 meaning p).
+HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0, int pv = 0);
 
 /// One run of `spec` on `view`, keyed by (key_seed, spec, trial).
 MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial = 0, uint64_t key_seed = 8);

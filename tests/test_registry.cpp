@@ -9,18 +9,8 @@ using namespace attnprobe;
 using namespace attnprobe::test;
 
 namespace {
-HeadView small_slice(int64_t n = 96, int p = 16) {
-  SynthOptions o;
-  o.layers = 1;
-  o.heads = 1;
-  o.batch = 1;
-  o.tokens = n;
-  o.dim = p;
-  o.value_dim = p + 3;  // pv ≠ p catches estimators that confuse the two
-  o.temperatures = {0.3};
-  const std::string path = write_synth("registry-" + std::to_string(n) + ".h5", o);
-  return Dump::open(path).read_slice(0, 0, 0, n);
-}
+// pv ≠ p catches estimators that confuse the two.
+HeadView small_slice(int64_t n = 96, int p = 16) { return synth_slice(n, p, 0.3, 0, p + 3); }
 }  // namespace
 
 TEST_CASE("every registered estimator round-trips its spec and is deterministic per key with the right shape",
