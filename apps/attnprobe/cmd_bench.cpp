@@ -31,13 +31,15 @@ Action add_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
   app.add_option("--csv", o->csv, "also write the rows to this CSV");
-  app.add_flag("--no-sgemm", o->no_sgemm, "skip the sgemm floor rows");
+  app.add_flag("--no-sgemm", o->no_sgemm, "skip the fma-peak and sgemm-floor rows");
   app.footer(
       "Example:\n  attnprobe bench --lengths 512..4096:x2 --threads 1,2\n  attnprobe bench -e vmean -e softmax "
       "--lengths 4096 --threads 1 --csv out/bench.csv\n\n"
       "Inputs are N(0,1) queries, keys and values with scale 1/sqrt(p). gflops counts useful work (4*n^2*p for "
-      "exact attention). The sgemm-floor rows time the same two products as whole BLAS calls (Q*K^T into an n x n "
-      "matrix, then P*V) with the BLAS's own threads: the speed exact attention cannot beat by much.");
+      "exact attention). Two ceilings are measured in the same run on the CPU: fma-peak (vector FMA chains, no memory "
+      "traffic: the machine's fp32 peak) and sgemm-floor (the same two products as whole OpenBLAS calls, Q*K^T into an "
+      "n x n matrix then P*V, with the BLAS's own threads: the speed exact attention cannot beat by much). With "
+      "--device cuda a call includes the slice's upload and the result's download.");
   return [o] {
     BenchRequest r;
     r.device = o->device;
