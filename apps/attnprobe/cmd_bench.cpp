@@ -5,6 +5,7 @@
 #include "attnprobe/bench/bench.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/estimators/device.h"
 #include "attnprobe/report/table.h"
 #include "commands.h"
 
@@ -52,6 +53,8 @@ Action add_bench(CLI::App& app) {
     r.p = o->p;
     r.repeat = o->repeat;
     r.sgemm_floor = !o->no_sgemm;
+    // Fail before any output when the device or an estimator cannot run there.
+    for (const std::string& spec : r.estimators) make_estimator(parse_spec(spec), parse_device(r.device));
     std::ofstream csv;
     if (!o->csv.empty()) {
       csv.open(o->csv);
