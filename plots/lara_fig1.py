@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
+from sweep_csv import draw_samples_lines, read_rows  # noqa: E402
 
 
 def main():
@@ -41,15 +41,7 @@ def main():
     fig, axes = plt.subplots(1, len(lengths), figsize=(5 * len(lengths), 4.2), squeeze=False)
     for ax, n in zip(axes[0], lengths):
         subset = [r for r in rows if r["n"] == str(n)]
-        lines = aggregate([r for r in subset if r["samples"]], lambda r: method_label(r["spec"]),
-                          lambda r: integer(r["samples"]))
-        for label, points in sorted(lines.items()):
-            xs, ys, ses = zip(*points)
-            ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
-        flat = aggregate([r for r in subset if not r["samples"]], lambda r: method_label(r["spec"]), lambda r: 0)
-        xs_all = sorted({x for points in lines.values() for x, _, _ in points}) or [1, 1024]
-        for label, points in flat.items():
-            ax.plot([xs_all[0], xs_all[-1]], [points[0][1]] * 2, linestyle="--", color="gray", label=label)
+        draw_samples_lines(ax, subset)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("samples (M for performer, C for lara, S for ra)")

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
+from sweep_csv import draw_samples_lines, read_rows  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,17 +42,7 @@ def main():
         for row, metric in enumerate(("spec", "spec_rel")):
             ax = axes[row][col]
             subset = [r for r in rows if r["metric"] == metric and r["n"] == str(n)]
-            knobbed = aggregate([r for r in subset if r["samples"]], lambda r: method_label(r["spec"]),
-                                lambda r: integer(r["samples"]))
-            flat = aggregate([r for r in subset if not r["samples"]], lambda r: method_label(r["spec"]), lambda r: 0)
-            xs_all = sorted({x for points in knobbed.values() for x, _, _ in points}) or [8, 256]
-            for label, points in sorted(knobbed.items()):
-                xs, ys, ses = zip(*points)
-                ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
-            for label, points in sorted(flat.items()):
-                _, y, se = points[0]
-                ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", label=label)
-                ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, alpha=0.15)
+            draw_samples_lines(ax, subset)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("d (samples)")

@@ -74,3 +74,19 @@ def method_label(spec, keep_knob=False):
 
 def integer(text):
     return int(text) if text and text != "all" else None
+
+
+def draw_samples_lines(ax, rows):
+    """Error against the samples knob on `ax`: one line per method (mean ± s.e., slices as
+    replicates); methods without a knob (V-Mean, softmax) as flat dashed lines with a s.e. band."""
+    knobbed = aggregate([r for r in rows if r["samples"]], lambda r: method_label(r["spec"]),
+                        lambda r: integer(r["samples"]))
+    flat = aggregate([r for r in rows if not r["samples"]], lambda r: method_label(r["spec"]), lambda r: 0)
+    xs_all = sorted({x for points in knobbed.values() for x, _, _ in points}) or [1, 1024]
+    for label, points in sorted(knobbed.items()):
+        xs, ys, ses = zip(*points)
+        ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
+    for label, points in sorted(flat.items()):
+        _, y, se = points[0]
+        ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color="gray", label=label)
+        ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, color="gray", alpha=0.15)

@@ -51,15 +51,20 @@ std::string write_synth(const std::string& name, const SynthOptions& options, St
   return path;
 }
 
-HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed, int pv) {
+SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim, std::vector<double> temperatures) {
   SynthOptions o;
-  o.layers = 1;
-  o.heads = 1;
-  o.batch = 1;
-  o.tokens = n;
-  o.dim = p;
+  o.layers = layers;
+  o.heads = heads;
+  o.batch = batch;
+  o.tokens = tokens;
+  o.dim = dim;
+  o.temperatures = std::move(temperatures);
+  return o;
+}
+
+HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed, int pv) {
+  SynthOptions o = synth_options(1, 1, 1, n, p, {temperature});
   o.value_dim = pv;
-  o.temperatures = {temperature};
   o.seed = seed;
   const std::string path = write_synth(fmt::format("slice-{}-{}-{}-{}-{}.h5", n, p, pv, temperature, seed), o);
   return Dump::open(path).read_slice(0, 0, 0, n);

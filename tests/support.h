@@ -29,6 +29,10 @@ CommandResult run_attnprobe(const std::string& args);
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,
                         int gzip = 0);
 
+/// Generator options of a small synthetic dump (other fields at their defaults).
+SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim,
+                           std::vector<double> temperatures = {0.1, 1.0});
+
 /// Slice (0, 0, 0, n) of a one-layer synthetic dump (p, temperature, seed; 8 clusters; value dim
 /// pv, 0 meaning p).
 HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0, int pv = 0);

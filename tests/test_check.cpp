@@ -16,14 +16,7 @@ using namespace attnprobe::test;
 namespace {
 std::string gate_dump() {
   static const std::string path = [] {
-    SynthOptions o;
-    o.layers = 2;
-    o.heads = 2;
-    o.batch = 1;
-    o.tokens = 128;
-    o.dim = 16;
-    o.temperatures = {0.2, 1.0};
-    return write_synth("gate.h5", o);
+    return write_synth("gate.h5", synth_options(2, 2, 1, 128, 16, {0.2, 1.0}));
   }();
   return path;
 }

@@ -12,14 +12,7 @@ using namespace attnprobe::test;
 namespace {
 std::string demo_dump() {
   static const std::string path = [] {
-    SynthOptions o;
-    o.layers = 2;
-    o.heads = 2;
-    o.batch = 2;
-    o.tokens = 96;
-    o.dim = 16;
-    o.temperatures = {0.2, 2.0};
-    return write_synth("cli-demo.h5", o);
+    return write_synth("cli-demo.h5", synth_options(2, 2, 2, 96, 16, {0.2, 2.0}));
   }();
   return path;
 }
@@ -95,15 +88,7 @@ TEST_CASE("an interrupted sweep resumes to the same CSV as an uninterrupted one"
 
 TEST_CASE("a failure mid-sweep keeps earlier rows whole and the CSV parseable", "[cli][errors]") {
   // Layer 1 has a NaN in head 1: layer 0 (and layer 1 head 0) finish first and must stay.
-  DumpContents c = make_synthetic_dump([] {
-    SynthOptions o;
-    o.layers = 2;
-    o.heads = 2;
-    o.batch = 1;
-    o.tokens = 40;
-    o.dim = 8;
-    return o;
-  }());
+  DumpContents c = make_synthetic_dump(synth_options(2, 2, 1, 40, 8));
   c.layers[1].datasets["q"].values[(1 * 40 + 7) * 8 + 2] = std::nan("");  // head 1, token 7
   const std::string dump = temp_path("nan-mid.h5");
   write_dump(dump, c, {});

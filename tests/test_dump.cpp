@@ -14,13 +14,7 @@ using namespace attnprobe::test;
 namespace {
 
 SynthOptions tiny(int layers = 2, int heads = 3, int batch = 2, int64_t tokens = 40, int dim = 8) {
-  SynthOptions o;
-  o.layers = layers;
-  o.heads = heads;
-  o.batch = batch;
-  o.tokens = tokens;
-  o.dim = dim;
-  return o;
+  return synth_options(layers, heads, batch, tokens, dim);
 }
 
 // A dump with arbitrary arrays under /layer_00 (for layouts and malformed files).

@@ -52,9 +52,13 @@ TEST_CASE("orthogonal features are orthogonal within a block with Gaussian norms
   const MatrixD omegas = draw_omegas(20, 8, true, make_random_key(1, "ortho", 0));
   const MatrixD block = omegas.topRows(8);
   const MatrixD gram = block * block.transpose();
+  double worst = 0;  // largest |cos| between two directions of the block
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 8; ++j)
-      if (i != j) CHECK(std::abs(gram(i, j)) < 1e-10 * std::sqrt(gram(i, i) * gram(j, j)));
+      if (i != j) worst = std::max(worst, std::abs(gram(i, j)) / std::sqrt(gram(i, i) * gram(j, j)));
+  // Householder QR in float64: orthogonal to rounding. Observed: 1.4e-16.
+  INFO("largest |cos| " << worst);
+  CHECK(worst < 1e-10);
   CHECK(omegas.allFinite());
 }
 

@@ -64,13 +64,7 @@ TEST_CASE("nystrom with L = n is exact attention", "[nystrom]") {
 
 TEST_CASE("nystrom's pseudo-inverse is initialised per slice", "[nystrom]") {
   // Item 1 of the second dump is 100× larger; item 0 must give bit-identical output in both.
-  SynthOptions o;
-  o.layers = 1;
-  o.heads = 1;
-  o.batch = 2;
-  o.tokens = 48;
-  o.dim = 8;
-  DumpContents plain = make_synthetic_dump(o), scaled = plain;
+  DumpContents plain = make_synthetic_dump(synth_options(1, 1, 2, 48, 8)), scaled = plain;
   for (auto name : {"q", "k", "v"}) {
     auto& values = scaled.layers[0].datasets[name].values;
     for (size_t i = values.size() / 2; i < values.size(); ++i) values[i] *= 100;

@@ -137,8 +137,10 @@ TEST_CASE("both table paths equal a naive evaluation of the same codes", "[yoso]
         for (int64_t j = 0; j < view.n(); ++j)
           if (qc[i * m + f] == kc[j * m + f]) naive.row(i) += view.v.row(j) / m;
     const MatrixF out = run_estimator(fmt::format("yoso(m={},tau={},hash=gauss,norm=none)", m, tau), view, 0);
-    INFO("tau " << tau);
-    CHECK((out.cast<double>() - naive).norm() <= 1e-6 * std::max(1.0, naive.norm()));  // float32 output rounding
+    const double err = (out.cast<double>() - naive).norm() / std::max(1.0, naive.norm());
+    // float32 tables and output against float64 sums: ~1e-7 relative. Observed: 6.5e-8 (dense), 4.5e-8 (sorted).
+    INFO("tau " << tau << " relative error " << err);
+    CHECK(err <= 1e-6);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -133,9 +134,12 @@ int run_eval(const RunCommandOptions& o) {
     }
     table[row_of[id]].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_) : fmt::format("{:.4g}", s.mean));
   }
-  fmt::print("{} slices of {}, n = {}{}; mean ± standard error over slices and trials\n", plan.slices.size(),
-             dump_label(o.dump), plan.slices.empty() ? 0 : plan.slices.front().n,
-             o.lengths.empty() ? " (full length)" : "");
+  const bool one_length = !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),
+                                      [&](const SliceRef& r) { return r.n == plan.slices.front().n; });
+  fmt::print("{} slices of {}, {}; mean ± standard error over slices and trials\n", plan.slices.size(),
+             dump_label(o.dump),
+             one_length ? fmt::format("n = {}{}", plan.slices.front().n, o.lengths.empty() ? " (full length)" : "")
+                        : std::string("n = each batch item's full valid length"));
   fmt::print("{}", format_table(table));
   if (writer) fmt::print(stderr, "wrote {} rows to {}\n", all_rows.size(), o.output);
   return 0;

@@ -3,6 +3,7 @@
 // the Hadamard signs sign(part·3 + d, c) of Purpose::kSignFlip, exactly as on the host; projections
 // are float64, so the codes are identical to the CPU's (a sign could differ only for a projection
 // within ~1e-16 of zero).
+#include "attnprobe/estimators/yoso/walsh_hadamard.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
 
@@ -44,21 +45,9 @@ __global__ void hadamard_codes_kernel(RandomStream stream, const double* x, int 
   for (int c = 0; c < padded; ++c) y[c] = c < p ? x[i * p + c] : 0.0;
   for (int d = 0; d < 3; ++d) {
     for (int c = 0; c < padded; ++c) y[c] *= stream.sign(static_cast<uint32_t>(t * 3 + d), static_cast<uint32_t>(c));
-    for (int half = 1; half < padded; half *= 2)  // in-place unnormalised fast Walsh–Hadamard transform
-      for (int start = 0; start < padded; start += 2 * half)
-        for (int c = start; c < start + half; ++c) {
-          const double a = y[c], b = y[c + half];
-          y[c] = a + b;
-          y[c + half] = a - b;
-        }
+    fast_walsh_hadamard(y, padded);  // the host's own transform (walsh_hadamard.h)
   }
-  for (int j = 0; j < per_part; ++j) {
-    const int f = t * per_part + j;
-    if (f >= m) break;
-    uint32_t code = 0;
-    for (int b = 0; b < tau; ++b) code |= static_cast<uint32_t>(y[j * tau + b] > 0) << b;
-    codes[i * m + f] = code;
-  }
+  hadamard_part_codes(y, t, per_part, m, tau, codes + i * m);
 }
 }  // namespace
 

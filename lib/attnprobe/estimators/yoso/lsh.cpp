@@ -15,16 +15,6 @@ MatrixD normalize_rows(const MatrixD& x) {
   return out;
 }
 
-void fast_walsh_hadamard(double* x, int64_t length) {
-  for (int64_t half = 1; half < length; half *= 2)
-    for (int64_t start = 0; start < length; start += 2 * half)
-      for (int64_t i = start; i < start + half; ++i) {
-        const double a = x[i], b = x[i + half];
-        x[i] = a + b;
-        x[i + half] = a - b;
-      }
-}
-
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c) {
   return stream.sign(part * 3 + d, c);  // the GPU kernel draws the same: gpu/lsh.cu
 }
@@ -45,11 +35,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
       const int64_t rows = std::min(block, n - r0);
       projections.topRows(rows).noalias() = x.middleRows(r0, rows) * r.transpose();
       for (int64_t i = 0; i < rows; ++i)
-        for (int f = 0; f < m; ++f) {
-          uint32_t code = 0;
-          for (int b = 0; b < tau; ++b) code |= static_cast<uint32_t>(projections(i, f * tau + b) > 0) << b;
-          codes[(r0 + i) * m + f] = code;
-        }
+        for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = sign_code(&projections(i, f * tau), tau);
     }
     return codes;
   }
@@ -72,13 +58,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
         for (int64_t c = 0; c < padded; ++c) y[c] *= signs[d * padded + c];
         fast_walsh_hadamard(y.data(), padded);
       }
-      for (int j = 0; j < per_part; ++j) {
-        const int f = t * per_part + j;
-        if (f >= m) break;
-        uint32_t code = 0;
-        for (int b = 0; b < tau; ++b) code |= static_cast<uint32_t>(y[j * tau + b] > 0) << b;
-        codes[i * m + f] = code;
-      }
+      hadamard_part_codes(y.data(), t, per_part, m, tau, codes.data() + i * m);
     }
   }
   return codes;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/estimators/yoso/walsh_hadamard.h"
 #include "attnprobe/rng/random_stream.h"
 
 namespace attnprobe {
@@ -27,9 +28,6 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
 
 /// The ±1 diagonal entry d ∈ {0, 1, 2} (D1, D2, D3) of part t at coordinate c: +1 or −1.
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c);
-
-/// In-place unnormalised fast Walsh–Hadamard transform of a length-2^k vector (Sylvester order).
-void fast_walsh_hadamard(double* x, int64_t length);
 
 /// ℓ2-normalised rows; a zero row stays zero.
 MatrixD normalize_rows(const MatrixD& x);

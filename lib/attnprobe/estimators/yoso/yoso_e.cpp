@@ -78,12 +78,18 @@ class YosoExpectation final : public Estimator {
   }
 
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
+    // Row blocks: the weights of 256 queries at a time (a whole n × n float64 matrix is 2 GiB at
+    // n = 16384).
     const MatrixD q = normalize_rows(view.q), k = normalize_rows(view.k);
-    MatrixD w = q * k.transpose();
-    w = w.unaryExpr([&](double c) {
-      return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau_);
-    });
-    return normalize_rows(w * view.v);
+    MatrixD y(view.n(), view.pv());
+    for (int64_t r0 = 0; r0 < view.n(); r0 += kRowBlock * 2) {
+      const int64_t rows = std::min(kRowBlock * 2, view.n() - r0);
+      const MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
+        return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau_);
+      });
+      y.middleRows(r0, rows).noalias() = w * view.v;
+    }
+    return normalize_rows(y);
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
