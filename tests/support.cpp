@@ -51,7 +51,8 @@ std::string write_synth(const std::string& name, const SynthOptions& options, St
   return path;
 }
 
-SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim, std::vector<double> temperatures) {
+SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim,
+                           std::vector<double> temperatures) {
   SynthOptions o;
   o.layers = layers;
   o.heads = heads;
@@ -82,7 +83,8 @@ std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& v
   const RandomStream s(make_random_key(3, "weights", 0), Purpose::kGeneric);
   std::vector<MatrixD> weights(stats, MatrixD(target.rows(), target.cols()));
   for (int w = 0; w < stats; ++w)
-    for (int64_t i = 0; i < target.size(); ++i) weights[w].data()[i] = s.uniform(w, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+    for (int64_t i = 0; i < target.size(); ++i)
+      weights[w].data()[i] = s.uniform(w, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
   std::vector<double> sum(stats, 0), sum2(stats, 0);
   MatrixD mean = MatrixD::Zero(target.rows(), target.cols());
   for (int t = 0; t < seeds; ++t) {

@@ -1,8 +1,8 @@
 #pragma once
 // Shared test helpers: a private temp folder per test process, running the attnprobe binary,
 // small synthetic dumps, and skips that CTest reports as skipped.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -57,9 +57,9 @@ std::string read_text(const std::string& path);
 }  // namespace attnprobe::test
 
 /// Ends the current TEST_CASE as skipped, saying why.
-#define SKIP_TEST(why)                          \
-  do {                                          \
-    ::attnprobe::test::report_skip(why);        \
-    WARN("skipped: " << (why));                 \
-    return;                                     \
+#define SKIP_TEST(why)                   \
+  do {                                   \
+    ::attnprobe::test::report_skip(why); \
+    WARN("skipped: " << (why));          \
+    return;                              \
   } while (0)

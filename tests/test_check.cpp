@@ -15,9 +15,7 @@ using namespace attnprobe::test;
 
 namespace {
 std::string gate_dump() {
-  static const std::string path = [] {
-    return write_synth("gate.h5", synth_options(2, 2, 1, 128, 16, {0.2, 1.0}));
-  }();
+  static const std::string path = [] { return write_synth("gate.h5", synth_options(2, 2, 1, 128, 16, {0.2, 1.0})); }();
   return path;
 }
 

@@ -40,7 +40,8 @@ TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
 
 TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determinism]") {
   const std::string one = temp_path("t1.csv"), two = temp_path("t2.csv");
-  const std::string grid = " -e softmax -e vmean -e 'yoso(m=8)' -e 'yoso(m=4,hash=hadamard)' --lengths 17,64,96 --trials 3 -q ";
+  const std::string grid =
+      " -e softmax -e vmean -e 'yoso(m=8)' -e 'yoso(m=4,hash=hadamard)' --lengths 17,64,96 --trials 3 -q ";
   REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 1 -o " + one).exit_code == 0);
   REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--threads 2 -o " + two).exit_code == 0);
   CHECK(read_text(one) == read_text(two));
@@ -50,8 +51,9 @@ TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determi
 TEST_CASE("a filtered rerun reproduces the same rows", "[cli][determinism]") {
   const std::string all = temp_path("all.csv"), part = temp_path("part.csv");
   REQUIRE(run_attnprobe("sweep " + demo_dump() + " -e softmax --lengths 64 -q -o " + all).exit_code == 0);
-  REQUIRE(run_attnprobe("sweep " + demo_dump() + " -e softmax --lengths 64 --layers 1 --heads 0 --batch 1 -q -o " + part)
-              .exit_code == 0);
+  REQUIRE(
+      run_attnprobe("sweep " + demo_dump() + " -e softmax --lengths 64 --layers 1 --heads 0 --batch 1 -q -o " + part)
+          .exit_code == 0);
   const auto whole = read_csv(all).trials;
   const auto subset = read_csv(part).trials;
   REQUIRE(subset.size() == 9);
@@ -152,8 +154,8 @@ TEST_CASE("info prints the structure and checks values", "[cli]") {
   const auto r = run_attnprobe("info " + demo_dump() + " --entropy");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Catch::Contains("layer_01") && Catch::Contains("float32") && Catch::Contains("all values finite") &&
-                           Catch::Contains("mean entropy"));
+  CHECK_THAT(r.output, Catch::Contains("layer_01") && Catch::Contains("float32") &&
+                           Catch::Contains("all values finite") && Catch::Contains("mean entropy"));
 }
 
 TEST_CASE("eval prints one line per setting and summarize aggregates", "[cli]") {
@@ -184,7 +186,8 @@ TEST_CASE("help texts teach with an example", "[cli]") {
 
 TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
   const std::string out = temp_path("synth-cli.h5");
-  const auto r = run_attnprobe("synth -o " + out + " --layers 1 --heads 1 --batch 2 --tokens 50 --valid-lengths 50,20 "
+  const auto r = run_attnprobe("synth -o " + out +
+                               " --layers 1 --heads 1 --batch 2 --tokens 50 --valid-lengths 50,20 "
                                "--dtype float16 --gzip 6");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);

@@ -55,8 +55,9 @@ TEST_CASE("synthetic dumps read back in every dtype compressed or not", "[dump]"
   const SynthOptions o = tiny();
   const std::string ref_path = write_synth("f64.h5", o, StoredType::kFloat64);
   const HeadView ref = Dump::open(ref_path).read_slice(1, 2, 1, 40);
-  for (auto [type, gzip, tolerance] : {std::tuple{StoredType::kFloat32, 0, 1e-6}, std::tuple{StoredType::kFloat32, 6, 1e-6},
-                                       std::tuple{StoredType::kFloat16, 4, 2e-3}}) {
+  for (auto [type, gzip, tolerance] :
+       {std::tuple{StoredType::kFloat32, 0, 1e-6}, std::tuple{StoredType::kFloat32, 6, 1e-6},
+        std::tuple{StoredType::kFloat16, 4, 2e-3}}) {
     const std::string path = write_synth(fmt::format("t{}-{}.h5", static_cast<int>(type), gzip), o, type, gzip);
     const Dump dump = Dump::open(path);
     REQUIRE(dump.layers().size() == 2);
@@ -128,16 +129,16 @@ TEST_CASE("lengths dataset limits each batch item", "[dump]") {
 }
 
 TEST_CASE("rank-3 HNP and rank-2 NP datasets are read with B = 1 and H = 1", "[dump][layout]") {
-  const std::string r3 = write_arrays("rank3.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 4}, 1)},
-                                                   {"v", iota_array({2, 5, 3}, 2)}});
+  const std::string r3 = write_arrays(
+      "rank3.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 4}, 1)}, {"v", iota_array({2, 5, 3}, 2)}});
   const Dump d3 = Dump::open(r3);
   CHECK(d3.layer(0).heads == 2);
   CHECK(d3.layer(0).batch == 1);
   const HeadView v3 = d3.read_slice(0, 1, 0, 5);
   CHECK(v3.q(0, 0) == Approx(0.01 * 20));  // head 1 starts at element 5·4
   CHECK(v3.v.cols() == 3);
-  const std::string r2 = write_arrays("rank2.h5", {{"q", iota_array({6, 4})}, {"k", iota_array({6, 4})},
-                                                   {"v", iota_array({6, 4})}}, 0.5);
+  const std::string r2 =
+      write_arrays("rank2.h5", {{"q", iota_array({6, 4})}, {"k", iota_array({6, 4})}, {"v", iota_array({6, 4})}}, 0.5);
   const Dump d2 = Dump::open(r2);
   CHECK(d2.layer(0).heads == 1);
   CHECK(d2.layer(0).scale == 0.5);
@@ -146,8 +147,8 @@ TEST_CASE("rank-3 HNP and rank-2 NP datasets are read with B = 1 and H = 1", "[d
 
 TEST_CASE("layout bnhp and layout bnp with num_heads read other orders", "[dump][layout]") {
   // [B=2, N=3, H=2, P=4]: element (b, n, h, p) at ((b·3 + n)·2 + h)·4 + p.
-  const std::string bnhp = write_arrays("bnhp.h5", {{"q", iota_array({2, 3, 2, 4})}, {"k", iota_array({2, 3, 2, 4})},
-                                                    {"v", iota_array({2, 3, 2, 4})}});
+  const std::string bnhp = write_arrays(
+      "bnhp.h5", {{"q", iota_array({2, 3, 2, 4})}, {"k", iota_array({2, 3, 2, 4})}, {"v", iota_array({2, 3, 2, 4})}});
   DumpOptions options;
   options.layout = "bnhp";
   const HeadView a = Dump::open(bnhp, options).read_slice(0, 1, 1, 3);
@@ -235,22 +236,23 @@ TEST_CASE("bad files give input errors that say what and where", "[dump][errors]
     CHECK_THAT(error_of([&] { Dump::open(path); }), Catch::Contains("/layer_00/k") && Catch::Contains("keys"));
   }
   SECTION("wrong rank") {
-    const std::string path = write_arrays("rank5.h5", {{"q", iota_array({1, 1, 1, 4, 2})}, {"k", iota_array({1, 1, 1, 4, 2})},
-                                                       {"v", iota_array({1, 1, 1, 4, 2})}});
+    const std::string path = write_arrays(
+        "rank5.h5",
+        {{"q", iota_array({1, 1, 1, 4, 2})}, {"k", iota_array({1, 1, 1, 4, 2})}, {"v", iota_array({1, 1, 1, 4, 2})}});
     CHECK_THAT(error_of([&] { Dump::open(path); }), Catch::Contains("rank 5") && Catch::Contains("/layer_00/q"));
-    const std::string mixed = write_arrays("mixed.h5", {{"q", iota_array({4, 2})}, {"k", iota_array({1, 4, 2})},
-                                                        {"v", iota_array({4, 2})}});
+    const std::string mixed =
+        write_arrays("mixed.h5", {{"q", iota_array({4, 2})}, {"k", iota_array({1, 4, 2})}, {"v", iota_array({4, 2})}});
     CHECK_THAT(error_of([&] { Dump::open(mixed); }), Catch::Contains("different ranks"));
   }
   SECTION("mismatched shapes") {
-    const std::string tokens = write_arrays("tok.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 6, 4})},
-                                                       {"v", iota_array({2, 6, 4})}});
+    const std::string tokens = write_arrays(
+        "tok.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 6, 4})}, {"v", iota_array({2, 6, 4})}});
     CHECK_THAT(error_of([&] { Dump::open(tokens); }), Catch::Contains("tokens") && Catch::Contains("[2, 5, 4]"));
-    const std::string dims = write_arrays("dim.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 3})},
-                                                     {"v", iota_array({2, 5, 4})}});
+    const std::string dims = write_arrays(
+        "dim.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 3})}, {"v", iota_array({2, 5, 4})}});
     CHECK_THAT(error_of([&] { Dump::open(dims); }), Catch::Contains("head dim"));
-    const std::string heads = write_arrays("heads.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({3, 5, 4})},
-                                                        {"v", iota_array({2, 5, 4})}});
+    const std::string heads = write_arrays(
+        "heads.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({3, 5, 4})}, {"v", iota_array({2, 5, 4})}});
     CHECK_THAT(error_of([&] { Dump::open(heads); }), Catch::Contains("heads"));
   }
   SECTION("NaN and Inf name layer, head, batch item and token") {
@@ -269,12 +271,16 @@ TEST_CASE("bad files give input errors that say what and where", "[dump][errors]
     CHECK_NOTHROW(dump.read_slice(0, 0, 0, 6));
   }
   SECTION("bad scale attribute and bad lengths") {
-    const std::string path = write_arrays("scale.h5", {{"q", iota_array({4, 2})}, {"k", iota_array({4, 2})},
-                                                       {"v", iota_array({4, 2})}}, -1.0);
+    const std::string path = write_arrays(
+        "scale.h5", {{"q", iota_array({4, 2})}, {"k", iota_array({4, 2})}, {"v", iota_array({4, 2})}}, -1.0);
     CHECK_THAT(error_of([&] { Dump::open(path); }), Catch::Contains("scale attribute"));
     DumpContents c;
-    c.layers.push_back(DumpLayer{"layer_00", {{"q", iota_array({2, 4, 2})}, {"k", iota_array({2, 4, 2})},
-                                              {"v", iota_array({2, 4, 2})}}, {}, {}, std::vector<int64_t>{4, 9}});
+    c.layers.push_back(
+        DumpLayer{"layer_00",
+                  {{"q", iota_array({2, 4, 2})}, {"k", iota_array({2, 4, 2})}, {"v", iota_array({2, 4, 2})}},
+                  {},
+                  {},
+                  std::vector<int64_t>{4, 9}});
     // rank 3 = [H, N, P]: B = 1, so a lengths vector of 2 does not fit.
     const std::string lpath = temp_path("badlengths.h5");
     write_dump(lpath, c, {});
@@ -282,8 +288,8 @@ TEST_CASE("bad files give input errors that say what and where", "[dump][errors]
   }
   SECTION("integer datasets") {
     DumpContents c;
-    c.layers.push_back(DumpLayer{"layer_00", {{"q", iota_array({4, 2})}, {"k", iota_array({4, 2})}, {"v", iota_array({4, 2})}},
-                                 {}, {}, {}});
+    c.layers.push_back(DumpLayer{
+        "layer_00", {{"q", iota_array({4, 2})}, {"k", iota_array({4, 2})}, {"v", iota_array({4, 2})}}, {}, {}, {}});
     const std::string path = temp_path("int.h5");
     write_dump(path, c, {});
     // Replace v by an integer dataset with the HDF5 API directly.

@@ -120,9 +120,10 @@ TEST_CASE("the thread pool runs every item once and rethrows the first failure",
   std::vector<int> hits(1000, 0);
   pool.parallel_for(1000, [&](int64_t i) { hits[i]++; });
   CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
-  CHECK_THROWS_WITH(pool.parallel_for(100, [&](int64_t i) {
-                      if (i == 42) throw std::runtime_error("item 42 failed");
-                    }),
+  CHECK_THROWS_WITH(pool.parallel_for(100,
+                                      [&](int64_t i) {
+                                        if (i == 42) throw std::runtime_error("item 42 failed");
+                                      }),
                     "item 42 failed");
   pool.parallel_for(10, [&](int64_t i) { hits[i]++; });  // usable after a failure
   CHECK(hits[9] == 2);

@@ -59,7 +59,8 @@ HeadView parity_slice(const Shape& s) { return synth_slice(s.n, s.p, 0.3, 11); }
 
 MatrixF run_on(const std::string& spec, const HeadView& view, Device device) {
   MatrixF out;
-  make_estimator(parse_spec(spec), device)->estimate(view, EstimateContext{make_random_key(12345, spec, 0), nullptr}, out);
+  make_estimator(parse_spec(spec), device)
+      ->estimate(view, EstimateContext{make_random_key(12345, spec, 0), nullptr}, out);
   return out;
 }
 

@@ -175,8 +175,8 @@ TEST_CASE("outputs stay finite for row norms up to 10 and unit-variance inputs a
   }
   for (const auto& [qq, kk] : {std::pair{q, k}, std::pair{q10, k10}}) {
     const HeadView view = make_head_view(SliceId{0, 0, 0, n}, 1.0 / 8.0, qq, kk, v);
-    for (const char* spec : {"performer(M=64)", "performer(M=64,ortho=0)", "ra(S=2)", "ra(variant=biased)", "lara(C=16)",
-                             "lara(C=16,proposal=mixture,weights=coupled)", "lara(C=16,mode=mean)"}) {
+    for (const char* spec : {"performer(M=64)", "performer(M=64,ortho=0)", "ra(S=2)", "ra(variant=biased)",
+                             "lara(C=16)", "lara(C=16,proposal=mixture,weights=coupled)", "lara(C=16,mode=mean)"}) {
       INFO(spec << " norm " << qq.row(0).norm());
       CHECK(run_estimator(spec, view).allFinite());
     }

@@ -42,8 +42,10 @@ TEST_CASE("every registered estimator round-trips its spec and is deterministic 
     CHECK(a.allFinite());
     CHECK(a == b);
     estimator->estimate(view, EstimateContext{make_random_key(1, "walk", 1), nullptr}, c);
-    if (spec.random()) CHECK(a != c);
-    else CHECK(a == c);
+    if (spec.random())
+      CHECK(a != c);
+    else
+      CHECK(a == c);
   }
 }
 
@@ -70,8 +72,8 @@ TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry
   CHECK_THROWS_AS(parse_spec("nosuch"), InputError);
   CHECK_THROWS_WITH(parse_spec("nosuch(m=3)"), Catch::Contains("unknown estimator 'nosuch'") &&
                                                    Catch::Contains("softmax") && Catch::Contains("vmean"));
-  CHECK_THROWS_WITH(parse_spec("vmean(d=3)"), Catch::Contains("no parameter 'd'") &&
-                                                  Catch::Contains("takes no parameters"));
+  CHECK_THROWS_WITH(parse_spec("vmean(d=3)"),
+                    Catch::Contains("no parameter 'd'") && Catch::Contains("takes no parameters"));
   CHECK_THROWS_WITH(parse_spec("vmean(d=3"), Catch::Contains("malformed spec"));
   CHECK_THROWS_WITH(parse_spec("vmean(x)"), Catch::Contains("malformed spec"));
   CHECK_THROWS_WITH(parse_spec("vmean)("), Catch::Contains("unknown estimator"));

@@ -21,7 +21,8 @@ double relative_error(const MatrixD& reference, const MatrixF& estimate) {
 double mean_spec_rel(const std::string& spec, const HeadView& view, const MatrixD& reference, int trials) {
   const ReferenceNorms norms = reference_norms(reference);
   double total = 0;
-  for (int t = 0; t < trials; ++t) total += compute_metrics(reference, norms, run_estimator(spec, view, t), {Metric::kSpecRel})[0];
+  for (int t = 0; t < trials; ++t)
+    total += compute_metrics(reference, norms, run_estimator(spec, view, t), {Metric::kSpecRel})[0];
   return total / trials;
 }
 
@@ -59,7 +60,8 @@ TEST_CASE("nystrom with L = n is exact attention", "[nystrom]") {
   CHECK(iterative_error < 0.05);
   CHECK(iterative_error < 0.1 * vmean_error);
   // More landmarks than tokens: still every token its own landmark.
-  CHECK((*parse_spec("nystrom(L=500,pinv=exact)").make()->reference(view, nullptr) - exact).norm() < 1e-9 * exact.norm());
+  CHECK((*parse_spec("nystrom(L=500,pinv=exact)").make()->reference(view, nullptr) - exact).norm() <
+        1e-9 * exact.norm());
 }
 
 TEST_CASE("nystrom's pseudo-inverse is initialised per slice", "[nystrom]") {
@@ -83,7 +85,8 @@ TEST_CASE("informer with u = n is exact attention", "[sketching]") {
   // n = 64: ⌈ln n⌉ = 5, c = ⌈64 / 4.16⌉ = 16, u = min(80, 64) = 64. Observed 9.2e-8 (float32).
   CHECK(relative_error(exact, run_estimator("informer(d=64)", view)) < 1e-5);
   // Fewer rows: the rest are mean(V); better than V-Mean on peaked attention (observed 0.51 vs 0.63).
-  CHECK(relative_error(exact, run_estimator("informer(d=16)", view)) < relative_error(exact, run_estimator("vmean", view)));
+  CHECK(relative_error(exact, run_estimator("informer(d=16)", view)) <
+        relative_error(exact, run_estimator("vmean", view)));
 }
 
 TEST_CASE("linformer-jlt is unbiased for exact attention", "[sketching][statistics]") {

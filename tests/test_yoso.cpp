@@ -74,8 +74,8 @@ TEST_CASE("the Hadamard hash collides less often than the Gaussian law (biased f
   for (double cosine : {0.3, 0.5, 0.7, 0.9}) {
     int64_t same = 0;
     for (int pair = 0; pair < pairs; ++pair) {
-      const auto codes = lsh_codes(random_pair(cosine, p, pair), m, tau, LshKind::kHadamard,
-                                   make_random_key(10, "hadamard", pair));
+      const auto codes =
+          lsh_codes(random_pair(cosine, p, pair), m, tau, LshKind::kHadamard, make_random_key(10, "hadamard", pair));
       for (int f = 0; f < m; ++f) same += codes[f] == codes[m + f];
     }
     const double total = static_cast<double>(pairs) * m, law = collision_law(cosine, tau);
@@ -115,7 +115,8 @@ TEST_CASE("YOSO-m's mean angle to YOSO-E falls as m grows", "[yoso][statistics]"
     double total = 0;
     const int trials = 8;
     for (int t = 0; t < trials; ++t)
-      total += compute_metrics(reference, norms, run_estimator(fmt::format("yoso(m={},tau=8)", m), view, t), {Metric::kAngle})[0];
+      total += compute_metrics(reference, norms, run_estimator(fmt::format("yoso(m={},tau=8)", m), view, t),
+                               {Metric::kAngle})[0];
     angles.push_back(total / trials);
   }
   // Observed: 0.162, 0.087, 0.046 rad — halving per 4× hashes (angle ∝ 1/√m).

@@ -50,19 +50,21 @@ int run_check(const CheckCommandOptions& o) {
                      c.verdict == Verdict::kNew ? "" : fmt::format("{:.2f}", c.z)});
   }
   if (table.size() > 1) fmt::print("{}\n", format_table(table));
-  fmt::print("check: {} comparisons, {} regressions, {} missing cases, {} improvements, {} new (z = {}, atol = {}, "
-             "rtol = {})\n",
-             report.compared, report.regressions, report.missing, report.improvements, report.added, options.z,
-             options.atol, options.rtol);
+  fmt::print(
+      "check: {} comparisons, {} regressions, {} missing cases, {} improvements, {} new (z = {}, atol = {}, "
+      "rtol = {})\n",
+      report.compared, report.regressions, report.missing, report.improvements, report.added, options.z, options.atol,
+      options.rtol);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     out << check_report_json(report, options);
     if (!out) throw InputError(fmt::format("cannot write '{}'", o.json));
   }
   if (report.failed()) {
-    fmt::print("check: FAILED — {} is worse than {} beyond the tolerance. If the change is intended, refresh the "
-               "baseline (tools/baseline.sh --refresh for the project's own).\n",
-               o.current, o.baseline);
+    fmt::print(
+        "check: FAILED — {} is worse than {} beyond the tolerance. If the change is intended, refresh the "
+        "baseline (tools/baseline.sh --refresh for the project's own).\n",
+        o.current, o.baseline);
     return exit_code::kRegression;
   }
   fmt::print("check: passed\n");
@@ -78,7 +80,8 @@ Action add_check(CLI::App& app) {
   app.add_option("--z", o->check.z, "standard errors of slack")->capture_default_str();
   app.add_option("--atol", o->check.atol, "absolute slack")->capture_default_str();
   app.add_option("--rtol", o->check.rtol, "slack relative to the baseline mean")->capture_default_str();
-  app.add_option("--metrics", o->metrics, "gate only these metrics (e.g. spec_rel,angle); default: all in the baseline");
+  app.add_option("--metrics", o->metrics,
+                 "gate only these metrics (e.g. spec_rel,angle); default: all in the baseline");
   app.add_flag("--improvements", o->improvements, "also list significant improvements");
   app.add_flag("--all", o->all, "list every comparison, passing ones too");
   app.add_option("--json", o->json, "also write the comparison as JSON to this file");

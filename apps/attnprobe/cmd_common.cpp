@@ -21,5 +21,4 @@ void add_dump_options(CLI::App& cmd, DumpOptions& options) {
       ->group(group);
 }
 
-
 }  // namespace attnprobe::cli

@@ -80,8 +80,10 @@ int run_info(const InfoOptions& o) {
   }
   fmt::print("\ncheck: read {} slices: all values finite.\n", slices);
   if (zero_q || zero_k)
-    fmt::print("warning: {} query and {} key rows have zero norm; YOSO normalises rows, so those rows hash to a "
-               "fixed code.\n", zero_q, zero_k);
+    fmt::print(
+        "warning: {} query and {} key rows have zero norm; YOSO normalises rows, so those rows hash to a "
+        "fixed code.\n",
+        zero_q, zero_k);
   if (o.entropy) fmt::print("\n{}", format_table(entropy_table));
   return 0;
 }

@@ -7,8 +7,9 @@
 namespace attnprobe::cli {
 
 Action add_list(CLI::App& app) {
-  app.footer("Example:\n  attnprobe list\n\nA spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys "
-             "take their defaults.");
+  app.footer(
+      "Example:\n  attnprobe list\n\nA spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys "
+      "take their defaults.");
   return [] {
     std::string family;
     for (const EstimatorDef* def : registered_estimators()) {
@@ -23,9 +24,15 @@ Action add_list(CLI::App& app) {
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {
-          case ParamKind::kInt: domain = fmt::format("integer {}..{}", p.min, p.max); break;
-          case ParamKind::kReal: domain = fmt::format("real {}..{}", p.min, p.max); break;
-          case ParamKind::kChoice: domain = join(p.choices, "|"); break;
+          case ParamKind::kInt:
+            domain = fmt::format("integer {}..{}", p.min, p.max);
+            break;
+          case ParamKind::kReal:
+            domain = fmt::format("real {}..{}", p.min, p.max);
+            break;
+          case ParamKind::kChoice:
+            domain = join(p.choices, "|");
+            break;
         }
         fmt::print("    {:<12} = {:<10} {}; {}\n", p.name, p.default_value, domain, p.help);
       }

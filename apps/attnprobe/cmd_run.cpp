@@ -46,9 +46,10 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--layers", o.layers, "layer numbers: all (default), a list 0,3 or a range 0..5");
   cmd.add_option("--heads", o.heads, "head indices: all (default), a list or a range");
   cmd.add_option("--batch", o.batch, "batch items: all (default), a list or a range");
-  cmd.add_option("--samples", o.samples,
-                 "values for each estimator's samples knob (m, d, M, S, C, L), e.g. 8..128:x2; omitted: the spec's own. "
-                 "Estimators without a knob (softmax, vmean, yoso-e) ignore it");
+  cmd.add_option(
+      "--samples", o.samples,
+      "values for each estimator's samples knob (m, d, M, S, C, L), e.g. 8..128:x2; omitted: the spec's own. "
+      "Estimators without a knob (softmax, vmean, yoso-e) ignore it");
   cmd.add_option("--trials", o.trials, "trials per random setting (deterministic estimators run once)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -132,10 +133,12 @@ int run_eval(const RunCommandOptions& o) {
       row_of[id] = table.size();
       table.push_back({s.key.spec, s.key.reference});
     }
-    table[row_of[id]].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_) : fmt::format("{:.4g}", s.mean));
+    table[row_of[id]].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_)
+                                            : fmt::format("{:.4g}", s.mean));
   }
-  const bool one_length = !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),
-                                      [&](const SliceRef& r) { return r.n == plan.slices.front().n; });
+  const bool one_length =
+      !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),
+                                          [&](const SliceRef& r) { return r.n == plan.slices.front().n; });
   fmt::print("{} slices of {}, {}; mean ± standard error over slices and trials\n", plan.slices.size(),
              dump_label(o.dump),
              one_length ? fmt::format("n = {}{}", plan.slices.front().n, o.lengths.empty() ? " (full length)" : "")
@@ -161,12 +164,15 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   options.device = parse_device(o.device);
   const bool exists = std::filesystem::exists(out_path) && std::filesystem::file_size(out_path) > 0;
   if (exists && !o.resume && !o.overwrite)
-    throw UsageError(fmt::format("'{}' already exists: add --resume to continue it (finished trials are kept and "
-                                 "skipped) or --overwrite to replace it", o.output));
+    throw UsageError(
+        fmt::format("'{}' already exists: add --resume to continue it (finished trials are kept and "
+                    "skipped) or --overwrite to replace it",
+                    o.output));
   int64_t kept = 0;
   if (exists && o.resume) {
     CsvContents old = read_csv(o.output);
-    if (old.summary) throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", o.output));
+    if (old.summary)
+      throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", o.output));
     options.done = complete_trials(old.trials, plan.metrics);
     // Keep only whole trials: rows of a trial cut off mid-way are dropped and recomputed.
     std::vector<TrialRow> whole;
@@ -210,16 +216,18 @@ Action add_eval(CLI::App& app, const Globals& globals) {
   add_common_options(app, *o);
   app.add_option("--length", o->lengths, "tokens to use (a prefix of each batch item); default: the full valid length");
   app.add_option("-o,--output", o->output, "also write the trial rows to this CSV (overwritten)");
-  app.footer("Example:\n  attnprobe eval data/synth-demo.h5 -e vmean -e softmax --layers 0 --length 128\n\n"
-             "Prints, per estimator setting, each metric's mean ± standard error over the chosen slices and trials.");
+  app.footer(
+      "Example:\n  attnprobe eval data/synth-demo.h5 -e vmean -e softmax --layers 0 --length 128\n\n"
+      "Prints, per estimator setting, each metric's mean ± standard error over the chosen slices and trials.");
   return [o] { return run_eval(*o); };
 }
 
 Action add_sweep(CLI::App& app, const Globals& globals) {
   auto o = std::make_shared<RunCommandOptions>();
   add_common_options(app, *o);
-  app.add_option("--lengths", o->lengths,
-                 "sequence lengths, e.g. 64..1024:x2 (each is a prefix of the sequence); default: the full valid length");
+  app.add_option(
+      "--lengths", o->lengths,
+      "sequence lengths, e.g. 64..1024:x2 (each is a prefix of the sequence); default: the full valid length");
   app.add_option("-o,--output", o->output, "the long CSV to write (one row per case, trial and metric)")->required();
   app.add_flag("--resume", o->resume, "continue an interrupted sweep into the same CSV: finished trials are skipped");
   app.add_flag("--overwrite", o->overwrite, "replace the CSV if it exists");

@@ -25,12 +25,14 @@ int run_summarize(const SummarizeOptions& o) {
   std::vector<SummaryRow> summaries;
   for (const std::string& path : o.inputs) {
     CsvContents c = read_csv(path);
-    if (c.truncated_tail) fmt::print(stderr, "note: '{}' ends in a partial line (an interrupted run?); ignored it\n", path);
+    if (c.truncated_tail)
+      fmt::print(stderr, "note: '{}' ends in a partial line (an interrupted run?); ignored it\n", path);
     trials.insert(trials.end(), c.trials.begin(), c.trials.end());
     summaries.insert(summaries.end(), c.summaries.begin(), c.summaries.end());
   }
   if (!trials.empty() && !summaries.empty())
-    throw InputError("mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
+    throw InputError(
+        "mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
   std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials);
   if (!o.over.empty()) {
     std::vector<std::string> columns;
@@ -72,10 +74,11 @@ Action add_summarize(CLI::App& app) {
                  "standard error treats slices as the replicates");
   app.add_option("-o,--output", o->output, "write the summary CSV here (default: standard output)");
   app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
-  app.footer("Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
-             "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n\n"
-             "Columns: dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,"
-             "min,max (std with n-1; stderr = std/sqrt(count)).");
+  app.footer(
+      "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
+      "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n\n"
+      "Columns: dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,"
+      "min,max (std with n-1; stderr = std/sqrt(count)).");
   return [o] { return run_summarize(*o); };
 }
 

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "attnprobe: error: {}\n", e.what());
     return exit_code::kInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnprobe: internal error: {}\nThis is a bug in attnprobe; please report it with the command line.\n",
+    fmt::print(stderr,
+               "attnprobe: internal error: {}\nThis is a bug in attnprobe; please report it with the command line.\n",
                e.what());
     return exit_code::kInternal;
   }

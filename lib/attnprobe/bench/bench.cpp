@@ -19,8 +19,7 @@
 
 namespace attnprobe {
 
-const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops";
+const char* const kBenchHeader = "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops";
 
 std::string format_bench_csv_row(const BenchRow& r) {
   return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n, r.p,
@@ -67,7 +66,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   std::vector<Spec> specs;
   for (const std::string& text : request.estimators) {
     const Spec base = parse_spec(text);
-    if (request.samples.empty() || !base.has_samples_knob()) specs.push_back(base);
+    if (request.samples.empty() || !base.has_samples_knob())
+      specs.push_back(base);
     else
       for (int64_t s : request.samples) specs.push_back(base.with_samples(s));
   }
@@ -99,8 +99,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
         const double flops = estimator->flops(n, request.p, view.pv());
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
-                      request.repeat,
-                      median, min, flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt});
+                      request.repeat, median, min,
+                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt});
       }
     }
   }

@@ -21,8 +21,10 @@ OpenBlasFloor::OpenBlasFloor() {
   std::string forced;
   if (!std::getenv("OPENBLAS_CORETYPE")) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) forced = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2")) forced = "Haswell";
+    if (__builtin_cpu_supports("avx512f"))
+      forced = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2"))
+      forced = "Haswell";
     if (!forced.empty()) setenv("OPENBLAS_CORETYPE", forced.c_str(), 0);
   }
   void* handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);

@@ -23,7 +23,8 @@ class OpenBlasFloor {
 
  private:
   OpenBlasFloor();
-  using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+  using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                           int);
   using SetThreadsFn = void (*)(int);
   SgemmFn sgemm_ = nullptr;
   SetThreadsFn set_threads_ = nullptr;

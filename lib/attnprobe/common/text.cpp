@@ -64,10 +64,10 @@ bool parse_real(std::string_view text, double& out) {
 
 std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what) {
   auto fail = [&](const std::string& why) {
-    return UsageError(fmt::format(
-        "cannot read the {} list '{}': {}. Write values like 8,16,32, a range 8..128, a doubling range "
-        "8..128:x2 or a stepped range 0..12:+4.",
-        what, text, why));
+    return UsageError(
+        fmt::format("cannot read the {} list '{}': {}. Write values like 8,16,32, a range 8..128, a doubling range "
+                    "8..128:x2 or a stepped range 0..12:+4.",
+                    what, text, why));
   };
   std::vector<int64_t> values;
   if (trim(text).empty()) throw fail("it is empty");

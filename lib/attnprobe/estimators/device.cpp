@@ -31,8 +31,9 @@ std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
   if (device == Device::kCpu) return spec.make();
   const auto& backend = cuda_backend();
   if (!backend)
-    throw UsageError("--device cuda: this build has no CUDA backend; configure with -DATTNPROBE_CUDA=ON (or AUTO) "
-                     "where nvcc is installed, or use --device cpu");
+    throw UsageError(
+        "--device cuda: this build has no CUDA backend; configure with -DATTNPROBE_CUDA=ON (or AUTO) "
+        "where nvcc is installed, or use --device cpu");
   if (const std::string why = backend->device(); !why.empty())
     throw InputError(fmt::format("--device cuda: {}. Use --device cpu, or run where a GPU is visible.", why));
   std::unique_ptr<Estimator> estimator = backend->make(spec);

@@ -28,8 +28,10 @@ std::string names_list() {
 
 std::string describe_param(const ParamDef& p) {
   switch (p.kind) {
-    case ParamKind::kInt: return fmt::format("{} (integer {}..{}, default {})", p.name, p.min, p.max, p.default_value);
-    case ParamKind::kReal: return fmt::format("{} (real {}..{}, default {})", p.name, p.min, p.max, p.default_value);
+    case ParamKind::kInt:
+      return fmt::format("{} (integer {}..{}, default {})", p.name, p.min, p.max, p.default_value);
+    case ParamKind::kReal:
+      return fmt::format("{} (real {}..{}, default {})", p.name, p.min, p.max, p.default_value);
     case ParamKind::kChoice:
       return fmt::format("{} ({}, default {})", p.name, join(p.choices, "|"), p.default_value);
   }
@@ -90,9 +92,8 @@ std::vector<const EstimatorDef*> registered_estimators() {
     auto it = std::find(kFamilyOrder.begin(), kFamilyOrder.end(), d->family);
     return it - kFamilyOrder.begin();
   };
-  std::stable_sort(defs.begin(), defs.end(), [&](auto* a, auto* b) {
-    return rank(a) != rank(b) ? rank(a) < rank(b) : a->name < b->name;
-  });
+  std::stable_sort(defs.begin(), defs.end(),
+                   [&](auto* a, auto* b) { return rank(a) != rank(b) ? rank(a) < rank(b) : a->name < b->name; });
   return defs;
 }
 
@@ -107,12 +108,12 @@ Spec parse_spec(const std::string& input) {
   const std::string name = trim(text.substr(0, open));
   const EstimatorDef* def = find_estimator(name);
   if (!def)
-    throw InputError(fmt::format("unknown estimator '{}' in spec '{}'. Registered estimators: {} (see `attnprobe list`).",
-                                 name, input, names_list()));
+    throw InputError(
+        fmt::format("unknown estimator '{}' in spec '{}'. Registered estimators: {} (see `attnprobe list`).", name,
+                    input, names_list()));
   std::map<std::string, std::string> given;
   if (open != std::string::npos) {
-    if (text.back() != ')' || text.find('(', open + 1) != std::string::npos ||
-        text.find(')') != text.size() - 1)
+    if (text.back() != ')' || text.find('(', open + 1) != std::string::npos || text.find(')') != text.size() - 1)
       throw InputError(fmt::format("malformed spec '{}': write name(key=value,key=value), e.g. yoso(m=32,tau=8). {}.",
                                    input, keys_list(*def)));
     const std::string body = text.substr(open + 1, text.size() - open - 2);
@@ -120,11 +121,14 @@ Spec parse_spec(const std::string& input) {
       for (const std::string& item : split(body, ',')) {
         const size_t eq = item.find('=');
         if (eq == std::string::npos)
-          throw InputError(fmt::format("malformed spec '{}': '{}' is not key=value. {}.", input, trim(item), keys_list(*def)));
+          throw InputError(
+              fmt::format("malformed spec '{}': '{}' is not key=value. {}.", input, trim(item), keys_list(*def)));
         std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
-        auto known = std::find_if(def->params.begin(), def->params.end(), [&](const ParamDef& p) { return p.name == key; });
+        auto known =
+            std::find_if(def->params.begin(), def->params.end(), [&](const ParamDef& p) { return p.name == key; });
         if (known == def->params.end())
-          throw InputError(fmt::format("estimator '{}' has no parameter '{}' (in '{}'). {}.", name, key, input, keys_list(*def)));
+          throw InputError(
+              fmt::format("estimator '{}' has no parameter '{}' (in '{}'). {}.", name, key, input, keys_list(*def)));
         if (given.count(key)) throw InputError(fmt::format("parameter '{}' is given twice in '{}'.", key, input));
         given[key] = value;
       }
@@ -161,8 +165,8 @@ Spec Spec::with_samples(int64_t samples) const {
   Spec out = *this;
   for (auto& [key, value] : out.values_) {
     if (key != def_->samples_knob) continue;
-    const ParamDef& p = *std::find_if(def_->params.begin(), def_->params.end(),
-                                      [&](const ParamDef& d) { return d.name == key; });
+    const ParamDef& p =
+        *std::find_if(def_->params.begin(), def_->params.end(), [&](const ParamDef& d) { return d.name == key; });
     value = canonical_value(*def_, p, std::to_string(samples));
   }
   return out;

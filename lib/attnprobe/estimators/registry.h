@@ -33,8 +33,8 @@ class Spec;
 
 struct EstimatorDef {
   std::string name;
-  std::string family;    ///< exact | yoso | sketching | random-features | nystrom
-  std::string summary;   ///< one line for `attnprobe list`
+  std::string family;   ///< exact | yoso | sketching | random-features | nystrom
+  std::string summary;  ///< one line for `attnprobe list`
   std::vector<ParamDef> params;
   std::string samples_knob;  ///< the parameter `--samples` sets; "" for none
   bool random = true;        ///< deterministic estimators run one trial

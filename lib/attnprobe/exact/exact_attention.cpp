@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-
 namespace attnprobe {
 
 namespace {
@@ -26,8 +25,10 @@ void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, cons
   ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
   ConstMapF B(b, n, kdim, Eigen::OuterStride<>(ldb));
   MapF C(c, m, n, Eigen::OuterStride<>(ldc));
-  if (beta == 0.0f) C.noalias() = alpha * A * B.transpose();
-  else C = beta * C + alpha * A * B.transpose();
+  if (beta == 0.0f)
+    C.noalias() = alpha * A * B.transpose();
+  else
+    C = beta * C + alpha * A * B.transpose();
 }
 
 void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
@@ -35,8 +36,10 @@ void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const
   ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));
   ConstMapF B(b, kdim, n, Eigen::OuterStride<>(ldb));
   MapF C(c, m, n, Eigen::OuterStride<>(ldc));
-  if (beta == 0.0f) C.noalias() = alpha * A * B;
-  else C = beta * C + alpha * A * B;
+  if (beta == 0.0f)
+    C.noalias() = alpha * A * B;
+  else
+    C = beta * C + alpha * A * B;
 }
 
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool) {
@@ -54,8 +57,10 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
     }
     out.middleRows(r0, rows).noalias() = scores * v;
   };
-  if (pool) pool->parallel_for(blocks, run_block);
-  else for (int64_t b = 0; b < blocks; ++b) run_block(b);
+  if (pool)
+    pool->parallel_for(blocks, run_block);
+  else
+    for (int64_t b = 0; b < blocks; ++b) run_block(b);
   return out;
 }
 
@@ -93,13 +98,14 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
         max_buffer[i] = new_max;
       }
       gemm_ab(static_cast<int>(rows), static_cast<int>(pv), static_cast<int>(cols), 1.0f, scores.data(),
-              static_cast<int>(cols), v.data() + c0 * pv, static_cast<int>(pv), 1.0f, acc.data(),
-              static_cast<int>(pv));
+              static_cast<int>(cols), v.data() + c0 * pv, static_cast<int>(pv), 1.0f, acc.data(), static_cast<int>(pv));
     }
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
-  if (pool) pool->parallel_for(blocks, run_block);
-  else for (int64_t b = 0; b < blocks; ++b) run_block(b);
+  if (pool)
+    pool->parallel_for(blocks, run_block);
+  else
+    for (int64_t b = 0; b < blocks; ++b) run_block(b);
 }
 
 }  // namespace attnprobe

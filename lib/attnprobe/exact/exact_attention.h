@@ -30,5 +30,4 @@ void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, cons
 void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
              float* c, int ldc);
 
-
 }  // namespace attnprobe

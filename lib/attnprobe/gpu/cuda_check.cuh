@@ -25,7 +25,9 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return data_; }
-  void upload(const T* host) { check_cuda(cudaMemcpy(data_, host, count_ * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  void upload(const T* host) {
+    check_cuda(cudaMemcpy(data_, host, count_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
   void download(T* host) const {
     check_cuda(cudaMemcpy(host, data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
   }

@@ -49,7 +49,8 @@ class CudaYosoExpectation final : public Estimator {
 
 class CudaYoso final : public Estimator {
  public:
-  CudaYoso(int m, int tau, bool hadamard, bool normalize) : m_(m), tau_(tau), hadamard_(hadamard), normalize_(normalize) {}
+  CudaYoso(int m, int tau, bool hadamard, bool normalize)
+      : m_(m), tau_(tau), hadamard_(hadamard), normalize_(normalize) {}
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     std::vector<uint32_t> query_codes(view.n() * m_), key_codes(view.k.rows() * m_);
     lsh_codes(view.q.data(), view.n(), view.p(), m_, tau_, hadamard_, ctx.key, query_codes.data());
@@ -90,7 +91,8 @@ const std::map<std::string, std::function<std::unique_ptr<Estimator>(const Spec&
   static const std::map<std::string, std::function<std::unique_ptr<Estimator>(const Spec&)>> kFactories = {
       {"softmax", [](const Spec&) { return std::make_unique<CudaSoftmax>(); }},
       {"vmean", [](const Spec&) { return std::make_unique<CudaVMean>(); }},
-      {"yoso-e", [](const Spec& s) { return std::make_unique<CudaYosoExpectation>(static_cast<int>(s.get_int("tau"))); }},
+      {"yoso-e",
+       [](const Spec& s) { return std::make_unique<CudaYosoExpectation>(static_cast<int>(s.get_int("tau"))); }},
       {"yoso",
        [](const Spec& s) {
          return std::make_unique<CudaYoso>(static_cast<int>(s.get_int("m")), static_cast<int>(s.get_int("tau")),
@@ -103,11 +105,10 @@ const std::map<std::string, std::function<std::unique_ptr<Estimator>(const Spec&
 }
 
 [[maybe_unused]] const bool kRegistered = register_cuda_backend(CudaBackend{
-    .make =
-        [](const Spec& spec) -> std::unique_ptr<Estimator> {
-          auto it = factories().find(spec.name());
-          return it == factories().end() ? nullptr : it->second(spec);
-        },
+    .make = [](const Spec& spec) -> std::unique_ptr<Estimator> {
+      auto it = factories().find(spec.name());
+      return it == factories().end() ? nullptr : it->second(spec);
+    },
     .names =
         [] {
           std::vector<std::string> names;

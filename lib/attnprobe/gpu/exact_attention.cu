@@ -10,9 +10,9 @@
 namespace attnprobe::gpu {
 
 namespace {
-constexpr int kMaxDim = 128;    // per-thread query and accumulator arrays
-constexpr int kKeyTile = 32;    // keys per shared-memory tile: 32 × (128 + 128) floats = 32 KiB
-constexpr int kThreads = 128;   // query rows per block
+constexpr int kMaxDim = 128;   // per-thread query and accumulator arrays
+constexpr int kKeyTile = 32;   // keys per shared-memory tile: 32 × (128 + 128) floats = 32 KiB
+constexpr int kThreads = 128;  // query rows per block
 
 template <typename Acc>
 __global__ void flash_attention_kernel(const float* q, const float* k, const float* v, int n, int keys, int p, int pv,
@@ -26,11 +26,13 @@ __global__ void flash_attention_kernel(const float* q, const float* k, const flo
   Acc running_max = -INFINITY, running_sum = 0;
   for (int c = 0; c < pv; ++c) acc[c] = 0;
   if (active)
-    for (int c = 0; c < p; ++c) query[c] = static_cast<Acc>(q[static_cast<int64_t>(i) * p + c]) * static_cast<Acc>(scale);
+    for (int c = 0; c < p; ++c)
+      query[c] = static_cast<Acc>(q[static_cast<int64_t>(i) * p + c]) * static_cast<Acc>(scale);
   for (int t0 = 0; t0 < keys; t0 += kKeyTile) {
     const int rows = min(kKeyTile, keys - t0);
     for (int idx = threadIdx.x; idx < rows * p; idx += blockDim.x) k_tile[idx] = k[static_cast<int64_t>(t0) * p + idx];
-    for (int idx = threadIdx.x; idx < rows * pv; idx += blockDim.x) v_tile[idx] = v[static_cast<int64_t>(t0) * pv + idx];
+    for (int idx = threadIdx.x; idx < rows * pv; idx += blockDim.x)
+      v_tile[idx] = v[static_cast<int64_t>(t0) * pv + idx];
     __syncthreads();
     if (active) {
       for (int j = 0; j < rows; ++j) {

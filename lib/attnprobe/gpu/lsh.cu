@@ -58,10 +58,10 @@ void lsh_codes(const double* x, int64_t n, int64_t p, int m, int tau, bool hadam
     const int64_t rows = static_cast<int64_t>(m) * tau;
     DeviceBuffer<double> r(rows * p);
     gaussian_rows_kernel<<<blocks_for(rows * p, 256), 256>>>(RandomStream(key, Purpose::kHashProjection), rows,
-                                                            static_cast<int>(p), r.get());
+                                                             static_cast<int>(p), r.get());
     check_launch("gaussian_rows_kernel");
     gaussian_codes_kernel<<<blocks_for(n * m, 128), 128>>>(dx.get(), r.get(), static_cast<int>(n), static_cast<int>(p),
-                                                          m, tau, dcodes.get());
+                                                           m, tau, dcodes.get());
     check_launch("gaussian_codes_kernel");
   } else {
     int padded = 1;
@@ -70,8 +70,8 @@ void lsh_codes(const double* x, int64_t n, int64_t p, int m, int tau, bool hadam
     if (tau > padded) throw std::runtime_error("yoso(hash=hadamard): tau exceeds the padded head dim");
     const int parts = (m + padded / tau - 1) / (padded / tau);
     hadamard_codes_kernel<<<blocks_for(n * parts, 64), 64>>>(RandomStream(key, Purpose::kSignFlip), dx.get(),
-                                                            static_cast<int>(n), static_cast<int>(p), padded, m, tau,
-                                                            dcodes.get());
+                                                             static_cast<int>(n), static_cast<int>(p), padded, m, tau,
+                                                             dcodes.get());
     check_launch("hadamard_codes_kernel");
   }
   dcodes.download(codes);

@@ -50,7 +50,8 @@ __global__ void key_summary_kernel(const double* kf, const double* v, int keys, 
   const int c = static_cast<int>(idx % (pv + 1));
   const int64_t m = idx / (pv + 1);
   double sum = 0;
-  for (int j = 0; j < keys; ++j) sum += kf[static_cast<int64_t>(j) * features + m] * (c < pv ? v[static_cast<int64_t>(j) * pv + c] : 1.0);
+  for (int j = 0; j < keys; ++j)
+    sum += kf[static_cast<int64_t>(j) * features + m] * (c < pv ? v[static_cast<int64_t>(j) * pv + c] : 1.0);
   kv[idx] = sum;
 }
 
@@ -71,8 +72,8 @@ __global__ void ratio_kernel(const double* qf, const double* kv, int n, int feat
 
 void performer(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
                int64_t keys, int64_t p, int64_t pv, int64_t features, float* out) {
-  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p),
-            pvi = static_cast<int>(pv), mi = static_cast<int>(features);
+  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv),
+            mi = static_cast<int>(features);
   DeviceBuffer<double> dq(q_scaled, n * p), dk(k_scaled, keys * p), dv(v, keys * pv), dw(omegas, features * p);
   DeviceBuffer<double> qf(n * features), kf(keys * features), row_max(std::max(n, keys)), kv(features * (pv + 1));
   DeviceBuffer<float> dout(n * pv);

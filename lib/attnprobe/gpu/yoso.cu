@@ -18,7 +18,8 @@ __global__ void yoso_expectation_kernel(const float* q_hat, const float* k_hat, 
   for (int c = 0; c < pv; ++c) acc[c] = 0;
   for (int j = 0; j < keys; ++j) {
     float cosine = 0;
-    for (int c = 0; c < p; ++c) cosine += q_hat[static_cast<int64_t>(i) * p + c] * k_hat[static_cast<int64_t>(j) * p + c];
+    for (int c = 0; c < p; ++c)
+      cosine += q_hat[static_cast<int64_t>(i) * p + c] * k_hat[static_cast<int64_t>(j) * p + c];
     cosine = fminf(1.0f, fmaxf(-1.0f, cosine));  // clamp before acos: q̂·q̂ can round above 1
     const float base = 1.0f - acosf(cosine) * 0.318309886183790671538f;
     float weight = 1.0f;
@@ -79,7 +80,7 @@ void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const f
                                                               static_cast<int>(pv), m, buckets, tables.get());
   check_launch("fill_tables_kernel");
   read_tables_kernel<<<blocks_for(n * pv, 256), 256>>>(dq.get(), tables.get(), static_cast<int>(n),
-                                                      static_cast<int>(pv), m, buckets, dy.get());
+                                                       static_cast<int>(pv), m, buckets, dy.get());
   check_launch("read_tables_kernel");
   dy.download(y);
 }

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <regex>
@@ -114,10 +114,14 @@ std::vector<std::pair<int, std::string>> find_layer_groups(hid_t file) {
 
 std::string default_layout(size_t rank) {
   switch (rank) {
-    case 4: return "bhnp";
-    case 3: return "hnp";
-    case 2: return "np";
-    default: return "";
+    case 4:
+      return "bhnp";
+    case 3:
+      return "hnp";
+    case 2:
+      return "np";
+    default:
+      return "";
   }
 }
 
@@ -139,22 +143,25 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {
-    throw InputError(fmt::format("cannot read '{}': {}. Check the path (and permissions).", path, std::strerror(errno)));
+    throw InputError(
+        fmt::format("cannot read '{}': {}. Check the path (and permissions).", path, std::strerror(errno)));
   }
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 == 0)
-    throw InputError(fmt::format("'{}' is not an HDF5 file (no HDF5 signature). attnprobe reads HDF5 dumps; "
-                                 "tools/dump_qkv.py writes one from a PyTorch model, `attnprobe synth` a synthetic one.",
-                                 path));
+    throw InputError(
+        fmt::format("'{}' is not an HDF5 file (no HDF5 signature). attnprobe reads HDF5 dumps; "
+                    "tools/dump_qkv.py writes one from a PyTorch model, `attnprobe synth` a synthetic one.",
+                    path));
   Dump dump;
   dump.path_ = path;
   dump.num_heads_split_ = options.num_heads;
   hid_t fid = is_hdf5 > 0 ? H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
   if (fid < 0) {
     std::string detail = hdf5_error_detail();
-    throw InputError(fmt::format("'{}' has an HDF5 signature but cannot be opened{}. The file is probably truncated "
-                                 "or damaged (an interrupted copy or write?): re-create or re-copy it.",
-                                 path, detail.empty() ? "" : " (" + detail + ")"));
+    throw InputError(
+        fmt::format("'{}' has an HDF5 signature but cannot be opened{}. The file is probably truncated "
+                    "or damaged (an interrupted copy or write?): re-create or re-copy it.",
+                    path, detail.empty() ? "" : " (" + detail + ")"));
   }
   dump.file_ = std::make_shared<H5Handle>(fid, H5Fclose);
 
@@ -191,8 +198,8 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
         info.v_path = "/v";
         candidates.push_back(info);
       } else {
-        throw InputError(fmt::format("'{}' has no layer_NN groups and no q/k/v datasets at its root. {}.", path,
-                                     kLayoutHint));
+        throw InputError(
+            fmt::format("'{}' has no layer_NN groups and no q/k/v datasets at its root. {}.", path, kLayoutHint));
       }
     }
   }
@@ -200,15 +207,16 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
   for (LayerInfo& info : candidates) {
     auto shape_of = [&](const std::string& dataset, const char* role) {
       if (!link_exists(fid, dataset))
-        throw InputError(fmt::format("'{}' has no dataset {} (the {} of {}). {}.", path, dataset, role, info.name,
-                                     kLayoutHint));
+        throw InputError(
+            fmt::format("'{}' has no dataset {} (the {} of {}). {}.", path, dataset, role, info.name, kLayoutHint));
       H5Handle ds(H5Dopen2(fid, dataset.c_str(), H5P_DEFAULT), H5Dclose);
       if (!ds.valid())
-        throw InputError(fmt::format("'{}': {} is not a dataset ({}). {}.", path, dataset, hdf5_error_detail(), kLayoutHint));
+        throw InputError(
+            fmt::format("'{}': {} is not a dataset ({}). {}.", path, dataset, hdf5_error_detail(), kLayoutHint));
       H5Handle type(H5Dget_type(ds.get()), H5Tclose);
       if (H5Tget_class(type.get()) != H5T_FLOAT)
-        throw InputError(fmt::format("'{}': {} is not floating point; attnprobe reads float16/32/64 q, k and v.",
-                                     path, dataset));
+        throw InputError(
+            fmt::format("'{}': {} is not floating point; attnprobe reads float16/32/64 q, k and v.", path, dataset));
       return dataset_shape(ds.get());
     };
     auto qs = shape_of(info.q_path, "queries");
@@ -225,7 +233,8 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     for (auto* dims : {&qs, &ks, &vs})
       for (hsize_t d : *dims)
         if (d == 0)
-          throw InputError(fmt::format("'{}' {}: a dataset has an empty dimension ({}).", path, info.name, shape_text(*dims)));
+          throw InputError(
+              fmt::format("'{}' {}: a dataset has an empty dimension ({}).", path, info.name, shape_text(*dims)));
     info.batch = dim_of(qs, info.layout, 'b');
     info.heads = dim_of(qs, info.layout, 'h');
     info.tokens = dim_of(qs, info.layout, 'n');
@@ -233,8 +242,10 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     info.value_dim = dim_of(vs, info.layout, 'p');
     if (options.num_heads > 0) {
       if (info.layout.find('h') != std::string::npos)
-        throw UsageError(fmt::format("--num-heads splits the last dimension into heads, but layout '{}' already has "
-                                     "a head dimension; use --layout bnp or np", info.layout));
+        throw UsageError(
+            fmt::format("--num-heads splits the last dimension into heads, but layout '{}' already has "
+                        "a head dimension; use --layout bnp or np",
+                        info.layout));
       if (info.dim % options.num_heads || info.value_dim % options.num_heads)
         throw InputError(fmt::format("'{}' {}: the last dimensions ({} for q/k, {} for v) do not split into {} heads.",
                                      path, info.name, info.dim, info.value_dim, options.num_heads));
@@ -243,12 +254,14 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       info.value_dim /= options.num_heads;
     }
     auto mismatch = [&](const char* what) {
-      return InputError(fmt::format("'{}' {}: q {}, k {} and v {} do not match in {} (layout {}). q/k/v must share "
-                                    "batch, heads and tokens, and q/k the head dim.",
-                                    path, info.name, shape_text(qs), shape_text(ks), shape_text(vs), what, info.layout));
+      return InputError(
+          fmt::format("'{}' {}: q {}, k {} and v {} do not match in {} (layout {}). q/k/v must share "
+                      "batch, heads and tokens, and q/k the head dim.",
+                      path, info.name, shape_text(qs), shape_text(ks), shape_text(vs), what, info.layout));
     };
     for (char c : std::string("bh"))
-      if (dim_of(ks, info.layout, c) != dim_of(qs, info.layout, c) || dim_of(vs, info.layout, c) != dim_of(qs, info.layout, c))
+      if (dim_of(ks, info.layout, c) != dim_of(qs, info.layout, c) ||
+          dim_of(vs, info.layout, c) != dim_of(qs, info.layout, c))
         throw mismatch(c == 'b' ? "batch" : "heads");
     if (dim_of(ks, info.layout, 'p') != dim_of(qs, info.layout, 'p')) throw mismatch("head dim");
     if (dim_of(ks, info.layout, 'n') != info.tokens || dim_of(vs, info.layout, 'n') != info.tokens)
@@ -257,7 +270,10 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     H5Handle q_ds(H5Dopen2(fid, info.q_path.c_str(), H5P_DEFAULT), H5Dclose);
     H5Handle q_type(H5Dget_type(q_ds.get()), H5Tclose);
     size_t bytes = H5Tget_size(q_type.get());
-    info.dtype = bytes == 2 ? "float16" : bytes == 4 ? "float32" : bytes == 8 ? "float64" : fmt::format("float{}", bytes * 8);
+    info.dtype = bytes == 2   ? "float16"
+                 : bytes == 4 ? "float32"
+                 : bytes == 8 ? "float64"
+                              : fmt::format("float{}", bytes * 8);
     H5Handle dcpl(H5Dget_create_plist(q_ds.get()), H5Pclose);
     info.compressed = H5Pget_nfilters(dcpl.get()) > 0;
 
@@ -266,8 +282,10 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     if (!group.valid()) throw InputError(fmt::format("'{}': cannot open group {}", path, group_path));
     if (auto scale = read_number_attribute(group.get(), "scale")) {
       if (!std::isfinite(*scale) || *scale <= 0)
-        throw InputError(fmt::format("'{}' {}: the scale attribute is {}, but it must be a positive finite number "
-                                     "(remove it to use 1/sqrt(P)).", path, info.name, *scale));
+        throw InputError(
+            fmt::format("'{}' {}: the scale attribute is {}, but it must be a positive finite number "
+                        "(remove it to use 1/sqrt(P)).",
+                        path, info.name, *scale));
       info.scale = *scale;
       info.scale_from_file = true;
     } else {
@@ -312,18 +330,30 @@ std::string Dump::root_attribute(const std::string& name) const {
   return read_string_attribute(file_->get(), name.c_str());
 }
 
-void Dump::read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n,
-                      int64_t width, MatrixD& out) const {
+void Dump::read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
+                      MatrixD& out) const {
   H5Handle ds(H5Dopen2(file_->get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
   H5Handle space(H5Dget_space(ds.get()), H5Sclose);
   const size_t rank = info.layout.size();
   std::vector<hsize_t> start(rank), count(rank);
   for (size_t d = 0; d < rank; ++d) {
     switch (info.layout[d]) {
-      case 'b': start[d] = batch; count[d] = 1; break;
-      case 'h': start[d] = head; count[d] = 1; break;
-      case 'n': start[d] = 0; count[d] = n; break;
-      case 'p': start[d] = num_heads_split_ > 0 ? head * width : 0; count[d] = width; break;
+      case 'b':
+        start[d] = batch;
+        count[d] = 1;
+        break;
+      case 'h':
+        start[d] = head;
+        count[d] = 1;
+        break;
+      case 'n':
+        start[d] = 0;
+        count[d] = n;
+        break;
+      case 'p':
+        start[d] = num_heads_split_ > 0 ? head * width : 0;
+        count[d] = width;
+        break;
     }
   }
   out.resize(n, width);
@@ -331,32 +361,35 @@ void Dump::read_block(const std::string& dataset, const LayerInfo& info, int hea
   H5Handle mem(H5Screate_simple(2, mem_dims, nullptr), H5Sclose);
   if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
       H5Dread(ds.get(), H5T_NATIVE_DOUBLE, mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0) {
-    throw InputError(fmt::format("'{}': reading {} (head {}, batch item {}) failed ({}). The file is probably "
-                                 "truncated or damaged: re-create or re-copy it.",
-                                 path_, dataset, head, batch, hdf5_error_detail()));
+    throw InputError(
+        fmt::format("'{}': reading {} (head {}, batch item {}) failed ({}). The file is probably "
+                    "truncated or damaged: re-create or re-copy it.",
+                    path_, dataset, head, batch, hdf5_error_detail()));
   }
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < width; ++c)
       if (!std::isfinite(out(i, c)))
-        throw InputError(fmt::format("'{}': {} has a non-finite value ({}) at layer {}, head {}, batch item {}, token "
-                                     "{}, column {}. Fix the dump (e.g. an overflow in float16?) or leave this slice "
-                                     "out with --layers/--heads/--batch.",
-                                     path_, dataset, out(i, c), info.number, head, batch, i, c));
+        throw InputError(
+            fmt::format("'{}': {} has a non-finite value ({}) at layer {}, head {}, batch item {}, token "
+                        "{}, column {}. Fix the dump (e.g. an overflow in float16?) or leave this slice "
+                        "out with --layers/--heads/--batch.",
+                        path_, dataset, out(i, c), info.number, head, batch, i, c));
 }
 
 HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) const {
   const LayerInfo& info = layer(layer_number);
   if (head < 0 || head >= info.heads)
-    throw InputError(fmt::format("'{}' layer {} has {} heads; head {} does not exist.", path_, info.number, info.heads, head));
+    throw InputError(
+        fmt::format("'{}' layer {} has {} heads; head {} does not exist.", path_, info.number, info.heads, head));
   if (batch < 0 || batch >= info.batch)
     throw InputError(fmt::format("'{}' layer {} has {} batch items; item {} does not exist.", path_, info.number,
                                  info.batch, batch));
   const int64_t valid = info.lengths[batch];
   if (n < 1 || n > valid)
-    throw InputError(fmt::format("length {} asked for '{}' layer {} batch item {}, which has {} valid tokens{}. Use "
-                                 "lengths in 1..{} (a length L takes the first L tokens).",
-                                 n, path_, info.number, batch, valid, info.has_lengths ? " (from its lengths dataset)" : "",
-                                 valid));
+    throw InputError(
+        fmt::format("length {} asked for '{}' layer {} batch item {}, which has {} valid tokens{}. Use "
+                    "lengths in 1..{} (a length L takes the first L tokens).",
+                    n, path_, info.number, batch, valid, info.has_lengths ? " (from its lengths dataset)" : "", valid));
   MatrixD q, k, v;
   read_block(info.q_path, info, head, batch, n, info.dim, q);
   read_block(info.k_path, info, head, batch, n, info.dim, k);

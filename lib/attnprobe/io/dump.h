@@ -21,16 +21,16 @@ struct DumpOptions {
 
 /// Where a layer's tensors live and how their dimensions map to (b, h, n, p).
 struct LayerInfo {
-  int number = 0;                ///< NN of layer_NN (0 for explicit paths)
-  std::string name;              ///< group name, e.g. "layer_03"
+  int number = 0;    ///< NN of layer_NN (0 for explicit paths)
+  std::string name;  ///< group name, e.g. "layer_03"
   std::string q_path, k_path, v_path;
-  std::string layout;            ///< resolved layout letters
-  std::string dtype;             ///< float16 | float32 | float64 (of q)
-  bool compressed = false;       ///< any filter (e.g. gzip) on q
-  int64_t batch = 1, heads = 1;  ///< B, H
-  int64_t tokens = 0;            ///< N (queries); keys M == N is required
+  std::string layout;              ///< resolved layout letters
+  std::string dtype;               ///< float16 | float32 | float64 (of q)
+  bool compressed = false;         ///< any filter (e.g. gzip) on q
+  int64_t batch = 1, heads = 1;    ///< B, H
+  int64_t tokens = 0;              ///< N (queries); keys M == N is required
   int64_t dim = 0, value_dim = 0;  ///< P, Pv
-  double scale = 0;              ///< attribute or 1/sqrt(P)
+  double scale = 0;                ///< attribute or 1/sqrt(P)
   bool scale_from_file = false;
   std::optional<int> causal;     ///< attribute, informational
   std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
@@ -45,7 +45,7 @@ class Dump {
 
   const std::string& path() const { return path_; }
   const std::vector<LayerInfo>& layers() const { return layers_; }
-  const LayerInfo& layer(int number) const;  ///< by layer number; throws InputError if absent
+  const LayerInfo& layer(int number) const;                   ///< by layer number; throws InputError if absent
   std::string root_attribute(const std::string& name) const;  ///< "" when absent
 
   /// Reads the prefix of n tokens of one head of one batch item. n must be ≤ the item's valid
@@ -53,8 +53,8 @@ class Dump {
   HeadView read_slice(int layer, int head, int batch, int64_t n) const;
 
  private:
-  void read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n,
-                  int64_t width, MatrixD& out) const;
+  void read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
+                  MatrixD& out) const;
 
   std::string path_;
   int num_heads_split_ = 0;

@@ -24,9 +24,12 @@ H5Handle make_float16_type() {
 
 H5Handle stored_type(StoredType type) {
   switch (type) {
-    case StoredType::kFloat16: return make_float16_type();
-    case StoredType::kFloat32: return H5Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
-    case StoredType::kFloat64: return H5Handle(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case StoredType::kFloat16:
+      return make_float16_type();
+    case StoredType::kFloat32:
+      return H5Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case StoredType::kFloat64:
+      return H5Handle(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
   }
   return {};
 }
@@ -74,8 +77,10 @@ void write_dump(const std::string& path, const DumpContents& contents, const Dum
   for (const DumpLayer& layer : contents.layers) {
     H5Handle group(H5Gcreate2(file.get(), layer.name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
     if (!group.valid()) throw InputError(fmt::format("cannot create group {} in '{}'", layer.name, path));
-    if (layer.scale) write_number_attribute(group.get(), "scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &*layer.scale, path);
-    if (layer.causal) write_number_attribute(group.get(), "causal", H5T_STD_I32LE, H5T_NATIVE_INT, &*layer.causal, path);
+    if (layer.scale)
+      write_number_attribute(group.get(), "scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &*layer.scale, path);
+    if (layer.causal)
+      write_number_attribute(group.get(), "causal", H5T_STD_I32LE, H5T_NATIVE_INT, &*layer.causal, path);
     for (const auto& [name, array] : layer.datasets) {
       H5Handle space(H5Screate_simple(static_cast<int>(array.shape.size()), array.shape.data(), nullptr), H5Sclose);
       H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -91,7 +96,8 @@ void write_dump(const std::string& path, const DumpContents& contents, const Dum
       H5Handle type = stored_type(options.type);
       H5Handle ds(H5Dcreate2(group.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                   H5Dclose);
-      if (!ds.valid()) throw InputError(fmt::format("cannot create {}/{} in '{}' ({})", layer.name, name, path, hdf5_error_detail()));
+      if (!ds.valid())
+        throw InputError(fmt::format("cannot create {}/{} in '{}' ({})", layer.name, name, path, hdf5_error_detail()));
       check(H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, array.values.data()), path,
             layer.name + "/" + name);
     }

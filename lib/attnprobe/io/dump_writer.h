@@ -20,7 +20,7 @@ struct DumpArray {
 };
 
 struct DumpLayer {
-  std::string name;  ///< e.g. "layer_00"
+  std::string name;                           ///< e.g. "layer_00"
   std::map<std::string, DumpArray> datasets;  ///< usually q, k, v
   std::optional<double> scale;
   std::optional<int> causal;

@@ -13,22 +13,32 @@
 namespace attnprobe {
 
 const std::vector<Metric>& all_metrics() {
-  static const std::vector<Metric> kAll = {Metric::kSpec, Metric::kSpecRel, Metric::kFro,    Metric::kFroRel, Metric::kMse,
-                                           Metric::kNmse, Metric::kMaxAbs,  Metric::kAngle, Metric::kZeroRows};
+  static const std::vector<Metric> kAll = {Metric::kSpec,   Metric::kSpecRel, Metric::kFro,
+                                           Metric::kFroRel, Metric::kMse,     Metric::kNmse,
+                                           Metric::kMaxAbs, Metric::kAngle,   Metric::kZeroRows};
   return kAll;
 }
 
 const char* metric_name(Metric metric) {
   switch (metric) {
-    case Metric::kSpec: return "spec";
-    case Metric::kSpecRel: return "spec_rel";
-    case Metric::kFro: return "fro";
-    case Metric::kFroRel: return "fro_rel";
-    case Metric::kMse: return "mse";
-    case Metric::kNmse: return "nmse";
-    case Metric::kMaxAbs: return "maxabs";
-    case Metric::kAngle: return "angle";
-    case Metric::kZeroRows: return "zero_rows";
+    case Metric::kSpec:
+      return "spec";
+    case Metric::kSpecRel:
+      return "spec_rel";
+    case Metric::kFro:
+      return "fro";
+    case Metric::kFroRel:
+      return "fro_rel";
+    case Metric::kMse:
+      return "mse";
+    case Metric::kNmse:
+      return "nmse";
+    case Metric::kMaxAbs:
+      return "maxabs";
+    case Metric::kAngle:
+      return "angle";
+    case Metric::kZeroRows:
+      return "zero_rows";
   }
   return "?";
 }
@@ -42,7 +52,8 @@ std::vector<Metric> parse_metrics(const std::string& text) {
     const std::string name = trim(raw);
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
-      throw UsageError(fmt::format("unknown metric '{}' in --metrics: use 'all' or a list of {}", name, join(names, ",")));
+      throw UsageError(
+          fmt::format("unknown metric '{}' in --metrics: use 'all' or a list of {}", name, join(names, ",")));
     Metric m = all_metrics()[it - names.begin()];
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   }
@@ -71,9 +82,8 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
   // Per-row angles; a row where either side is the zero vector counts π/2 and as a zero row.
   double angle_sum = 0;
   int64_t zero_rows = 0;
-  const bool need_angles = std::any_of(which.begin(), which.end(), [](Metric m) {
-    return m == Metric::kAngle || m == Metric::kZeroRows;
-  });
+  const bool need_angles =
+      std::any_of(which.begin(), which.end(), [](Metric m) { return m == Metric::kAngle || m == Metric::kZeroRows; });
   if (need_angles) {
     for (int64_t i = 0; i < reference.rows(); ++i) {
       const double nr = reference.row(i).norm(), ne = est.row(i).norm();
@@ -93,15 +103,33 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
   values.reserve(which.size());
   for (Metric m : which) {
     switch (m) {
-      case Metric::kSpec: values.push_back(spec_value()); break;
-      case Metric::kSpecRel: values.push_back(norms.spec > 0 ? spec_value() / norms.spec : nan); break;
-      case Metric::kFro: values.push_back(std::sqrt(fro2)); break;
-      case Metric::kFroRel: values.push_back(norms.fro > 0 ? std::sqrt(fro2) / norms.fro : nan); break;
-      case Metric::kMse: values.push_back(fro2 / (n * p)); break;
-      case Metric::kNmse: values.push_back(norms.fro > 0 ? fro2 / (norms.fro * norms.fro) : nan); break;
-      case Metric::kMaxAbs: values.push_back(diff.size() ? diff.cwiseAbs().maxCoeff() : 0.0); break;
-      case Metric::kAngle: values.push_back(angle_sum / n); break;
-      case Metric::kZeroRows: values.push_back(static_cast<double>(zero_rows) / n); break;
+      case Metric::kSpec:
+        values.push_back(spec_value());
+        break;
+      case Metric::kSpecRel:
+        values.push_back(norms.spec > 0 ? spec_value() / norms.spec : nan);
+        break;
+      case Metric::kFro:
+        values.push_back(std::sqrt(fro2));
+        break;
+      case Metric::kFroRel:
+        values.push_back(norms.fro > 0 ? std::sqrt(fro2) / norms.fro : nan);
+        break;
+      case Metric::kMse:
+        values.push_back(fro2 / (n * p));
+        break;
+      case Metric::kNmse:
+        values.push_back(norms.fro > 0 ? fro2 / (norms.fro * norms.fro) : nan);
+        break;
+      case Metric::kMaxAbs:
+        values.push_back(diff.size() ? diff.cwiseAbs().maxCoeff() : 0.0);
+        break;
+      case Metric::kAngle:
+        values.push_back(angle_sum / n);
+        break;
+      case Metric::kZeroRows:
+        values.push_back(static_cast<double>(zero_rows) / n);
+        break;
     }
   }
   return values;

@@ -121,8 +121,10 @@ TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(pat
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();
     if (first != kTrialHeader)
-      throw InputError(fmt::format("'{}' is not an attnprobe trial CSV (its header differs); refusing to append. "
-                                   "Choose another -o file.", path));
+      throw InputError(
+          fmt::format("'{}' is not an attnprobe trial CSV (its header differs); refusing to append. "
+                      "Choose another -o file.",
+                      path));
     need_header = false;
   }
   file_ = std::fopen(path.c_str(), append ? "ab" : "wb");
@@ -165,8 +167,10 @@ CsvContents read_csv(const std::string& path) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
-      if (line == kTrialHeader) out.summary = false;
-      else if (line == kSummaryHeader) out.summary = true;
+      if (line == kTrialHeader)
+        out.summary = false;
+      else if (line == kSummaryHeader)
+        out.summary = true;
       else
         throw InputError(fmt::format("'{}' is not an attnprobe CSV: its header is not\n  {}\nnor\n  {}", path,
                                      kTrialHeader, kSummaryHeader));

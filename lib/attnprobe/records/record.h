@@ -3,8 +3,8 @@
 // one trial of one case; a summary row aggregates the trial rows of one case and metric.
 #include <cstdint>
 #include <optional>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace attnprobe {
@@ -15,10 +15,10 @@ struct CaseKey {
   std::string layer, head, batch;  ///< integers as text, or "all" after `summarize --over`
   std::string n;                   ///< integer as text, or "all"
   int64_t p = 0;
-  std::string estimator;           ///< estimator name
-  std::string spec;                ///< canonical spec
-  std::string samples;             ///< samples knob value, "" when the estimator has none
-  std::string reference;           ///< canonical spec of the reference
+  std::string estimator;  ///< estimator name
+  std::string spec;       ///< canonical spec
+  std::string samples;    ///< samples knob value, "" when the estimator has none
+  std::string reference;  ///< canonical spec of the reference
 
   auto tie() const { return std::tie(dump, layer, head, batch, n, p, estimator, spec, samples, reference); }
   bool operator<(const CaseKey& o) const { return tie() < o.tie(); }

@@ -11,11 +11,16 @@ namespace attnprobe {
 
 const char* verdict_name(Verdict verdict) {
   switch (verdict) {
-    case Verdict::kOk: return "ok";
-    case Verdict::kRegression: return "regression";
-    case Verdict::kImprovement: return "improvement";
-    case Verdict::kMissing: return "missing";
-    case Verdict::kNew: return "new";
+    case Verdict::kOk:
+      return "ok";
+    case Verdict::kRegression:
+      return "regression";
+    case Verdict::kImprovement:
+      return "improvement";
+    case Verdict::kMissing:
+      return "missing";
+    case Verdict::kNew:
+      return "new";
   }
   return "?";
 }
@@ -81,11 +86,16 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
     }
   auto rank = [](Verdict v) {
     switch (v) {
-      case Verdict::kMissing: return 0;
-      case Verdict::kRegression: return 1;
-      case Verdict::kImprovement: return 2;
-      case Verdict::kNew: return 3;
-      case Verdict::kOk: return 4;
+      case Verdict::kMissing:
+        return 0;
+      case Verdict::kRegression:
+        return 1;
+      case Verdict::kImprovement:
+        return 2;
+      case Verdict::kNew:
+        return 3;
+      case Verdict::kOk:
+        return 4;
     }
     return 5;
   };

@@ -12,9 +12,9 @@
 namespace attnprobe {
 
 struct CheckOptions {
-  double z = 4.0;      ///< standard errors of slack (deterministic cases have se = 0)
-  double atol = 1e-9;  ///< absolute slack: float rounding of values near 0 (zero_rows, tiny errors)
-  double rtol = 1e-3;  ///< relative slack: float rounding differences between builds and CPUs
+  double z = 4.0;                    ///< standard errors of slack (deterministic cases have se = 0)
+  double atol = 1e-9;                ///< absolute slack: float rounding of values near 0 (zero_rows, tiny errors)
+  double rtol = 1e-3;                ///< relative slack: float rounding differences between builds and CPUs
   std::vector<std::string> metrics;  ///< gate only these; empty = all in the baseline
 };
 

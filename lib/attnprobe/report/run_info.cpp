@@ -18,13 +18,23 @@ std::string json_string(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += static_cast<char>(c);
+        if (c < 0x20)
+          out += fmt::format("\\u{:04x}", c);
+        else
+          out += static_cast<char>(c);
     }
   }
   return out + "\"";
@@ -40,9 +50,7 @@ std::string iso_time_now() {
   return buffer;
 }
 
-std::string attnprobe_version() {
-  return fmt::format("{} (git {}, {})", kVersion, kGitHash, kBuildType);
-}
+std::string attnprobe_version() { return fmt::format("{} (git {}, {})", kVersion, kGitHash, kBuildType); }
 
 std::string run_info_path(const std::string& csv_path) {
   std::filesystem::path p(csv_path);
@@ -58,10 +66,9 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       "{{\n  \"command_line\": [{}],\n  \"version\": {},\n  \"git_hash\": {},\n  \"build_type\": {},\n"
       "  \"host\": {},\n  \"dump\": {},\n  \"device\": {},\n  \"threads\": {},\n  \"seed\": {},\n"
       "  \"resumed\": {},\n  \"started\": {},\n  \"finished\": {},\n  \"rows_written\": {}\n}}\n",
-      fmt::join(args, ", "), json_string(kVersion), json_string(kGitHash), json_string(kBuildType),
-      json_string(host), json_string(info.dump), json_string(info.device),
-      info.threads, info.seed, info.resumed ? "true" : "false", json_string(info.started),
-      info.finished.empty() ? "null" : json_string(info.finished), info.rows_written);
+      fmt::join(args, ", "), json_string(kVersion), json_string(kGitHash), json_string(kBuildType), json_string(host),
+      json_string(info.dump), json_string(info.device), info.threads, info.seed, info.resumed ? "true" : "false",
+      json_string(info.started), info.finished.empty() ? "null" : json_string(info.finished), info.rows_written);
   const std::string temp = path + ".tmp";
   {
     std::ofstream out(temp);

@@ -50,7 +50,8 @@ std::vector<SummaryRow> aggregate(const std::vector<std::pair<std::pair<CaseKey,
   }
   std::vector<SummaryRow> out;
   out.reserve(order.size());
-  for (size_t i = 0; i < order.size(); ++i) out.push_back(describe(order[i].first, order[i].second, std::move(values[i])));
+  for (size_t i = 0; i < order.size(); ++i)
+    out.push_back(describe(order[i].first, order[i].second, std::move(values[i])));
   return out;
 }
 

@@ -68,7 +68,9 @@ std::vector<int64_t> sample_without_replacement(const std::vector<double>& weigh
     keyed.emplace_back(std::log(stream.uniform(row, static_cast<uint32_t>(j))) / weights[j], j);
   }
   const int64_t k = std::min<int64_t>(count, static_cast<int64_t>(keyed.size()));
-  auto by_key = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_key = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   std::partial_sort(keyed.begin(), keyed.begin() + k, keyed.end(), by_key);
   std::vector<int64_t> out(k);
   for (int64_t i = 0; i < k; ++i) out[i] = keyed[i].second;

@@ -62,8 +62,10 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       const std::string ref_text = request.reference == "auto" ? spec.target() : request.reference;
       const Spec ref = parse_spec(ref_text);
       if (ref.random())
-        throw InputError(fmt::format("reference '{}' is random; a reference must be deterministic (e.g. softmax, "
-                                     "yoso-e).", ref.canonical()));
+        throw InputError(
+            fmt::format("reference '{}' is random; a reference must be deterministic (e.g. softmax, "
+                        "yoso-e).",
+                        ref.canonical()));
       setting.reference = ref.canonical();
       if (seen.insert(setting.canonical + "|" + setting.reference).second) plan.settings.push_back(setting);
     }

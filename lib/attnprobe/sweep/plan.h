@@ -17,10 +17,10 @@ struct SweepRequest {
   std::vector<std::string> estimators;  ///< spec strings, as typed
   std::vector<int64_t> samples;         ///< values for each estimator's samples knob; empty: the spec's own
   std::string layers = "all", heads = "all", batch = "all";  ///< lists ("0,2", "0..3") or "all"
-  std::vector<int64_t> lengths;         ///< prefix lengths; empty: each batch item's full valid length
-  int trials = 8;                       ///< per random setting; deterministic ones run once
+  std::vector<int64_t> lengths;  ///< prefix lengths; empty: each batch item's full valid length
+  int trials = 8;                ///< per random setting; deterministic ones run once
   uint64_t seed = 0;
-  std::string reference = "auto";       ///< auto | softmax | any deterministic spec
+  std::string reference = "auto";  ///< auto | softmax | any deterministic spec
   std::vector<Metric> metrics = all_metrics();
 };
 

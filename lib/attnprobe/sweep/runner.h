@@ -21,9 +21,9 @@ std::string trial_identity(const CaseKey& key, int64_t trial, uint64_t seed);
 std::set<std::string> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics);
 
 struct RunOptions {
-  int threads = 0;                  ///< 0: all cores
-  Device device = Device::kCpu;     ///< where the estimators run (references are float64 on the CPU)
-  std::set<std::string> done;       ///< trial identities to skip (resume)
+  int threads = 0;               ///< 0: all cores
+  Device device = Device::kCpu;  ///< where the estimators run (references are float64 on the CPU)
+  std::set<std::string> done;    ///< trial identities to skip (resume)
   std::function<void(int64_t done, int64_t total)> progress;  ///< called after each slice
 };
 

@@ -33,9 +33,8 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
 
   DumpContents contents;
   contents.attributes["model"] = "synthetic clusters";
-  contents.attributes["source"] =
-      fmt::format("attnprobe synth: seed={} clusters={} temperatures={} spread={}", o.seed, o.clusters,
-                  fmt::join(o.temperatures, ","), o.spread);
+  contents.attributes["source"] = fmt::format("attnprobe synth: seed={} clusters={} temperatures={} spread={}", o.seed,
+                                              o.clusters, fmt::join(o.temperatures, ","), o.spread);
   contents.attributes["created_by"] = fmt::format("attnprobe {} synth", kVersion);
 
   for (int layer = 0; layer < o.layers; ++layer) {

@@ -23,8 +23,8 @@ struct SynthOptions {
   int heads = 2;
   int batch = 2;
   int64_t tokens = 256;
-  int dim = 32;        ///< p
-  int value_dim = 0;   ///< pv; 0 means p
+  int dim = 32;       ///< p
+  int value_dim = 0;  ///< pv; 0 means p
   int clusters = 8;
   std::vector<double> temperatures = {0.1, 1.0};  ///< T per layer, cycled
   double spread = 0.5;                            ///< σ, within-cluster noise

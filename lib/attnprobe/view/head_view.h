@@ -8,19 +8,19 @@
 namespace attnprobe {
 
 struct SliceId {
-  int layer = 0;      ///< layer number (NN of layer_NN)
-  int head = 0;       ///< head index
-  int batch = 0;      ///< batch item index
-  int64_t n = 0;      ///< tokens used: the prefix 0..n-1 of queries and keys
+  int layer = 0;  ///< layer number (NN of layer_NN)
+  int head = 0;   ///< head index
+  int batch = 0;  ///< batch item index
+  int64_t n = 0;  ///< tokens used: the prefix 0..n-1 of queries and keys
 };
 
 /// The data of one slice in both precisions: float64 exactly as stored (the reference and the
 /// metrics use it) and float32 (what estimators compute with, as an efficient kernel would).
 struct HeadView {
   SliceId id;
-  double scale = 0;   ///< s in softmax(s·QKᵀ)
-  MatrixD q, k, v;    ///< n × p, n × p, n × pv (float64)
-  MatrixF qf, kf, vf; ///< the same in float32
+  double scale = 0;    ///< s in softmax(s·QKᵀ)
+  MatrixD q, k, v;     ///< n × p, n × p, n × pv (float64)
+  MatrixF qf, kf, vf;  ///< the same in float32
 
   int64_t n() const { return q.rows(); }
   int64_t p() const { return q.cols(); }

@@ -16,9 +16,7 @@ class SoftmaxEstimator final : public Estimator {
     return exact_attention_f64(view.q, view.k, view.v, view.scale, pool);
   }
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
-  double flops(int64_t n, int64_t p, int64_t pv) const override {
-    return 2.0 * n * n * p + 2.0 * n * n * pv;
-  }
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({

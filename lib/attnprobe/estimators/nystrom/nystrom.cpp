@@ -72,14 +72,20 @@ class Nystrom final : public Estimator {
     .family = "nystrom",
     .summary = "Nystromformer: segment-mean landmarks, K1*pinv(K2)*(K3*V) (deterministic, O(n L p))",
     .params = {{"L", ParamKind::kInt, "64", 1, 1 << 20, {}, "landmarks (segments); L >= n is exact with pinv=exact"},
-               {"pinv", ParamKind::kChoice, "iterative", 0, 0, {"iterative", "exact"},
+               {"pinv",
+                ParamKind::kChoice,
+                "iterative",
+                0,
+                0,
+                {"iterative", "exact"},
                 "6 Newton-Schulz steps (the paper) or float64 SVD with a relative cutoff"}},
     .samples_knob = "L",
     .random = false,
     .target = nullptr,
-    .make = [](const Spec& spec) {
-      return std::make_unique<Nystrom>(spec.get_int("L"), spec.get_choice("pinv") == "exact");
-    },
+    .make =
+        [](const Spec& spec) {
+          return std::make_unique<Nystrom>(spec.get_int("L"), spec.get_choice("pinv") == "exact");
+        },
 });
 
 }  // namespace

@@ -82,7 +82,11 @@ enum class Proposal { kSegment, kAttn, kMixed, kMixture };
 class Lara final : public Estimator {
  public:
   Lara(int64_t proposals, Proposal proposal, LaraWeighting weighting, double beta, bool sample, bool raw_noise)
-      : proposals_(proposals), proposal_(proposal), weighting_(weighting), beta_(beta), sample_(sample),
+      : proposals_(proposals),
+        proposal_(proposal),
+        weighting_(weighting),
+        beta_(beta),
+        sample_(sample),
         raw_noise_(raw_noise) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
@@ -102,9 +106,13 @@ class Lara final : public Estimator {
     }
     MatrixD mu;
     switch (proposal_) {
-      case Proposal::kSegment: mu = q_bar + k_bar; break;
+      case Proposal::kSegment:
+        mu = q_bar + k_bar;
+        break;
       case Proposal::kAttn:
-      case Proposal::kMixture: mu = q_bar + log_pi.array().exp().matrix() * k; break;
+      case Proposal::kMixture:
+        mu = q_bar + log_pi.array().exp().matrix() * k;
+        break;
       case Proposal::kMixed: {
         MatrixD weights = k_bar * k_bar.transpose();
         softmax_rows(weights);
@@ -140,9 +148,9 @@ class Lara final : public Estimator {
       for (int64_t c = 0; c < c_count; ++c)
         for (int64_t cp = 0; cp < c_count; ++cp) {
           const double base = (omegas.row(c) - q_bar.row(cp)).squaredNorm();
-          const RowVectorD terms = log_pi.row(cp).array() -
-                                   (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) /
-                                       (2 * sigma * sigma);
+          const RowVectorD terms =
+              log_pi.row(cp).array() -
+              (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / (2 * sigma * sigma);
           log_q(c, cp) = log_norm + log_sum_exp(terms);
         }
     } else {
@@ -169,17 +177,15 @@ class Lara final : public Estimator {
     const MatrixD alpha = lara_alpha_at_samples(weighting_, beta_, log_q, r_prime);
     RowVectorD per_sample(c_count);
     for (int64_t c = 0; c < c_count; ++c)
-      per_sample(c) = -0.5 * omegas.row(c).squaredNorm() - 0.5 * p * std::log(2 * std::numbers::pi) + log_key_sum(c) -
-                      log_q(c, c);
+      per_sample(c) =
+          -0.5 * omegas.row(c).squaredNorm() - 0.5 * p * std::log(2 * std::numbers::pi) + log_key_sum(c) - log_q(c, c);
     MatrixD log_w = alpha.array().max(1e-8).log() + log_xi_q.array();
     log_w.rowwise() += per_sample;
     softmax_rows(log_w);
     out = (log_w * f).cast<float>();
   }
 
-  double flops(int64_t n, int64_t p, int64_t pv) const override {
-    return 2.0 * n * proposals_ * (3.0 * p + pv);
-  }
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
 
  private:
   int64_t proposals_;
@@ -206,16 +212,37 @@ LaraWeighting parse_weighting(const std::string& name) {
     .name = "lara",
     .family = "random-features",
     .summary = "LARA: C proposals from segment landmarks, one sample each, multiple importance sampling (O(n C p))",
-    .params = {{"C", ParamKind::kInt, "64", 1, 1 << 16, {}, "proposals (segments); C = 1 is the single-proposal ablation"},
-               {"proposal", ParamKind::kChoice, "segment", 0, 0, {"segment", "attn", "mixed", "mixture"},
-                "proposal means (Eqs. 32-35): q_c+k_c, q_c+attn(q_c), q_c+mixed keys, or the Gaussian mixture"},
-               {"weights", ParamKind::kChoice, "decoupled", 0, 0, {"balance", "coupled", "decoupled"},
-                "MIS weighting (Eqs. 36-38)"},
-               {"beta", ParamKind::kReal, "1", 0, 100, {}, "query-specific weighting strength (paper: 2 slightly better)"},
-               {"mode", ParamKind::kChoice, "sample", 0, 0, {"sample", "mean"},
-                "sample: omega_c = mu_c + eps; mean: omega_c = mu_c (reference evaluation mode, deterministic)"},
-               {"noise", ParamKind::kChoice, "scaled", 0, 0, {"scaled", "raw"},
-                "scaled: eps ~ N(0, I) in the scaled space; raw: std sqrt(s) (reference code)"}},
+    .params =
+        {{"C", ParamKind::kInt, "64", 1, 1 << 16, {}, "proposals (segments); C = 1 is the single-proposal ablation"},
+         {"proposal",
+          ParamKind::kChoice,
+          "segment",
+          0,
+          0,
+          {"segment", "attn", "mixed", "mixture"},
+          "proposal means (Eqs. 32-35): q_c+k_c, q_c+attn(q_c), q_c+mixed keys, or the Gaussian mixture"},
+         {"weights",
+          ParamKind::kChoice,
+          "decoupled",
+          0,
+          0,
+          {"balance", "coupled", "decoupled"},
+          "MIS weighting (Eqs. 36-38)"},
+         {"beta", ParamKind::kReal, "1", 0, 100, {}, "query-specific weighting strength (paper: 2 slightly better)"},
+         {"mode",
+          ParamKind::kChoice,
+          "sample",
+          0,
+          0,
+          {"sample", "mean"},
+          "sample: omega_c = mu_c + eps; mean: omega_c = mu_c (reference evaluation mode, deterministic)"},
+         {"noise",
+          ParamKind::kChoice,
+          "scaled",
+          0,
+          0,
+          {"scaled", "raw"},
+          "scaled: eps ~ N(0, I) in the scaled space; raw: std sqrt(s) (reference code)"}},
     .samples_knob = "C",
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },

@@ -24,8 +24,8 @@ class Performer final : public Estimator {
       query_features.row(i).array() = (query_features.row(i).array() - query_features.row(i).maxCoeff()).exp();
     MatrixD key_features = log_features(root_scale * view.k, omegas);
     key_features = (key_features.array() - key_features.maxCoeff()).exp();
-    const MatrixD kv = key_features.transpose() * view.v;                     // M × pv
-    const VectorD key_sum = key_features.colwise().sum().transpose();         // M
+    const MatrixD kv = key_features.transpose() * view.v;              // M × pv
+    const VectorD key_sum = key_features.colwise().sum().transpose();  // M
     const MatrixD numerator = query_features * kv;
     const VectorD denominator = query_features * key_sum;
     out = (numerator.array().colwise() / denominator.array()).matrix().cast<float>();

@@ -70,8 +70,7 @@ class RandomizedAttention final : public Estimator {
     MatrixF per_sample;
     exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
     out.resize(n, view.pv());
-    for (int64_t i = 0; i < n; ++i)
-      out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
+    for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -88,9 +87,19 @@ class RandomizedAttention final : public Estimator {
     .family = "random-features",
     .summary = "randomized attention: f(omega) averaged over S samples of omega around q+k (O(n^2 p S))",
     .params = {{"S", ParamKind::kInt, "1", 1, 4096, {}, "samples per query"},
-               {"variant", ParamKind::kChoice, "unbiased", 0, 0, {"unbiased", "biased"},
+               {"variant",
+                ParamKind::kChoice,
+                "unbiased",
+                0,
+                0,
+                {"unbiased", "biased"},
                 "unbiased: omega = q + k_j*, j* ~ softmax row (Prop. 3.2); biased: omega = q + E_pi[k]"},
-               {"noise", ParamKind::kChoice, "scaled", 0, 0, {"scaled", "raw"},
+               {"noise",
+                ParamKind::kChoice,
+                "scaled",
+                0,
+                0,
+                {"scaled", "raw"},
                 "scaled: eps ~ N(0,I) in the scaled space (paper); raw: std sqrt(s) as the reference code (biased)"}},
     .samples_knob = "S",
     .random = true,

@@ -58,7 +58,8 @@ class Informer final : public Estimator {
 [[maybe_unused]] const bool kRegistered = register_estimator({
     .name = "informer",
     .family = "sketching",
-    .summary = "Informer ProbSparse: exact rows for the ~d queries with the largest sampled sparsity, mean(V) elsewhere",
+    .summary =
+        "Informer ProbSparse: exact rows for the ~d queries with the largest sampled sparsity, mean(V) elsewhere",
     .params = {{"d", ParamKind::kInt, "64", 1, 1 << 24, {}, "budget: u = ceil(d/ln n)*ceil(ln n) exact rows"}},
     .samples_knob = "d",
     .random = true,

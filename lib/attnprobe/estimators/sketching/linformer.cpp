@@ -60,8 +60,9 @@ class LinformerJlt final : public Estimator {
     .name = "linformer",
     .family = "sketching",
     .summary = "Linformer: keys and values projected to d rows by a Gaussian E, softmax(s*Q*(EK)^T)*(EV)",
-    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 20, {}, "projected length"},
-               {"std", ParamKind::kReal, "0", 0, 1e6, {}, "std of E's entries; 0 = 1/sqrt(d) (JL), 0.02 = reference code"}},
+    .params =
+        {{"d", ParamKind::kInt, "64", 1, 1 << 20, {}, "projected length"},
+         {"std", ParamKind::kReal, "0", 0, 1e6, {}, "std of E's entries; 0 = 1/sqrt(d) (JL), 0.02 = reference code"}},
     .samples_knob = "d",
     .random = true,
     .target = nullptr,

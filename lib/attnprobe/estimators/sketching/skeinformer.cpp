@@ -41,7 +41,8 @@ class Skeinformer final : public Estimator {
     MatrixF pilot_out;
     if (importance_) {
       const RandomStream rows(ctx.key, Purpose::kRowSample);
-      for (int64_t s = 0; s < d_eff; ++s) pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
+      for (int64_t s = 0; s < d_eff; ++s)
+        pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
       const MatrixF q_pilot = view.qf(pilot, Eigen::all);
       MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
       for (int64_t r = 0; r < probs.rows(); ++r) {
@@ -113,12 +114,23 @@ class Skeinformer final : public Estimator {
     .family = "sketching",
     .summary = "Skeinformer (Alg. 1): pilot rows, column sampling by importance, adaptive row normalisation, "
                "pilot reuse; ablations as options",
-    .params = {{"d", ParamKind::kInt, "64", 1, 1 << 24, {}, "sketch size: pilot rows and sampled columns (min(d, n-1))"},
-               {"colsample", ParamKind::kChoice, "importance", 0, 0, {"importance", "uniform"},
-                "columns by pilot importance (Alg. 1) or uniform without a pilot (ablation)"},
-               {"rownorm", ParamKind::kChoice, "adaptive", 0, 0, {"adaptive", "simple", "exact"},
-                "adaptive (Alg. 1), simple (softmax over sampled columns), exact (O(n^2) denominator)"},
-               {"pilot_reuse", ParamKind::kInt, "1", 0, 1, {}, "1: overwrite the pilot rows with their exact values"}},
+    .params =
+        {{"d", ParamKind::kInt, "64", 1, 1 << 24, {}, "sketch size: pilot rows and sampled columns (min(d, n-1))"},
+         {"colsample",
+          ParamKind::kChoice,
+          "importance",
+          0,
+          0,
+          {"importance", "uniform"},
+          "columns by pilot importance (Alg. 1) or uniform without a pilot (ablation)"},
+         {"rownorm",
+          ParamKind::kChoice,
+          "adaptive",
+          0,
+          0,
+          {"adaptive", "simple", "exact"},
+          "adaptive (Alg. 1), simple (softmax over sampled columns), exact (O(n^2) denominator)"},
+         {"pilot_reuse", ParamKind::kInt, "1", 0, 1, {}, "1: overwrite the pilot rows with their exact values"}},
     .samples_knob = "d",
     .random = true,
     .target = nullptr,

@@ -42,15 +42,18 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
   int64_t padded = 1;
   while (padded < p) padded *= 2;
   if (tau > padded)
-    throw InputError(fmt::format("yoso(hash=hadamard): tau = {} exceeds the padded head dim {}; use tau <= {} or "
-                                 "hash=gauss", tau, padded, padded));
+    throw InputError(
+        fmt::format("yoso(hash=hadamard): tau = {} exceeds the padded head dim {}; use tau <= {} or "
+                    "hash=gauss",
+                    tau, padded, padded));
   const int per_part = static_cast<int>(padded / tau);
   const int parts = (m + per_part - 1) / per_part;
   const RandomStream stream(key, Purpose::kSignFlip);
   std::vector<double> signs(static_cast<size_t>(3) * padded), y(padded);
   for (int t = 0; t < parts; ++t) {
     for (int d = 0; d < 3; ++d)
-      for (int64_t c = 0; c < padded; ++c) signs[d * padded + c] = hadamard_sign(stream, t, d, static_cast<uint32_t>(c));
+      for (int64_t c = 0; c < padded; ++c)
+        signs[d * padded + c] = hadamard_sign(stream, t, d, static_cast<uint32_t>(c));
     for (int64_t i = 0; i < n; ++i) {
       std::fill(y.begin(), y.end(), 0.0);
       for (int64_t c = 0; c < p; ++c) y[c] = x(i, c);

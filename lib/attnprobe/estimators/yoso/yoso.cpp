@@ -99,7 +99,12 @@ class YosoSampling final : public Estimator {
     .summary = "YOSO-m: m LSH hashes of tau bits; keys fill bucket sums, queries read them (O(n m (tau p + pv)))",
     .params = {{"m", ParamKind::kInt, "32", 1, 65536, {}, "number of hashes (the samples knob)"},
                {"tau", ParamKind::kInt, "8", 1, 30, {}, "hyperplane bits per hash (inverse temperature)"},
-               {"hash", ParamKind::kChoice, "gauss", 0, 0, {"gauss", "hadamard"},
+               {"hash",
+                ParamKind::kChoice,
+                "gauss",
+                0,
+                0,
+                {"gauss", "hadamard"},
                 "gauss: iid Gaussian hyperplanes (unbiased for yoso-e); hadamard: fast structured, biased"},
                {"norm", ParamKind::kChoice, "l2", 0, 0, {"l2", "none"}, "l2-normalise output rows, or not"}},
     .samples_knob = "m",
@@ -109,7 +114,8 @@ class YosoSampling final : public Estimator {
         [](const Spec& spec) {
           return std::make_unique<YosoSampling>(
               static_cast<int>(spec.get_int("m")), static_cast<int>(spec.get_int("tau")),
-              spec.get_choice("hash") == "gauss" ? LshKind::kGauss : LshKind::kHadamard, spec.get_choice("norm") == "l2");
+              spec.get_choice("hash") == "gauss" ? LshKind::kGauss : LshKind::kHadamard,
+              spec.get_choice("norm") == "l2");
         },
 });
 

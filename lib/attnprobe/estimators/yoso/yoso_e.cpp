@@ -60,8 +60,9 @@ class YosoExpectation final : public Estimator {
     for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, n - r0);
       Eigen::Map<MatrixF> w(weights.data(), rows, keys);
-      gemm_abt(static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(q.cols()), 1.0f, q.data() + r0 * q.cols(),
-               static_cast<int>(q.cols()), k.data(), static_cast<int>(k.cols()), 0.0f, w.data(), static_cast<int>(keys));
+      gemm_abt(static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(q.cols()), 1.0f,
+               q.data() + r0 * q.cols(), static_cast<int>(q.cols()), k.data(), static_cast<int>(k.cols()), 0.0f,
+               w.data(), static_cast<int>(keys));
       float* data = w.data();
       for (int64_t e = 0; e < rows * keys; ++e) {
         const float c = std::clamp(data[e], -1.0f, 1.0f);
