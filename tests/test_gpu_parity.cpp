@@ -41,7 +41,8 @@ TEST_CASE("device Philox draws the host's numbers", "[gpu]") {
 }
 
 #ifdef ATTNPROBE_HAVE_CUDA
-#include "attnprobe/estimators/device.h"
+#include <fmt/format.h>
+
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -53,7 +54,7 @@ struct Shape {
   int64_t n;
   int p;
 };
-const Shape kShapes[] = {{97, 50}, {97, 64}, {1025, 50}, {1025, 64}};
+const Shape kShapes[] = {{97, 50}, {97, 64}, {1025, 50}, {1025, 64}, {1025, 128}};
 
 HeadView parity_slice(const Shape& s) { return synth_slice(s.n, s.p, 0.3, 11); }
 
@@ -91,7 +92,58 @@ TEST_CASE("device hash codes are identical to the host's", "[gpu]") {
 #endif
 }
 
-TEST_CASE("device estimates are within twice the CPU float32 error of float64", "[gpu]") {
+#ifdef ATTNPROBE_HAVE_CUDA
+namespace {
+// Walks every estimator registered for cuda (the registry decides; nothing here names them), with
+// its default spec and each choice of each choice-parameter in turn, at awkward shapes.
+std::vector<std::string> cuda_variants() {
+  std::vector<std::string> specs;
+  for (const std::string& name : estimators_on(Device::kCuda)) {
+    specs.push_back(name);
+    for (const ParamDef& param : find_estimator(name)->params)
+      if (param.kind == ParamKind::kChoice)
+        for (const std::string& choice : param.choices)
+          if (choice != param.default_value) specs.push_back(fmt::format("{}({}={})", name, param.name, choice));
+  }
+  return specs;
+}
+}  // namespace
+#endif
+
+TEST_CASE("every CUDA estimator agrees with its CPU version", "[gpu]") {
+#ifndef ATTNPROBE_HAVE_CUDA
+  SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
+#else
+  if (gpu::device_count() == 0) SKIP_TEST("no GPU visible: " + gpu::device_description());
+  const std::vector<std::string> specs = cuda_variants();
+  REQUIRE(!specs.empty());
+  for (const Shape& shape : kShapes) {
+    const HeadView view = parity_slice(shape);
+    for (const std::string& text : specs) {
+      const Spec spec = parse_spec(text);
+      INFO("seed 12345, n " << shape.n << " p " << shape.p << ", " << spec.canonical());
+      const MatrixF cpu = run_on(spec.canonical(), view, Device::kCpu);
+      const MatrixF gpu = run_on(spec.canonical(), view, Device::kCuda);
+      REQUIRE(gpu.rows() == cpu.rows());
+      REQUIRE(gpu.cols() == cpu.cols());
+      REQUIRE(gpu.allFinite());
+      if (const auto reference = spec.make()->reference(view, nullptr)) {
+        // Deterministic with a float64 reference (flash-attention's calibration): the device may err
+        // at most twice as much as the CPU float32 path, plus 1e-6.
+        INFO("cpu " << error(*reference, cpu) << " gpu " << error(*reference, gpu));
+        CHECK(error(*reference, gpu) <= 2 * error(*reference, cpu) + 1e-6);
+      } else {
+        // Random: the same keyed draws on both devices, so the outputs differ by rounding only.
+        // A single differing hash code or sample would move rows by ~1e-2.
+        INFO("relative difference " << error(cpu.cast<double>(), gpu));
+        CHECK(error(cpu.cast<double>(), gpu) < 1e-4);
+      }
+    }
+  }
+#endif
+}
+
+TEST_CASE("device kernels match float64 where the comparison is exact", "[gpu]") {
 #ifndef ATTNPROBE_HAVE_CUDA
   SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
 #else
@@ -99,15 +151,6 @@ TEST_CASE("device estimates are within twice the CPU float32 error of float64", 
   for (const Shape& shape : kShapes) {
     const HeadView view = parity_slice(shape);
     INFO("seed 12345, n " << shape.n << " p " << shape.p);
-    // Deterministic estimators against their float64 references (flash-attention's calibration:
-    // the device may err at most twice as much as the CPU float32 path, plus 1e-6).
-    for (const char* spec : {"softmax", "vmean", "yoso-e(tau=8)"}) {
-      const MatrixD reference = *parse_spec(spec).make()->reference(view, nullptr);
-      const double cpu = error(reference, run_on(spec, view, Device::kCpu));
-      const double gpu = error(reference, run_on(spec, view, Device::kCuda));
-      INFO(spec << " cpu " << cpu << " gpu " << gpu);
-      CHECK(gpu <= 2 * cpu + 1e-6);
-    }
     // The fp64-accumulation mode of the exact kernel is a reference in its own right.
     MatrixF fp64(view.n(), view.pv());
     gpu::exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.n(), view.p(), view.pv(),
@@ -126,9 +169,6 @@ TEST_CASE("device estimates are within twice the CPU float32 error of float64", 
     const double gpu = error(exact_tables, run_on(yoso, view, Device::kCuda));
     INFO("yoso cpu " << cpu << " gpu " << gpu);
     CHECK(gpu <= 2 * cpu + 1e-6);
-    // performer: the same features and the same float64 formula on both sides.
-    const MatrixF cpu_performer = run_on("performer(M=64)", view, Device::kCpu);
-    CHECK(error(cpu_performer.cast<double>(), run_on("performer(M=64)", view, Device::kCuda)) < 1e-5);
   }
 #endif
 }

@@ -18,9 +18,13 @@ Action add_list(CLI::App& app) {
         fmt::print("== {} ==\n", family);
       }
       const Spec spec = parse_spec(def->name);
+      std::vector<std::string> devices;
+      for (Device device : devices_of(*def)) devices.push_back(device_name(device));
       fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
                  spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
                  spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
+      fmt::print("    devices: {}   causal form: {}   attention weights: {}\n", join(devices, ", "),
+                 def->causal ? "yes" : "no", def->weights ? "yes" : "no");
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

@@ -4,6 +4,7 @@
 // fast path; Acc = double is the fp64-accumulation reference mode.
 #include <cmath>
 
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
 
@@ -59,8 +60,8 @@ __global__ void flash_attention_kernel(const float* q, const float* k, const flo
 void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
                      float scale, bool fp64, float* out) {
   if (p > kMaxDim || pv > kMaxDim)
-    throw std::runtime_error("CUDA exact attention supports head dims up to 128 (got " + std::to_string(p) + ", " +
-                             std::to_string(pv) + ")");
+    throw InputError("CUDA exact attention supports head dims up to 128 (got " + std::to_string(p) + ", " +
+                     std::to_string(pv) + ")");
   DeviceBuffer<float> dq(q, n * p), dk(k, keys * p), dv(v, keys * pv), dout(n * pv);
   const size_t shared = static_cast<size_t>(kKeyTile) * (p + pv) * sizeof(float);
   if (fp64)
@@ -75,4 +76,24 @@ void exact_attention(const float* q, const float* k, const float* v, int64_t n, 
   dout.download(out);
 }
 
+}  // namespace attnprobe::gpu
+
+// The CUDA version of `softmax` (estimators/exact/softmax.cpp): the flash-style kernel above.
+namespace attnprobe::gpu {
+namespace {
+
+class CudaSoftmax final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    out.resize(view.n(), view.pv());
+    exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
+                    static_cast<float>(view.scale), false, out.data());
+  }
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * (p + pv); }
+};
+
+[[maybe_unused]] const bool kOnCuda =
+    register_implementation("softmax", Device::kCuda, [](const Spec&) { return std::make_unique<CudaSoftmax>(); });
+
+}  // namespace
 }  // namespace attnprobe::gpu

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "attnprobe/estimators/random_features/features.h"
+#include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
 
@@ -100,4 +102,32 @@ void performer(const double* q_scaled, const double* k_scaled, const double* v, 
   dout.download(out);
 }
 
+}  // namespace attnprobe::gpu
+
+// The CUDA version of `performer` (estimators/random_features/performer.cpp): the features are drawn
+// on the host by the CPU's own function, so both devices use the same ω.
+namespace attnprobe::gpu {
+namespace {
+
+class CudaPerformer final : public Estimator {
+ public:
+  explicit CudaPerformer(PerformerParams params) : params_(params) {}
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(params_.features, view.p(), params_.orthogonal, ctx.key);
+    const MatrixD q = root_scale * view.q, k = root_scale * view.k;
+    out.resize(view.n(), view.pv());
+    performer(q.data(), k.data(), view.v.data(), omegas.data(), view.n(), k.rows(), view.p(), view.pv(),
+              params_.features, out.data());
+  }
+
+ private:
+  PerformerParams params_;
+};
+
+[[maybe_unused]] const bool kOnCuda = register_implementation("performer", Device::kCuda, [](const Spec& spec) {
+  return std::make_unique<CudaPerformer>(PerformerParams::from_spec(spec));
+});
+
+}  // namespace
 }  // namespace attnprobe::gpu

@@ -1,4 +1,5 @@
 // V-Mean on the GPU (mirrors estimators/sketching/vmean.cpp): column means in double, broadcast.
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
 
@@ -29,4 +30,22 @@ void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, float* out) {
   dout.download(out);
 }
 
+}  // namespace attnprobe::gpu
+
+// The CUDA version of `vmean` (estimators/sketching/vmean.cpp).
+namespace attnprobe::gpu {
+namespace {
+
+class CudaVMean final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    out.resize(view.n(), view.pv());
+    vmean(view.vf.data(), view.n(), view.vf.rows(), view.pv(), out.data());
+  }
+};
+
+[[maybe_unused]] const bool kOnCuda =
+    register_implementation("vmean", Device::kCuda, [](const Spec&) { return std::make_unique<CudaVMean>(); });
+
+}  // namespace
 }  // namespace attnprobe::gpu

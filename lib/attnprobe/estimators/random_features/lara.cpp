@@ -1,5 +1,5 @@
 // lara(C, proposal, weights, beta, mode, noise) — Linear randomized attention (Zheng et al.,
-// "Linear Complexity Randomized Self-attention Mechanism", ICML 2022, §4; ESTIMATORS.md).
+// "Linear Complexity Randomized Self-attention Mechanism", ICML 2022, §4; docs/estimators/random-features.md).
 // Target: softmax. C proposals q_c, one sample ω_c each, combined by multiple importance sampling:
 //   landmarks q̄_c, k̄_c = means of C contiguous segments of q̃, k̃ (the scaled space);
 //   proposal means μ_c: segment q̄_c + k̄_c | attn q̄_c + Σ_j softmax_j(q̄_c·k̃_j)·k̃_j |
