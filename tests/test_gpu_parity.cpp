@@ -95,15 +95,12 @@ TEST_CASE("device hash codes are identical to the host's", "[gpu]") {
 #ifdef ATTNPROBE_HAVE_CUDA
 namespace {
 // Walks every estimator registered for cuda (the registry decides; nothing here names them), with
-// its default spec and each choice of each choice-parameter in turn, at awkward shapes.
+// the settings registry.h's variants() derives, at awkward shapes.
 std::vector<std::string> cuda_variants() {
   std::vector<std::string> specs;
   for (const std::string& name : estimators_on(Device::kCuda)) {
-    specs.push_back(name);
-    for (const ParamDef& param : find_estimator(name)->params)
-      if (param.kind == ParamKind::kChoice)
-        for (const std::string& choice : param.choices)
-          if (choice != param.default_value) specs.push_back(fmt::format("{}({}={})", name, param.name, choice));
+    const std::vector<std::string> more = variants(*find_estimator(name));
+    specs.insert(specs.end(), more.begin(), more.end());
   }
   return specs;
 }

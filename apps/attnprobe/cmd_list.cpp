@@ -7,10 +7,19 @@
 namespace attnprobe::cli {
 
 Action add_list(CLI::App& app) {
+  auto only_variants = std::make_shared<bool>(false);
+  app.add_flag("--variants", *only_variants,
+               "print only the settings the baseline gate runs, one canonical spec per line: each estimator's "
+               "default, each other choice of its choice keys, and its declared ablations");
   app.footer(
-      "Example:\n  attnprobe list\n\nA spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys "
-      "take their defaults.");
-  return [] {
+      "Example:\n  attnprobe list\n  attnprobe list --variants\n\nA spec is name or name(key=value,...), e.g. "
+      "yoso(m=32,tau=8); omitted keys take their defaults.");
+  return [only_variants] {
+    if (*only_variants) {
+      for (const EstimatorDef* def : registered_estimators())
+        for (const std::string& spec : variants(*def)) fmt::print("{}\n", spec);
+      return 0;
+    }
     std::string family;
     for (const EstimatorDef* def : registered_estimators()) {
       if (def->family != family) {

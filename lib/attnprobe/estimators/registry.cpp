@@ -169,6 +169,19 @@ std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
   return it->second(spec);
 }
 
+std::vector<std::string> variants(const EstimatorDef& def) {
+  std::vector<std::string> specs = {parse_spec(def.name).canonical()};
+  auto add = [&](const std::string& text) {
+    const std::string canonical = parse_spec(text).canonical();
+    if (std::find(specs.begin(), specs.end(), canonical) == specs.end()) specs.push_back(canonical);
+  };
+  for (const ParamDef& param : def.params)
+    if (param.kind == ParamKind::kChoice)
+      for (const std::string& choice : param.choices) add(fmt::format("{}({}={})", def.name, param.name, choice));
+  for (const std::string& ablation : def.ablations) add(ablation);
+  return specs;
+}
+
 std::vector<const EstimatorDef*> registered_estimators() {
   static const std::vector<std::string> kFamilyOrder = {"exact", "yoso", "sketching", "random-features", "nystrom"};
   std::vector<const EstimatorDef*> defs;

@@ -55,8 +55,11 @@ struct EstimatorDef {
   std::function<bool(const Spec&)> random_for;
   /// Canonical spec of what this estimator estimates (`--reference auto`); default "softmax".
   std::function<std::string(const Spec&)> target;
-  bool causal = false;    ///< has a causal form (docs/estimators/*.md, "Causal form")
-  bool weights = false;   ///< can state the attention weights it implies (docs/metrics.md)
+  bool causal = false;   ///< has a causal form (docs/estimators/*.md, "Causal form")
+  bool weights = false;  ///< can state the attention weights it implies (docs/metrics.md)
+  /// Settings worth gating besides those variants() derives (e.g. a numeric ablation such as
+  /// `linformer(std=0.02)` or a combination of keys), as spec strings.
+  std::vector<std::string> ablations;
   EstimatorFactory make;  ///< the CPU version
 };
 
@@ -113,6 +116,11 @@ std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device);
 /// All registered estimators, by family then name.
 std::vector<const EstimatorDef*> registered_estimators();
 const EstimatorDef* find_estimator(const std::string& name);
+
+/// The settings that the baseline gate, the parity harness and the registry test run for `def`, as
+/// canonical specs: the default, each non-default choice of each choice parameter on its own, then
+/// the declared ablations. So a new estimator is gated by registering it, with no list to edit.
+std::vector<std::string> variants(const EstimatorDef& def);
 
 /// Parses and validates a spec string; throws UsageError on any problem (a spec is part of the command line).
 Spec parse_spec(const std::string& text);

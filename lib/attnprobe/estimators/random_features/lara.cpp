@@ -247,6 +247,7 @@ LaraWeighting parse_weighting(const std::string& name) {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },
     .target = nullptr,
+    .ablations = {"lara(weights=coupled,beta=2)", "lara(C=1)"},  // the paper's best beta; its single-proposal ablation
     .make =
         [](const Spec& spec) {
           return std::make_unique<Lara>(spec.get_int("C"), parse_proposal(spec.get_choice("proposal")),

@@ -50,6 +50,7 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .ablations = {"performer(ortho=0)"},
     .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },
 });
 

@@ -66,6 +66,7 @@ class LinformerJlt final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection
     .make = [](const Spec& spec) { return std::make_unique<Linformer>(spec.get_int("d"), spec.get_real("std")); },
 });
 

@@ -134,6 +134,8 @@ class Skeinformer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    // The reference code's "w/o row normalization" ablation also skips pilot reuse.
+    .ablations = {"skeinformer(pilot_reuse=0)", "skeinformer(rownorm=exact,pilot_reuse=0)"},
     .make =
         [](const Spec& spec) {
           const std::string& rn = spec.get_choice("rownorm");
