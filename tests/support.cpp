@@ -79,6 +79,12 @@ MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t tr
 
 std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& view, const MatrixD& target, int seeds,
                                       double* mean_error, uint64_t key_seed) {
+  return weighted_z_scores([&](uint32_t t) { return MatrixD(run_estimator(spec, view, t, key_seed).cast<double>()); },
+                           target, seeds, mean_error);
+}
+
+std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial)>& draw, const MatrixD& target,
+                                      int seeds, double* mean_error) {
   const int stats = 4;
   const RandomStream s(make_random_key(3, "weights", 0), Purpose::kGeneric);
   std::vector<MatrixD> weights(stats, MatrixD(target.rows(), target.cols()));
@@ -88,7 +94,7 @@ std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& v
   std::vector<double> sum(stats, 0), sum2(stats, 0);
   MatrixD mean = MatrixD::Zero(target.rows(), target.cols());
   for (int t = 0; t < seeds; ++t) {
-    const MatrixD y = run_estimator(spec, view, t, key_seed).cast<double>();
+    const MatrixD y = draw(static_cast<uint32_t>(t));
     mean += y / seeds;
     for (int w = 0; w < stats; ++w) {
       const double value = (weights[w].array() * y.array()).sum();

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "attnprobe/io/dump.h"
@@ -45,6 +46,10 @@ MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t tr
 /// signs catch biases that would cancel in a plain sum. Also returns ‖mean − target‖/‖target‖.
 std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& view, const MatrixD& target, int seeds,
                                       double* mean_error = nullptr, uint64_t key_seed = 8);
+/// The same statistic for any random matrix: draw(t) is run t = 0..seeds-1 (e.g. an estimator's
+/// gradient); draw's result has target's shape.
+std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial)>& draw, const MatrixD& target,
+                                      int seeds, double* mean_error = nullptr);
 
 /// ../shared/data/NAME, or "" when that folder is absent.
 std::string shared_data(const std::string& name);

@@ -9,8 +9,10 @@
 //   log p̃_n(ω) = log N(ω; 0, I) + log ξ(q_n, ω) + log Σ_j ξ(k_j, ω);
 //   out_n = Σ_c w_nc·f(ω_c), f the key–value average (shared by all queries: O(C·n·p)).
 // α are the MIS weights of lara.h, clamped below at 1e-8 as the reference code does. noise=raw
-// draws ε with std √s (raw units, as the reference code) and evaluates q_c with that std, so the
-// weights stay those of the distribution actually sampled. Self-normalised: consistent, biased.
+// reproduces the reference code: ε is drawn with std √s (raw units) while every density (q_c, the
+// balance heuristic, α) is still evaluated as N(·; μ_c, I) — the draw and the density disagree, and
+// the option measures that code, it does not fix it (its extra bias is tested). Self-normalised:
+// consistent (noise=scaled), biased.
 #include "attnprobe/estimators/random_features/lara.h"
 
 #include <cmath>
@@ -96,7 +98,8 @@ class Lara final : public Estimator {
     const auto segments = contiguous_segments(n, proposals_);
     const int64_t c_count = static_cast<int64_t>(segments.size());
     const MatrixD q_bar = segment_means(q, segments), k_bar = segment_means(k, segments);
-    const double sigma = raw_noise_ ? root_scale : 1.0;
+    // The noise's std in the scaled space; the densities below always use std 1 (see the header).
+    const double draw_sigma = raw_noise_ ? root_scale : 1.0;
 
     // Mixture weights π_cj = softmax_j(q̄_c·k̃_j) (attn and mixture proposals).
     MatrixD log_pi;
@@ -134,12 +137,12 @@ class Lara final : public Estimator {
           omegas.row(c) = q_bar.row(c) + k.row(j);
         }
         noise.normals(static_cast<uint32_t>(c), 0, eps.data(), p);
-        omegas.row(c) += sigma * eps;
+        omegas.row(c) += draw_sigma * eps;
       }
     }
 
-    // log q_c′(ω_c) for every sample c and proposal c′ (C × C).
-    const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi * sigma * sigma);
+    // log q_c′(ω_c) for every sample c and proposal c′ (C × C), q_c′ = N(μ_c′, I) whatever the noise.
+    const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
     MatrixD log_q(c_count, c_count);
     if (proposal_ == Proposal::kMixture) {
       // ‖ω − q̄_c′ − k̃_j‖² = ‖ω − q̄_c′‖² − 2(ω·k̃_j − q̄_c′·k̃_j) + ‖k̃_j‖²  (O(C²·n) after two products)
@@ -149,8 +152,7 @@ class Lara final : public Estimator {
         for (int64_t cp = 0; cp < c_count; ++cp) {
           const double base = (omegas.row(c) - q_bar.row(cp)).squaredNorm();
           const RowVectorD terms =
-              log_pi.row(cp).array() -
-              (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / (2 * sigma * sigma);
+              log_pi.row(cp).array() - (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / 2;
           log_q(c, cp) = log_norm + log_sum_exp(terms);
         }
     } else {
@@ -158,7 +160,7 @@ class Lara final : public Estimator {
       log_q = 2 * omegas * mu.transpose();
       log_q.colwise() -= omegas.rowwise().squaredNorm();
       log_q.rowwise() -= mu.rowwise().squaredNorm().transpose();
-      log_q = (log_q.array() / (2 * sigma * sigma) + log_norm).matrix();
+      log_q = (log_q.array() / 2 + log_norm).matrix();
     }
 
     // r′_nc = softmax over queries n of q̃_n·q̄_c: formed as C × n so the softmax runs along rows
@@ -242,7 +244,8 @@ LaraWeighting parse_weighting(const std::string& name) {
           0,
           0,
           {"scaled", "raw"},
-          "scaled: eps ~ N(0, I) in the scaled space; raw: std sqrt(s) (reference code)"}},
+          "scaled: eps ~ N(0, I) in the scaled space; raw: drawn with std sqrt(s), densities still N(mu, I) (reference "
+          "code)"}},
     .samples_knob = "C",
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },
