@@ -207,3 +207,65 @@ TEST_CASE("hadamard hashing pads p to a power of two and rejects tau beyond it",
   CHECK_THROWS_WITH(lsh_codes(normalize_rows(narrow.q), 4, 20, LshKind::kHadamard, RandomKey{1}),
                     Catch::Contains("exceeds the padded head dim 16"));
 }
+
+TEST_CASE("input=lift gives unit rows with q.k / M^2 inner products", "[yoso][lift]") {
+  HeadView view = synth_slice(40, 16, 0.5, 11);
+  // Rows of very different norms (so M is set by one row and the others keep their lengths).
+  MatrixD q = view.q, k = view.k;
+  for (int64_t i = 0; i < q.rows(); ++i) {
+    q.row(i) *= 0.1 + 0.05 * i;
+    k.row(i) *= 2.0 - 0.03 * i;
+  }
+  MatrixD q_hat, k_hat;
+  yoso_inputs(q, k, true, q_hat, k_hat);
+  REQUIRE(q_hat.cols() == 18);
+  REQUIRE(k_hat.cols() == 18);
+  const double big = std::max(q.rowwise().norm().maxCoeff(), k.rowwise().norm().maxCoeff());
+  const double norm_error = std::max((q_hat.rowwise().norm().array() - 1).abs().maxCoeff(),
+                                     (k_hat.rowwise().norm().array() - 1).abs().maxCoeff());
+  const double product_error = (q_hat * k_hat.transpose() - q * k.transpose() / (big * big)).cwiseAbs().maxCoeff();
+  // float64 rounding: a few ulps. Observed (seed 11): 1.1e-16 and 2.2e-16.
+  INFO("max | |x^| - 1 | " << norm_error << "  max |q^.k^ - q.k/M^2| " << product_error);
+  CHECK(norm_error < 1e-14);
+  CHECK(product_error < 1e-14);
+  // The l2 input is the plain normalisation, p unchanged.
+  yoso_inputs(q, k, false, q_hat, k_hat);
+  CHECK(q_hat.cols() == 16);
+  CHECK((q_hat - normalize_rows(q)).norm() == 0);
+}
+
+TEST_CASE("lifted YOSO-m with Gaussian hashing is unbiased for lifted YOSO-E before normalisation",
+          "[yoso][lift][statistics]") {
+  const HeadView view = synth_slice(48, 16, 0.5, 0);
+  MatrixD q_hat, k_hat;
+  yoso_inputs(view.q, view.k, true, q_hat, k_hat);
+  const int tau = 4;
+  MatrixD w(view.n(), view.n());
+  for (int64_t i = 0; i < view.n(); ++i)
+    for (int64_t j = 0; j < view.n(); ++j)
+      w(i, j) = collision_law(std::clamp(q_hat.row(i).dot(k_hat.row(j)), -1.0, 1.0), tau);
+  const MatrixD target = w * view.v;
+  double mean_error = 0;
+  const auto z = weighted_z_scores("yoso(m=4,tau=4,hash=gauss,norm=none,input=lift)", view, target, 3000, &mean_error);
+  for (int s = 0; s < 4; ++s) {
+    // Observed (seed 8): z = 1.34, −0.54, −0.06, 0.54.
+    INFO("weighting " << s << " z " << z[s]);
+    CHECK(std::abs(z[s]) < 4);
+  }
+  // Observed mean error 0.0104 after 3000 seeds.
+  INFO("mean error " << mean_error);
+  CHECK(mean_error < 0.15);
+  // And yoso-e(input=lift) itself is ℓ2(W·V) of the lifted rows.
+  const MatrixD e = *parse_spec("yoso-e(tau=4,input=lift)").make()->reference(view, nullptr);
+  CHECK((e - normalize_rows(target)).norm() < 1e-12 * e.norm());
+}
+
+TEST_CASE("input=lift differs from input=l2 and hashes in p + 2 dimensions (hadamard pads)", "[yoso][lift]") {
+  const HeadView view = synth_slice(32, 16, 0.5, 12);  // p + 2 = 18 -> hadamard pads to 32
+  const MatrixF lifted = run_estimator("yoso(m=16,tau=8,hash=hadamard,input=lift)", view, 0);
+  const MatrixF plain = run_estimator("yoso(m=16,tau=8,hash=hadamard,input=l2)", view, 0);
+  CHECK(lifted.allFinite());
+  CHECK((lifted - plain).norm() > 0);
+  // τ = 20 fits the lifted dims' padding (32) though not p = 16's.
+  CHECK(run_estimator("yoso(m=4,tau=20,hash=hadamard,input=lift)", view, 0).allFinite());
+}

@@ -32,8 +32,8 @@ Action add_list(CLI::App& app) {
       fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
                  spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
                  spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
-      fmt::print("    devices: {}   causal form: {}   attention weights: {}\n", join(devices, ", "),
-                 def->causal ? "yes" : "no", def->weights ? "yes" : "no");
+      fmt::print("    devices: {}   causal form: {}   attention weights: {}   backward: {}\n", join(devices, ", "),
+                 def->causal ? "yes" : "no", def->weights ? "yes" : "no", def->backward.empty() ? "no" : def->backward);
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

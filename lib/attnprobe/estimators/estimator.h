@@ -3,6 +3,7 @@
 // (registry.h) and maps one head slice to an n × pv estimate of its target. It must be const and
 // re-entrant: the runner calls one instance from several threads, and all randomness comes from
 // ctx.key (docs/randomness.md), never from state.
+#include <limits>
 #include <optional>
 
 #include "attnprobe/common/matrix.h"
@@ -17,6 +18,19 @@ struct EstimateContext {
   ThreadPool* pool = nullptr;  ///< set by `bench` for estimators that parallelise inside one call
 };
 
+/// The backward pass of an estimator for a loss L = ⟨G, Y⟩ with upstream gradient G (n × pv), in
+/// float64. What Y is and which inputs the gradient is taken with respect to is the estimator's
+/// `backward` form in the registry (registry.h): "out" — Y is the output, with respect to the raw Q
+/// and V (softmax, vmean, performer); "yoso" — Y = W·V unnormalised, with respect to q̂ (the
+/// estimator's normalised or lifted query rows) and V (docs/estimators/yoso.md, "Backward pass").
+struct Gradients {
+  MatrixD q;  ///< ∂L/∂Q (n × p) or ∂L/∂Q̂ (n × p′)
+  MatrixD v;  ///< ∂L/∂V (keys × pv)
+  /// Fraction of the n × keys (query, key) pairs whose weight the backward evaluates: 1 for dense
+  /// forms, nnz/(n·keys) for YOSO's sparse form, NaN for forms that visit no pair (tables, features).
+  double pair_fraction = std::numeric_limits<double>::quiet_NaN();
+};
+
 class Estimator {
  public:
   virtual ~Estimator() = default;
@@ -27,6 +41,14 @@ class Estimator {
   /// A float64 evaluation, for deterministic estimators that serve as a reference (target) of
   /// others; nullopt when the estimator has none (then it cannot be a reference).
   virtual std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const { return std::nullopt; }
+
+  /// The gradients of L = ⟨G, Y⟩ (upstream: n × pv), with the same draws as estimate() under the
+  /// same ctx.key; nullopt when the estimator declares no backward form. Never forms n × n beyond
+  /// row blocks.
+  virtual std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                            const EstimateContext& ctx) const {
+    return std::nullopt;
+  }
 
   /// Useful floating-point operations of one call, for `bench` GFLOP/s; 0 when not defined.
   virtual double flops(int64_t n, int64_t p, int64_t pv) const { return 0; }

@@ -57,6 +57,10 @@ struct EstimatorDef {
   std::function<std::string(const Spec&)> target;
   bool causal = false;   ///< has a causal form (docs/estimators/*.md, "Causal form")
   bool weights = false;  ///< can state the attention weights it implies (docs/metrics.md)
+  /// Its backward form (Estimator::backward, the gradient metrics of docs/metrics.md): "" for none,
+  /// "out" for ∂⟨G, out⟩/∂(Q, V), "yoso" for ∂⟨G, W·V⟩/∂(Q̂, V). Gradients are compared only
+  /// between an estimator and a reference of the same form.
+  std::string backward;
   /// Settings worth gating besides those variants() derives (e.g. a numeric ablation such as
   /// `linformer(std=0.02)` or a combination of keys), as spec strings.
   std::vector<std::string> ablations;

@@ -90,6 +90,8 @@ void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const f
 
 // The CUDA versions of `yoso-e` and `yoso` (estimators/yoso/yoso_e.cpp, yoso.cpp): same params,
 // and the hash codes come from the same Philox counters on the device (lsh.cu), so they are the CPU's.
+// input=lift lifts on the host (yoso_inputs) and hashes in p + 2 dims. The backward pass (grad=…) is
+// float64 host code: the sweep runner takes gradients from the CPU versions whatever the device.
 namespace attnprobe::gpu {
 namespace {
 
@@ -97,9 +99,11 @@ class CudaYosoExpectation final : public Estimator {
  public:
   explicit CudaYosoExpectation(YosoExpectationParams params) : params_(params) {}
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
-    const MatrixF q = normalize_rows(view.q).cast<float>(), k = normalize_rows(view.k).cast<float>();
+    MatrixD q_hat, k_hat;  // ℓ2 rows, or lifted rows in p + 2 dims (input=lift), as on the CPU
+    yoso_inputs(view.q, view.k, params_.lift, q_hat, k_hat);
+    const MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
     out.resize(view.n(), view.pv());
-    yoso_expectation(q.data(), k.data(), view.vf.data(), view.n(), k.rows(), view.p(), view.pv(), params_.tau,
+    yoso_expectation(q.data(), k.data(), view.vf.data(), view.n(), k.rows(), q.cols(), view.pv(), params_.tau,
                      out.data());
   }
 
@@ -114,8 +118,14 @@ class CudaYoso final : public Estimator {
     const int m = params_.m, tau = params_.tau;
     const bool hadamard = params_.hash == LshKind::kHadamard;
     std::vector<uint32_t> query_codes(view.n() * m), key_codes(view.k.rows() * m);
-    lsh_codes(view.q.data(), view.n(), view.p(), m, tau, hadamard, ctx.key, query_codes.data());
-    lsh_codes(view.k.data(), view.k.rows(), view.p(), m, tau, hadamard, ctx.key, key_codes.data());
+    // input=l2 hashes the rows as they are (a sign ignores the norm), input=lift the lifted rows in
+    // p + 2 dims: the CPU version's inputs, so the codes agree bit for bit.
+    MatrixD q_hat, k_hat;
+    if (params_.lift) yoso_inputs(view.q, view.k, true, q_hat, k_hat);
+    const MatrixD& q = params_.lift ? q_hat : view.q;
+    const MatrixD& k = params_.lift ? k_hat : view.k;
+    lsh_codes(q.data(), q.rows(), q.cols(), m, tau, hadamard, ctx.key, query_codes.data());
+    lsh_codes(k.data(), k.rows(), k.cols(), m, tau, hadamard, ctx.key, key_codes.data());
     out.resize(view.n(), view.pv());
     yoso_tables(query_codes.data(), key_codes.data(), view.vf.data(), view.n(), view.k.rows(), view.pv(), m, tau,
                 out.data());

@@ -293,6 +293,18 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     }
     if (auto causal = read_number_attribute(group.get(), "causal")) info.causal = static_cast<int>(*causal);
 
+    // Optional real upstream gradients of the attention output: the shape of v (docs/dumps.md).
+    const std::string dy_path = (group_path == "/" ? "" : group_path) + "/dy";
+    if (!explicit_paths && link_exists(fid, dy_path)) {
+      const auto dys = shape_of(dy_path, "upstream gradients");
+      if (dys != vs)
+        throw InputError(
+            fmt::format("'{}': {} has shape {}, but it must have the shape of v, {} (upstream gradients "
+                        "of the attention output). Fix or remove it.",
+                        path, dy_path, shape_text(dys), shape_text(vs)));
+      info.dy_path = dy_path;
+    }
+
     info.lengths.assign(info.batch, info.tokens);
     const std::string lengths_path = (group_path == "/" ? "" : group_path) + "/lengths";
     if (link_exists(fid, lengths_path)) {
@@ -395,6 +407,17 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
   read_block(info.k_path, info, head, batch, n, info.dim, k);
   read_block(info.v_path, info, head, batch, n, info.value_dim, v);
   return make_head_view(SliceId{info.number, head, batch, n}, info.scale, std::move(q), std::move(k), std::move(v));
+}
+
+std::optional<MatrixD> Dump::read_upstream(int layer_number, int head, int batch, int64_t n) const {
+  const LayerInfo& info = layer(layer_number);
+  if (info.dy_path.empty()) return std::nullopt;
+  if (head < 0 || head >= info.heads || batch < 0 || batch >= info.batch || n < 1 || n > info.lengths[batch])
+    throw InputError(fmt::format("'{}' layer {}: no upstream gradients for head {}, batch item {}, length {}.", path_,
+                                 info.number, head, batch, n));
+  MatrixD dy;
+  read_block(info.dy_path, info, head, batch, n, info.value_dim, dy);
+  return dy;
 }
 
 }  // namespace attnprobe

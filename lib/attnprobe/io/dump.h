@@ -35,6 +35,7 @@ struct LayerInfo {
   std::optional<int> causal;     ///< attribute, informational
   std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
   bool has_lengths = false;
+  std::string dy_path;  ///< layer_NN/dy (shape of v: real upstream gradients), "" when absent
 };
 
 class Dump {
@@ -51,6 +52,9 @@ class Dump {
   /// Reads the prefix of n tokens of one head of one batch item. n must be ≤ the item's valid
   /// length. Values are checked: NaN/Inf throws InputError naming layer, head, batch and token.
   HeadView read_slice(int layer, int head, int batch, int64_t n) const;
+  /// The prefix of n rows of layer_NN/dy (n × Pv, upstream gradients of the attention output, for
+  /// the gradient metrics), or nullopt when the layer has none. Same checks as read_slice.
+  std::optional<MatrixD> read_upstream(int layer, int head, int batch, int64_t n) const;
 
  private:
   void read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,

@@ -19,6 +19,21 @@ const std::vector<Metric>& all_metrics() {
   return kAll;
 }
 
+const std::vector<Metric>& known_metrics() {
+  static const std::vector<Metric> kKnown = [] {
+    std::vector<Metric> out = all_metrics();
+    for (Metric m : {Metric::kGradQFroRel, Metric::kGradQAngle, Metric::kGradVFroRel, Metric::kGradPairs})
+      out.push_back(m);
+    return out;
+  }();
+  return kKnown;
+}
+
+bool is_gradient_metric(Metric metric) {
+  return metric == Metric::kGradQFroRel || metric == Metric::kGradQAngle || metric == Metric::kGradVFroRel ||
+         metric == Metric::kGradPairs;
+}
+
 const char* metric_name(Metric metric) {
   switch (metric) {
     case Metric::kSpec:
@@ -39,6 +54,14 @@ const char* metric_name(Metric metric) {
       return "angle";
     case Metric::kZeroRows:
       return "zero_rows";
+    case Metric::kGradQFroRel:
+      return "grad_q_fro_rel";
+    case Metric::kGradQAngle:
+      return "grad_q_angle";
+    case Metric::kGradVFroRel:
+      return "grad_v_fro_rel";
+    case Metric::kGradPairs:
+      return "grad_pairs";
   }
   return "?";
 }
@@ -47,14 +70,14 @@ std::vector<Metric> parse_metrics(const std::string& text) {
   if (trim(text) == "all") return all_metrics();
   std::vector<Metric> out;
   std::vector<std::string> names;
-  for (Metric m : all_metrics()) names.push_back(metric_name(m));
+  for (Metric m : known_metrics()) names.push_back(metric_name(m));
   for (const std::string& raw : split(text, ',')) {
     const std::string name = trim(raw);
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
       throw UsageError(
           fmt::format("unknown metric '{}' in --metrics: use 'all' or a list of {}", name, join(names, ",")));
-    Metric m = all_metrics()[it - names.begin()];
+    Metric m = known_metrics()[it - names.begin()];
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   }
   return out;
@@ -130,9 +153,60 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kZeroRows:
         values.push_back(static_cast<double>(zero_rows) / n);
         break;
+      case Metric::kGradQFroRel:
+      case Metric::kGradQAngle:
+      case Metric::kGradVFroRel:
+      case Metric::kGradPairs:
+        values.push_back(nan);  // set_gradient_metrics
+        break;
     }
   }
   return values;
+}
+
+namespace {
+
+double mean_row_angle(const MatrixD& reference, const MatrixD& estimate) {
+  double total = 0;
+  for (int64_t i = 0; i < reference.rows(); ++i) {
+    const double nr = reference.row(i).norm(), ne = estimate.row(i).norm();
+    total += nr == 0 || ne == 0 ? std::numbers::pi / 2
+                                : std::acos(std::clamp(reference.row(i).dot(estimate.row(i)) / (nr * ne), -1.0, 1.0));
+  }
+  return reference.rows() ? total / static_cast<double>(reference.rows()) : 0.0;
+}
+
+double relative_fro(const MatrixD& reference, const MatrixD& estimate) {
+  const double norm = reference.norm();
+  return norm > 0 ? (estimate - reference).norm() / norm : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
+void set_gradient_metrics(const Gradients* reference, const Gradients* estimate, const std::vector<Metric>& which,
+                          std::vector<double>& values) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const bool comparable = reference && estimate && reference->q.rows() == estimate->q.rows() &&
+                          reference->q.cols() == estimate->q.cols() && reference->v.rows() == estimate->v.rows() &&
+                          reference->v.cols() == estimate->v.cols();
+  for (size_t m = 0; m < which.size(); ++m) {
+    switch (which[m]) {
+      case Metric::kGradQFroRel:
+        values[m] = comparable ? relative_fro(reference->q, estimate->q) : nan;
+        break;
+      case Metric::kGradQAngle:
+        values[m] = comparable ? mean_row_angle(reference->q, estimate->q) : nan;
+        break;
+      case Metric::kGradVFroRel:
+        values[m] = comparable ? relative_fro(reference->v, estimate->v) : nan;
+        break;
+      case Metric::kGradPairs:
+        values[m] = estimate ? estimate->pair_fraction : nan;
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 }  // namespace attnprobe

@@ -35,6 +35,7 @@ enum class Purpose : uint32_t {
   kNoise = 7,
   kComponent = 8,
   kProjection = 9,
+  kUpstreamGradient = 32,  ///< the gradient metrics' G (sweep/runner.h); apart from estimator purposes
 };
 
 class RandomStream {

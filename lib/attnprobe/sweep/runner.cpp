@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -25,11 +26,22 @@ std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::
   return done;
 }
 
+MatrixD upstream_gradient(uint64_t seed, const SliceRef& slice, int64_t pv) {
+  const RandomStream stream(
+      make_random_key(
+          seed, fmt::format("upstream gradient;layer={};head={};batch={}", slice.layer, slice.head, slice.batch), 0),
+      Purpose::kUpstreamGradient);
+  MatrixD g(slice.n, pv);
+  for (int64_t i = 0; i < slice.n; ++i) stream.normals(static_cast<uint32_t>(i), 0, g.row(i).data(), pv);
+  return g;
+}
+
 namespace {
 
 struct Reference {
   MatrixD output;
   ReferenceNorms norms;
+  std::optional<Gradients> gradients;  ///< when gradient metrics are asked for and it has a backward form
 };
 
 struct Task {
@@ -47,6 +59,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
+  // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come
+  // from the CPU versions whatever the device.
+  const bool gradients = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
+  std::vector<std::unique_ptr<Estimator>> backward_estimators;
+  if (gradients)
+    for (const EstimatorSetting& s : plan.settings) backward_estimators.push_back(s.spec.make());
   std::map<std::string, std::unique_ptr<Estimator>> reference_estimators;
   for (const EstimatorSetting& s : plan.settings)
     if (!reference_estimators.count(s.reference)) reference_estimators[s.reference] = parse_spec(s.reference).make();
@@ -102,6 +120,13 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                               cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n));
     const HeadView& view = slice.n == cached.n() ? cached : prefix;
 
+    // G: the dump's layer_NN/dy when present, else the keyed generator's.
+    MatrixD upstream;
+    if (gradients) {
+      std::optional<MatrixD> dy = dump.read_upstream(slice.layer, slice.head, slice.batch, slice.n);
+      upstream = dy ? std::move(*dy) : upstream_gradient(plan.seed, slice, view.pv());
+    }
+
     std::map<std::string, Reference> references;
     for (const Task& task : tasks) {
       const std::string& ref = plan.settings[task.setting].reference;
@@ -113,8 +138,10 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         estimator.estimate(view, EstimateContext{RandomKey{0}, &pool}, out);
         output = out.cast<double>();
       }
-      Reference r{std::move(*output), {}};
+      Reference r{std::move(*output), {}, std::nullopt};
       r.norms = reference_norms(r.output);
+      if (gradients && !parse_spec(ref).def().backward.empty())
+        r.gradients = estimator.backward(view, upstream, EstimateContext{RandomKey{0}, &pool});
       references.emplace(ref, std::move(r));
     }
 
@@ -130,6 +157,15 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                                            out.rows(), out.cols(), view.n(), view.pv()));
       const Reference& ref = references.at(setting.reference);
       values[i] = compute_metrics(ref.output, ref.norms, out, plan.metrics);
+      if (gradients) {
+        // Compared only with a reference of the same backward form (else NaN, docs/metrics.md).
+        std::optional<Gradients> grad;
+        const std::string& form = setting.spec.def().backward;
+        if (ref.gradients && form == parse_spec(setting.reference).def().backward)
+          grad = backward_estimators[task.setting]->backward(view, upstream, ctx);
+        set_gradient_metrics(ref.gradients ? &*ref.gradients : nullptr, grad ? &*grad : nullptr, plan.metrics,
+                             values[i]);
+      }
     });
 
     std::vector<TrialRow> rows;

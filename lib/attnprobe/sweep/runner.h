@@ -32,6 +32,12 @@ struct RunStats {
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);
 
+/// The upstream gradient G (n × pv) of the gradient metrics when the dump has no `dy`: iid N(0, 1),
+/// row i from the keyed generator (purpose kUpstreamGradient, position (i, 0)), keyed by (seed,
+/// layer, head, batch item) only — so every estimator and its reference see the same G, and a
+/// shorter length sees the prefix of a longer one's.
+MatrixD upstream_gradient(uint64_t seed, const SliceRef& slice, int64_t pv);
+
 /// The value of the `dump` column: the file's base name (so results do not depend on where
 /// the file was when it was measured).
 std::string dump_label(const std::string& path);

@@ -1,6 +1,10 @@
 // softmax — exact attention, the target of most estimators (docs/estimators/exact.md).
 // As an estimator it runs the blocked float32 path, so its row in a sweep shows the float32
 // rounding floor (~1e-7 relative) against the float64 reference; as a reference it is float64.
+// Backward (float64, blocks of 256 query rows, never n × n): with A = softmax(s·QKᵀ) and L = ⟨G, A·V⟩,
+//   dA = G·Vᵀ,  dS = A ⊙ (dA − rowsum(A ⊙ dA)),  ∇_Q = s·dS·K,  ∇_V = Aᵀ·G.
+#include <algorithm>
+
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -15,6 +19,30 @@ class SoftmaxEstimator final : public Estimator {
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
     return exact_attention_f64(view.q, view.k, view.v, view.scale, pool);
   }
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext&) const override {
+    const int64_t n = view.n(), block = 256;
+    Gradients out;
+    out.q.resize(n, view.p());
+    out.v = MatrixD::Zero(view.k.rows(), view.pv());
+    out.pair_fraction = 1.0;
+    for (int64_t r0 = 0; r0 < n; r0 += block) {
+      const int64_t rows = std::min(block, n - r0);
+      MatrixD a = view.scale * view.q.middleRows(r0, rows) * view.k.transpose();  // rows × keys
+      for (int64_t i = 0; i < rows; ++i) {
+        a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+        a.row(i) /= a.row(i).sum();
+      }
+      const auto g = upstream.middleRows(r0, rows);
+      MatrixD ds = g * view.v.transpose();  // dA, then dS
+      const VectorD centre = (a.array() * ds.array()).rowwise().sum();
+      ds = (a.array() * (ds.colwise() - centre).array()).matrix();
+      out.q.middleRows(r0, rows).noalias() = view.scale * ds * view.k;
+      out.v.noalias() += a.transpose() * g;
+    }
+    return out;
+  }
+
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 };
@@ -27,6 +55,7 @@ class SoftmaxEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
+    .backward = "out",
     .make = [](const Spec&) { return std::make_unique<SoftmaxEstimator>(); },
 });
 

@@ -5,6 +5,11 @@
 // a per-row shift for queries and one shift per slice for keys cancel exactly; no epsilon is added
 // (the reference implementations add 1e-4 after a global key shift, which collapses to uniform
 // attention at ordinary scales). Cost O(n·M·p); never n × n.
+// Backward of L = ⟨G, out⟩ with the same ω (a_i = query features, N_i = a_i·KV, D_i = a_i·Σ_j φ(k_j)):
+//   ∂L/∂a_im = (g_i·kv_m − (g_i·out_i)·ks_m)/D_i,  ∇_q_i = √s·Σ_m a_im·∂L/∂a_im·ω_m,
+//   ∇_V = Φ_K·Σ_i (a_i/D_i)ᵀ g_i;  O(n·M·(p + pv)), float64.
+#include <cmath>
+
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/estimators/registry.h"
@@ -17,19 +22,22 @@ class Performer final : public Estimator {
   explicit Performer(PerformerParams params) : features_(params.features), orthogonal_(params.orthogonal) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const double root_scale = std::sqrt(view.scale);
-    const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
-    // Queries: ‖q̃‖²/2 and M^{-1/2} cancel in the ratio, so only ω·q̃ minus its row max remains.
-    MatrixD query_features = (root_scale * view.q) * omegas.transpose();
-    for (int64_t i = 0; i < query_features.rows(); ++i)
-      query_features.row(i).array() = (query_features.row(i).array() - query_features.row(i).maxCoeff()).exp();
-    MatrixD key_features = log_features(root_scale * view.k, omegas);
-    key_features = (key_features.array() - key_features.maxCoeff()).exp();
-    const MatrixD kv = key_features.transpose() * view.v;              // M × pv
-    const VectorD key_sum = key_features.colwise().sum().transpose();  // M
-    const MatrixD numerator = query_features * kv;
-    const VectorD denominator = query_features * key_sum;
-    out = (numerator.array().colwise() / denominator.array()).matrix().cast<float>();
+    const Forward f = forward(view, ctx);
+    out = f.out.cast<float>();
+  }
+
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext& ctx) const override {
+    const Forward f = forward(view, ctx);
+    const VectorD g_dot_out = (upstream.array() * f.out.array()).rowwise().sum();
+    MatrixD coefficient = upstream * f.kv.transpose();  // n × M: g_i·kv_m, then ∂L/∂a_im·a_im
+    coefficient -= g_dot_out * f.key_sum.transpose();
+    coefficient = (coefficient.array() * f.query_features.array()).colwise() / f.denominator.array();
+    Gradients out;
+    out.q = std::sqrt(view.scale) * coefficient * f.omegas;
+    const MatrixD scaled_queries = f.query_features.array().colwise() / f.denominator.array();
+    out.v = f.key_features * (scaled_queries.transpose() * upstream);
+    return out;
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -37,6 +45,33 @@ class Performer final : public Estimator {
   }
 
  private:
+  struct Forward {
+    MatrixD omegas;          ///< M × p
+    MatrixD query_features;  ///< n × M, a_i up to a per-row factor that cancels
+    MatrixD key_features;    ///< keys × M, φ(k_j) up to one factor that cancels
+    MatrixD kv;              ///< M × pv: Σ_j φ(k_j)ᵀ v_j
+    VectorD key_sum;         ///< M: Σ_j φ(k_j)
+    VectorD denominator;     ///< n: a_i·key_sum
+    MatrixD out;             ///< n × pv
+  };
+
+  Forward forward(const HeadView& view, const EstimateContext& ctx) const {
+    const double root_scale = std::sqrt(view.scale);
+    Forward f;
+    f.omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
+    // Queries: ‖q̃‖²/2 and M^{-1/2} cancel in the ratio, so only ω·q̃ minus its row max remains.
+    f.query_features = (root_scale * view.q) * f.omegas.transpose();
+    for (int64_t i = 0; i < f.query_features.rows(); ++i)
+      f.query_features.row(i).array() = (f.query_features.row(i).array() - f.query_features.row(i).maxCoeff()).exp();
+    f.key_features = log_features(root_scale * view.k, f.omegas);
+    f.key_features = (f.key_features.array() - f.key_features.maxCoeff()).exp();
+    f.kv = f.key_features.transpose() * view.v;
+    f.key_sum = f.key_features.colwise().sum().transpose();
+    f.denominator = f.query_features * f.key_sum;
+    f.out = (f.query_features * f.kv).array().colwise() / f.denominator.array();
+    return f;
+  }
+
   int64_t features_;
   bool orthogonal_;
 };
@@ -50,6 +85,7 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .backward = "out",
     .ablations = {"performer(ortho=0)"},
     .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },
 });

@@ -1,6 +1,7 @@
 // vmean — the rank-one baseline of the Skeinformer paper (docs/estimators/sketching.md):
 // out_i = (1/n)·Σ_j v_j for every query i, i.e. uniform attention. Deterministic; exact when
 // attention is uniform, and the error every sampling method must beat on peaked attention.
+// Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -16,6 +17,13 @@ class VMeanEstimator final : public Estimator {
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     return MatrixD(view.v.colwise().mean().replicate(view.n(), 1));
   }
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext&) const override {
+    Gradients out;
+    out.q = MatrixD::Zero(view.n(), view.p());
+    out.v = (upstream.colwise().sum() / static_cast<double>(view.k.rows())).replicate(view.k.rows(), 1);
+    return out;
+  }
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -26,6 +34,7 @@ class VMeanEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = nullptr,
+    .backward = "out",
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },
 });
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "attnprobe/common/error.h"
 
 namespace attnprobe {
@@ -13,6 +16,26 @@ MatrixD normalize_rows(const MatrixD& x) {
     if (norm > 0) out.row(i) /= norm;
   }
   return out;
+}
+
+void yoso_inputs(const MatrixD& q, const MatrixD& k, bool lift, MatrixD& q_hat, MatrixD& k_hat) {
+  if (!lift) {
+    q_hat = normalize_rows(q);
+    k_hat = normalize_rows(k);
+    return;
+  }
+  const int64_t p = q.cols();
+  const double big = std::max(q.rowwise().norm().maxCoeff(), k.rowwise().norm().maxCoeff());
+  const double inv = big > 0 ? 1.0 / big : 0.0;
+  auto lifted = [&](const MatrixD& x, int64_t slot) {
+    MatrixD out = MatrixD::Zero(x.rows(), p + 2);
+    out.leftCols(p) = x * inv;
+    for (int64_t i = 0; i < x.rows(); ++i)
+      out(i, p + slot) = big > 0 ? std::sqrt(std::max(0.0, big * big - x.row(i).squaredNorm())) * inv : 0.0;
+    return out;
+  };
+  q_hat = lifted(q, 0);
+  k_hat = lifted(k, 1);
 }
 
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c) {

@@ -32,4 +32,12 @@ int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_
 /// ℓ2-normalised rows; a zero row stays zero.
 MatrixD normalize_rows(const MatrixD& x);
 
+/// YOSO's inputs q̂ (n × p′) and k̂ (keys × p′) from q (n × p) and k (keys × p):
+///  - lift = false (input=l2): ℓ2-normalised rows, p′ = p;
+///  - lift = true (input=lift, YOSO appendix §1.1 after Neyshabur & Srebro): with M the largest row
+///    norm of q and k together, q̂_i = [q_i, √(M² − ‖q_i‖²), 0]/M and k̂_j = [k_j, 0, √(M² − ‖k_j‖²)]/M,
+///    p′ = p + 2: unit rows with q̂_i·k̂_j = q_i·k_j/M², so the collision probability is monotone in the
+///    raw inner product. (M² − ‖x‖² is clamped at 0 against rounding; an all-zero slice gives zero rows.)
+void yoso_inputs(const MatrixD& q, const MatrixD& k, bool lift, MatrixD& q_hat, MatrixD& k_hat);
+
 }  // namespace attnprobe

@@ -1,5 +1,8 @@
-// yoso(m, tau, hash, norm) — YOSO-m, Bernoulli sampling of attention through m LSH hashes
-// (Zeng et al., ICML 2021; docs/estimators/yoso.md). Target: yoso-e with the same τ.
+// yoso(m, tau, hash, norm, input, grad) — YOSO-m, Bernoulli sampling of attention through m LSH
+// hashes (Zeng et al., ICML 2021; docs/estimators/yoso.md). Target: yoso-e with the same τ and input.
+// input=lift hashes the lifted unit rows in p + 2 dimensions (lsh.h, yoso_inputs). Backward
+// (yoso_backward.h): grad=lsh, the m-hash estimate of the paper's lower bound from bucket tables
+// (unbiased for it with hash=gauss), or grad=sparse, the colliding pairs with exact weights.
 //   Y_i = (1/m)·Σ_f T_f[h_f(q̂_i)],  T_f[c] = Σ_{j: h_f(k̂_j) = c} v_j;  out_i = ℓ2(Y_i) (norm=l2) or Y_i.
 // With hash=gauss, P(h_f(q̂) = h_f(k̂)) = (1 − θ/π)^τ, so E[Y] = YOSO-E's W·V: unbiased before the
 // normalisation (tested). hash=hadamard collides 1–13% less often and is biased (tested, reported).
@@ -12,6 +15,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/estimators/yoso/yoso_backward.h"
 #include "attnprobe/estimators/yoso/yoso_params.h"
 
 namespace attnprobe {
@@ -23,14 +27,17 @@ constexpr int64_t kTableBudgetFloats = int64_t{1} << 19;
 class YosoSampling final : public Estimator {
  public:
   explicit YosoSampling(YosoParams params)
-      : m_(params.m), tau_(params.tau), kind_(params.hash), normalize_(params.normalize) {}
+      : m_(params.m),
+        tau_(params.tau),
+        kind_(params.hash),
+        normalize_(params.normalize),
+        lift_(params.lift),
+        sparse_gradient_(params.sparse_gradient) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
-    // Codes of x and of ℓ2(x) are the same (a projection's sign ignores the norm; a zero row
-    // projects to 0 either way), so the rows are hashed as they are.
-    const std::vector<uint32_t> query_codes = lsh_codes(view.q, m_, tau_, kind_, ctx.key);
-    const std::vector<uint32_t> key_codes = lsh_codes(view.k, m_, tau_, kind_, ctx.key);
+    std::vector<uint32_t> query_codes, key_codes;
+    hash_inputs(view, ctx.key, nullptr, nullptr, query_codes, key_codes);
     MatrixF y = MatrixF::Zero(n, pv);
     const int64_t buckets = int64_t{1} << tau_;
     if (buckets <= std::max<int64_t>(4096, 8 * keys)) {
@@ -83,6 +90,15 @@ class YosoSampling final : public Estimator {
     out = std::move(y);
   }
 
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext& ctx) const override {
+    MatrixD q_hat, k_hat;
+    std::vector<uint32_t> query_codes, key_codes;
+    hash_inputs(view, ctx.key, &q_hat, &k_hat, query_codes, key_codes);
+    if (sparse_gradient_) return yoso_sparse_gradient(query_codes, key_codes, m_, tau_, q_hat, k_hat, view.v, upstream);
+    return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream);
+  }
+
   // Projections for both sides (m·τ·p multiply-adds per row, or the FWHTs for hadamard, counted
   // as the gauss work) plus the table fill and read (m·pv adds per row each).
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -90,9 +106,23 @@ class YosoSampling final : public Estimator {
   }
 
  private:
+  // The codes of q̂ and k̂. Codes of x and of ℓ2(x) are the same (a projection's sign ignores the
+  // norm; a zero row projects to 0 either way), so with input=l2 the rows are hashed as they are
+  // (as the CUDA version does); input=lift hashes the lifted rows. q_hat/k_hat, when given, receive
+  // the inputs themselves (the backward pass needs them).
+  void hash_inputs(const HeadView& view, RandomKey key, MatrixD* q_hat, MatrixD* k_hat,
+                   std::vector<uint32_t>& query_codes, std::vector<uint32_t>& key_codes) const {
+    MatrixD q, k;
+    if (lift_ || q_hat) yoso_inputs(view.q, view.k, lift_, q, k);
+    query_codes = lsh_codes(lift_ ? q : view.q, m_, tau_, kind_, key);
+    key_codes = lsh_codes(lift_ ? k : view.k, m_, tau_, kind_, key);
+    if (q_hat) *q_hat = std::move(q);
+    if (k_hat) *k_hat = std::move(k);
+  }
+
   int m_, tau_;
   LshKind kind_;
-  bool normalize_;
+  bool normalize_, lift_, sparse_gradient_;
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -108,10 +138,28 @@ class YosoSampling final : public Estimator {
                 0,
                 {"gauss", "hadamard"},
                 "gauss: iid Gaussian hyperplanes (unbiased for yoso-e); hadamard: fast structured, biased"},
-               {"norm", ParamKind::kChoice, "l2", 0, 0, {"l2", "none"}, "l2-normalise output rows, or not"}},
+               {"norm", ParamKind::kChoice, "l2", 0, 0, {"l2", "none"}, "l2-normalise output rows, or not"},
+               {"input",
+                ParamKind::kChoice,
+                "l2",
+                0,
+                0,
+                {"l2", "lift"},
+                "l2: hash q, k as they are (= their l2 rows); lift: hash unit rows in p+2 dims keeping the norms"},
+               {"grad",
+                ParamKind::kChoice,
+                "lsh",
+                0,
+                0,
+                {"lsh", "sparse"},
+                "backward: the m-hash estimate of the lower bound (tables), or colliding pairs with exact weights"}},
     .samples_knob = "m",
     .random = true,
-    .target = [](const Spec& spec) { return fmt::format("yoso-e(tau={})", spec.get_int("tau")); },
+    .target =
+        [](const Spec& spec) {
+          return fmt::format("yoso-e(tau={},input={},grad=exact)", spec.get_int("tau"), spec.get_choice("input"));
+        },
+    .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });
 

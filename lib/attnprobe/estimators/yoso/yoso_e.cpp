@@ -1,10 +1,11 @@
-// yoso-e(tau) — the expectation of YOSO's Bernoulli sampling (Zeng et al., "You Only Sample
-// (Almost) Once", ICML 2021; docs/estimators/yoso.md). Deterministic, O(n²p):
-//   q̂, k̂ = ℓ2-normalised rows;  W_ij = (1 − arccos(clamp(q̂_i·k̂_j, −1, 1))/π)^τ;
-//   Y = W·V;  out_i = ℓ2(Y_i)   (no row-sum normalisation: the paper's "N-YOSO").
+// yoso-e(tau, input, grad) — the expectation of YOSO's Bernoulli sampling (Zeng et al., "You Only
+// Sample (Almost) Once", ICML 2021; docs/estimators/yoso.md). Deterministic, O(n²p):
+//   q̂, k̂ = ℓ2-normalised rows (input=l2) or lifted unit rows in p + 2 dims (input=lift, lsh.h);  W_ij = (1 −
+//   arccos(clamp(q̂_i·k̂_j, −1, 1))/π)^τ; Y = W·V;  out_i = ℓ2(Y_i)   (no row-sum normalisation: the paper's "N-YOSO").
 // The target of yoso(m, tau) with the same τ. The scale s is not used. The cosine is clamped
 // before arccos: in float32 q̂·q̂ rounds above 1 for about a fifth of vectors, and the reference
-// code returns NaN there.
+// code returns NaN there. Backward (yoso_backward.h): the exact gradient (grad=exact) or the
+// paper's lower bound (grad=lower) of ⟨G, W·V⟩ with respect to q̂ and V, O(n²(p + pv)) in row blocks.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/estimators/yoso/yoso_backward.h"
 #include "attnprobe/estimators/yoso/yoso_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -50,11 +52,14 @@ constexpr int64_t kRowBlock = 128;
 
 class YosoExpectation final : public Estimator {
  public:
-  explicit YosoExpectation(YosoExpectationParams params) : tau_(params.tau) {}
+  explicit YosoExpectation(YosoExpectationParams params)
+      : tau_(params.tau), lift_(params.lift), lower_bound_(params.lower_bound) {}
 
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.kf.rows();
-    const MatrixF q = normalize_rows(view.q).cast<float>(), k = normalize_rows(view.k).cast<float>();
+    MatrixD q_hat, k_hat;
+    yoso_inputs(view.q, view.k, lift_, q_hat, k_hat);
+    const MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
     out.resize(n, view.pv());
     MatrixF weights(kRowBlock, keys);
     const float inv_pi = static_cast<float>(1.0 / std::numbers::pi);
@@ -82,7 +87,8 @@ class YosoExpectation final : public Estimator {
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     // Row blocks: the weights of 256 queries at a time (a whole n × n float64 matrix is 2 GiB at
     // n = 16384).
-    const MatrixD q = normalize_rows(view.q), k = normalize_rows(view.k);
+    MatrixD q, k;
+    yoso_inputs(view.q, view.k, lift_, q, k);
     MatrixD y(view.n(), view.pv());
     for (int64_t r0 = 0; r0 < view.n(); r0 += kRowBlock * 2) {
       const int64_t rows = std::min(kRowBlock * 2, view.n() - r0);
@@ -94,20 +100,43 @@ class YosoExpectation final : public Estimator {
     return normalize_rows(y);
   }
 
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext&) const override {
+    MatrixD q, k;
+    yoso_inputs(view.q, view.k, lift_, q, k);
+    return yoso_expectation_gradient(q, k, view.v, upstream, tau_, lower_bound_);
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 
  private:
   int tau_;
+  bool lift_, lower_bound_;
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
     .name = "yoso-e",
     .family = "yoso",
     .summary = "YOSO's expectation: W_ij = (1 - acos(cos(q_i,k_j))/pi)^tau, out = l2(W*V) (deterministic, O(n^2 p))",
-    .params = {{"tau", ParamKind::kInt, "8", 1, 30, {}, "hyperplane bits per hash (inverse temperature)"}},
+    .params = {{"tau", ParamKind::kInt, "8", 1, 30, {}, "hyperplane bits per hash (inverse temperature)"},
+               {"input",
+                ParamKind::kChoice,
+                "l2",
+                0,
+                0,
+                {"l2", "lift"},
+                "l2: normalise q, k rows; lift: unit rows in p+2 dims keeping the norms (q.k/M^2)"},
+               {"grad",
+                ParamKind::kChoice,
+                "exact",
+                0,
+                0,
+                {"exact", "lower"},
+                "backward pass: the exact gradient, or the paper's lower bound (tau/2)(1-theta/pi)^tau"}},
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
+    .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });
 

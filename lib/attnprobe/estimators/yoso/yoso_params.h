@@ -7,9 +7,14 @@
 namespace attnprobe {
 
 struct YosoExpectationParams {
-  int tau = 8;  ///< hyperplane bits per hash: W_ij = (1 − θ_ij/π)^τ
+  int tau = 8;               ///< hyperplane bits per hash: W_ij = (1 − θ_ij/π)^τ
+  bool lift = false;         ///< input=lift: q̂, k̂ lifted to unit rows in p + 2 dimensions (yoso_inputs in lsh.h)
+  bool lower_bound = false;  ///< grad=lower: the backward pass is the paper's lower bound, not the exact gradient
 
-  static YosoExpectationParams from_spec(const Spec& spec) { return {static_cast<int>(spec.get_int("tau"))}; }
+  static YosoExpectationParams from_spec(const Spec& spec) {
+    return {static_cast<int>(spec.get_int("tau")), spec.get_choice("input") == "lift",
+            spec.get_choice("grad") == "lower"};
+  }
 };
 
 struct YosoParams {
@@ -17,11 +22,16 @@ struct YosoParams {
   int tau = 8;                     ///< bits per hash
   LshKind hash = LshKind::kGauss;  ///< Gaussian hyperplanes (unbiased) or the fast Hadamard transform
   bool normalize = true;           ///< ℓ2-normalise the output rows (norm=l2)
+  bool lift = false;               ///< input=lift: hash the lifted rows in p + 2 dimensions (yoso_inputs in lsh.h)
+  bool sparse_gradient = false;    ///< grad=sparse: backward over colliding pairs with exact weights, not tables
 
   static YosoParams from_spec(const Spec& spec) {
-    return {static_cast<int>(spec.get_int("m")), static_cast<int>(spec.get_int("tau")),
+    return {static_cast<int>(spec.get_int("m")),
+            static_cast<int>(spec.get_int("tau")),
             spec.get_choice("hash") == "hadamard" ? LshKind::kHadamard : LshKind::kGauss,
-            spec.get_choice("norm") == "l2"};
+            spec.get_choice("norm") == "l2",
+            spec.get_choice("input") == "lift",
+            spec.get_choice("grad") == "sparse"};
   }
 };
 
