@@ -20,8 +20,10 @@ class CudaSoftmax final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     out.resize(view.n(), view.pv());
+    // 3×TF32 on the tensor cores: fp32-level error (the parity test holds it to twice the CPU's),
+    // where the simple fp32 kernel's sequential sums err 9× the CPU's at n = 4096 (PERF.md).
     exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
-                    static_cast<float>(view.scale), false, out.data());
+                    static_cast<float>(view.scale), AttentionPrecision::kTf32x3, false, out.data());
   }
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * (p + pv); }
 };
