@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnprobe/common/text.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
 #include "support.h"
 
@@ -116,16 +118,20 @@ TEST_CASE("bad input exits 3 and bad usage exits 2 with messages that say what t
   const std::vector<Case> cases = {
       {"info " + temp_path("missing.h5"), 3, "No such file"},
       {"info " + not_hdf5, 3, "not an HDF5 file"},
-      {"eval " + dump + " -e nosuch", 3, "unknown estimator 'nosuch'"},
-      {"eval " + dump + " -e " + quote("vmean(k=1)"), 3, "no parameter 'k'"},
-      {"eval " + dump + " -e " + quote("vmean(k"), 3, "malformed spec"},
+      // Estimator specs are part of the command line: usage errors (exit 2) that list the valid keys.
+      {"eval " + dump + " -e nosuch", 2, "unknown estimator 'nosuch'"},
+      {"eval " + dump + " -e " + quote("vmean(k=1)"), 2, "no parameter 'k'"},
+      {"eval " + dump + " -e " + quote("vmean(k"), 2, "malformed spec"},
+      {"eval " + dump + " -e " + quote("yoso(bogus=1)"), 2, "valid keys of 'yoso': m (integer"},
+      {"eval " + dump + " -e " + quote("yoso(m=0)"), 2, "out of range. m (integer 1..65536"},
+      {"eval " + dump + " -e " + quote("yoso(hash=sha)"), 2, "gauss|hadamard"},
       {"eval " + dump + " -e vmean --length 97", 3, "96 valid tokens"},
       {"sweep " + dump + " -e vmean --lengths 8..200:x2 -o " + temp_path("long.csv"), 3, "longer than"},
       {"sweep " + dump + " -e vmean --lengths 8..,16 -o " + temp_path("list.csv"), 2, "8..128:x2"},
       {"eval " + dump + " -e vmean --layers 5", 3, "layer 5 does not exist"},
       {"eval " + dump + " -e vmean --heads 0..9", 3, "head 2 does not exist"},
       {"eval " + dump + " -e vmean --metrics angle,bogus", 2, "unknown metric 'bogus'"},
-      {"eval " + dump + " -e vmean --reference nosuch", 3, "unknown estimator"},
+      {"eval " + dump + " -e vmean --reference nosuch", 2, "unknown estimator"},
       {"eval " + dump + " -e vmean --device tpu", 2, "use cpu or cuda"},
       {"eval " + dump + " -e vmean --layout xyz", 2, "unknown --layout"},
       {"eval " + dump + " --trials 3", 2, "estimator"},
@@ -150,6 +156,18 @@ TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
   CHECK_THAT(r.output, Catch::Contains("--device cuda") && Catch::Contains("--device cpu"));
 }
 
+TEST_CASE("an estimator without a CUDA version is a usage error naming those with one", "[cli][gpu]") {
+  // skeinformer has no CUDA version: exit 2 before any GPU is looked for, in every build.
+  const auto r = run_attnprobe("eval " + demo_dump() + " -e skeinformer --device cuda -q");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  if (device_compiled(Device::kCuda))
+    CHECK_THAT(r.output,
+               Catch::Contains("no cuda version") && Catch::Contains(join(estimators_on(Device::kCuda), ", ")));
+  else
+    CHECK_THAT(r.output, Catch::Contains("no cuda backend"));
+}
+
 TEST_CASE("info prints the structure and checks values", "[cli]") {
   const auto r = run_attnprobe("info " + demo_dump() + " --entropy");
   INFO(r.output);
@@ -166,7 +184,7 @@ TEST_CASE("eval prints one line per setting and summarize aggregates", "[cli]") 
   CHECK_THAT(r.output, Catch::Contains("vmean") && Catch::Contains("spec_rel") && Catch::Contains("n = 64"));
   const auto s = run_attnprobe("summarize " + out);
   REQUIRE(s.exit_code == 0);
-  CHECK_THAT(s.output, Catch::StartsWith(kSummaryHeader));
+  CHECK_THAT(s.output, Catch::StartsWith(csv_header(summary_columns())));
   // 2 heads × 2 items × 2 estimators × 9 metrics per-case rows + header.
   CHECK(count_lines(s.output) == 1 + 2 * 2 * 2 * 9);
   const auto over = run_attnprobe("summarize " + out + " --over layer,head,batch");

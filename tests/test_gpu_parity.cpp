@@ -41,7 +41,8 @@ TEST_CASE("device Philox draws the host's numbers", "[gpu]") {
 }
 
 #ifdef ATTNPROBE_HAVE_CUDA
-#include "attnprobe/estimators/device.h"
+#include <fmt/format.h>
+
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -111,7 +112,55 @@ TEST_CASE("device hash codes are identical to the host's", "[gpu]") {
 #endif
 }
 
-TEST_CASE("device estimates are within twice the CPU float32 error of float64", "[gpu]") {
+#ifdef ATTNPROBE_HAVE_CUDA
+namespace {
+// Walks every estimator registered for cuda (the registry decides; nothing here names them), with
+// the settings registry.h's variants() derives, at awkward shapes.
+std::vector<std::string> cuda_variants() {
+  std::vector<std::string> specs;
+  for (const std::string& name : estimators_on(Device::kCuda)) {
+    const std::vector<std::string> more = variants(*find_estimator(name));
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
+  return specs;
+}
+}  // namespace
+#endif
+
+TEST_CASE("every CUDA estimator agrees with its CPU version", "[gpu]") {
+#ifndef ATTNPROBE_HAVE_CUDA
+  SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
+#else
+  if (gpu::device_count() == 0) SKIP_TEST("no GPU visible: " + gpu::device_description());
+  const std::vector<std::string> specs = cuda_variants();
+  REQUIRE(!specs.empty());
+  for (const Shape& shape : kShapes) {
+    const HeadView view = parity_slice(shape);
+    for (const std::string& text : specs) {
+      const Spec spec = parse_spec(text);
+      INFO("seed 12345, n " << shape.n << " p " << shape.p << ", " << spec.canonical());
+      const MatrixF cpu = run_on(spec.canonical(), view, Device::kCpu);
+      const MatrixF gpu = run_on(spec.canonical(), view, Device::kCuda);
+      REQUIRE(gpu.rows() == cpu.rows());
+      REQUIRE(gpu.cols() == cpu.cols());
+      REQUIRE(gpu.allFinite());
+      if (const auto reference = spec.make()->reference(view, nullptr)) {
+        // Deterministic with a float64 reference (flash-attention's calibration): the device may err
+        // at most twice as much as the CPU float32 path, plus 1e-6.
+        INFO("cpu " << error(*reference, cpu) << " gpu " << error(*reference, gpu));
+        CHECK(error(*reference, gpu) <= 2 * error(*reference, cpu) + 1e-6);
+      } else {
+        // Random: the same keyed draws on both devices, so the outputs differ by rounding only.
+        // A single differing hash code or sample would move rows by ~1e-2.
+        INFO("relative difference " << error(cpu.cast<double>(), gpu));
+        CHECK(error(cpu.cast<double>(), gpu) < 1e-4);
+      }
+    }
+  }
+#endif
+}
+
+TEST_CASE("device kernels match float64 where the comparison is exact", "[gpu]") {
 #ifndef ATTNPROBE_HAVE_CUDA
   SKIP_TEST("built without the CUDA backend (ATTNPROBE_CUDA=OFF or no nvcc)");
 #else
@@ -119,16 +168,7 @@ TEST_CASE("device estimates are within twice the CPU float32 error of float64", 
   for (const Shape& shape : kShapes) {
     const HeadView view = parity_slice(shape);
     INFO("seed 12345, n " << shape.n << " p " << shape.p);
-    // Deterministic estimators against their float64 references (flash-attention's calibration:
-    // the device may err at most twice as much as the CPU float32 path, plus 1e-6).
-    for (const char* spec : {"softmax", "vmean", "yoso-e(tau=8)"}) {
-      const MatrixD reference = *parse_spec(spec).make()->reference(view, nullptr);
-      const double cpu = error(reference, run_on(spec, view, Device::kCpu));
-      const double gpu = error(reference, run_on(spec, view, Device::kCuda));
-      INFO(spec << " cpu " << cpu << " gpu " << gpu);
-      CHECK(gpu <= 2 * cpu + 1e-6);
-    }
-    // Every precision of the exact kernels, plain and causal (the softmax estimator above is tf32x3).
+    // Every precision of the exact kernels, plain and causal (the softmax estimator is tf32x3).
     const MatrixD reference = exact_attention_f64(view.q, view.k, view.v, view.scale);
     const double cpu_f32 = error(reference, run_on("softmax", view, Device::kCpu));
     for (bool causal : {false, true}) {
@@ -167,9 +207,6 @@ TEST_CASE("device estimates are within twice the CPU float32 error of float64", 
     const double gpu = error(exact_tables, run_on(yoso, view, Device::kCuda));
     INFO("yoso cpu " << cpu << " gpu " << gpu);
     CHECK(gpu <= 2 * cpu + 1e-6);
-    // performer: the same features and the same float64 formula on both sides.
-    const MatrixF cpu_performer = run_on("performer(M=64)", view, Device::kCpu);
-    CHECK(error(cpu_performer.cast<double>(), run_on("performer(M=64)", view, Device::kCuda)) < 1e-5);
   }
 #endif
 }

@@ -1,4 +1,4 @@
-// Metrics on closed-form cases (DESIGN.md §4).
+// Metrics on closed-form cases (docs/metrics.md).
 #include <cmath>
 #include <numbers>
 

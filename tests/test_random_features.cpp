@@ -1,4 +1,4 @@
-// Random-feature and importance-sampling estimators against their mathematics (ESTIMATORS.md
+// Random-feature and importance-sampling estimators against their mathematics (docs/estimators/random-features.md
 // "Random-feature and importance-sampling family", with its correction on V-Mean): unbiased
 // feature products, unbiased RA and the bias of raw noise, LARA's MIS identity, limits and modes,
 // finiteness at large norms, and beating V-Mean on peaked attention.
@@ -87,7 +87,7 @@ TEST_CASE("RA with scaled noise is unbiased and raw noise is detectably biased",
     worst_raw = std::max(worst_raw, std::abs(z_raw[w]));
   }
   // Observed: scaled z = 1.67, 0.65, −0.46, 0.13 and mean error 0.015; raw z = −3.8, 4.7, 14.9, 7.6
-  // and mean error 0.091 (the ~10% bias ESTIMATORS.md reports).
+  // and mean error 0.091 (the ~10% bias docs/estimators/random-features.md reports).
   INFO("scaled mean error " << scaled_error << " raw mean error " << raw_error << " worst raw z " << worst_raw);
   CHECK(worst_raw > 4);
   CHECK(raw_error > 2 * scaled_error);
@@ -184,8 +184,8 @@ TEST_CASE("outputs stay finite for row norms up to 10 and unit-variance inputs a
 }
 
 TEST_CASE("on peaked attention performer and RA and LARA with enough samples beat V-Mean", "[random-features]") {
-  // ESTIMATORS.md's correction: at unit variance V-Mean is nearly exact, so the comparison is made
-  // on peaked attention (synth with a low temperature).
+  // docs/estimators/random-features.md ("Comparing the family with V-Mean"): at unit variance V-Mean is nearly exact,
+  // so the comparison is made on peaked attention (synth with a low temperature).
   const HeadView view = synth_slice(256, 32, 0.1, 6);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
   const double vmean = mean_metric("vmean", view, exact, Metric::kMse, 1);

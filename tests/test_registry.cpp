@@ -1,6 +1,9 @@
 // The registry walk (every estimator: spec round trip, determinism under a fixed key, shape,
 // finiteness) and strict spec parsing.
+#include <fstream>
+
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/io/dump.h"
 #include "support.h"
@@ -69,7 +72,7 @@ TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry
   CHECK(parse_spec("softmax").canonical() == "softmax");
   CHECK(parse_spec("  vmean  ").canonical() == "vmean");
   CHECK(parse_spec("vmean()").canonical() == "vmean");
-  CHECK_THROWS_AS(parse_spec("nosuch"), InputError);
+  CHECK_THROWS_AS(parse_spec("nosuch"), UsageError);  // a spec is command line: exit 2
   CHECK_THROWS_WITH(parse_spec("nosuch(m=3)"), Catch::Contains("unknown estimator 'nosuch'") &&
                                                    Catch::Contains("softmax") && Catch::Contains("vmean"));
   CHECK_THROWS_WITH(parse_spec("vmean(d=3)"),
@@ -116,5 +119,20 @@ TEST_CASE("parameter values are typed and ranged and printed canonically", "[reg
   CHECK_THROWS_WITH(parse_spec("test-params(m=4,m=5)"), Catch::Contains("given twice"));
   CHECK_THROWS_WITH(parse_spec("test-params(q=1)"),
                     Catch::Contains("valid keys") && Catch::Contains("m (integer") && Catch::Contains("hash ("));
-  CHECK_THROWS_AS(parse_spec("test-params").with_samples(0), InputError);
+  CHECK_THROWS_AS(parse_spec("test-params").with_samples(0), UsageError);
+}
+
+TEST_CASE("README's list of CUDA estimators is the registry's", "[registry][gpu]") {
+  if (!device_compiled(Device::kCuda)) SKIP_TEST("built without the CUDA backend: no CUDA versions are registered");
+  std::ifstream readme(std::string(ATTNPROBE_SOURCE_DIR) + "/README.md");
+  const std::string marker = "CUDA versions (`attnprobe list`): ";
+  std::string line, listed;
+  while (std::getline(readme, line))
+    if (const size_t at = line.find(marker); at != std::string::npos) {
+      listed = line.substr(at + marker.size());
+      listed = listed.substr(0, listed.find_first_of(";|"));
+      break;
+    }
+  INFO("README.md must say: " << marker << join(estimators_on(Device::kCuda), ", "));
+  CHECK(trim(listed) == join(estimators_on(Device::kCuda), ", "));
 }

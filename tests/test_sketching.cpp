@@ -1,5 +1,5 @@
-// Sketching estimators and Nyström against their limits and claims (ESTIMATORS.md "Sketching
-// family", "nystrom"): exactness at L = n and u = n, unbiasedness of the unreduced JL sketch,
+// Sketching estimators and Nyström against their limits and claims (docs/estimators/sketching.md,
+// docs/estimators/nystrom.md): exactness at L = n and u = n, unbiasedness of the unreduced JL sketch,
 // Skeinformer's error falling with d and its exact pilot rows, per-slice Nyström.
 #include <cmath>
 

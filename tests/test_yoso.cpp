@@ -69,7 +69,7 @@ TEST_CASE("the Hadamard hash collides less often than the Gaussian law (biased f
   // special case for a structured transform (e1 vs cos·e1 + sin·e2 even collides 1% MORE at
   // cos 0.9). Observed ratios freq/law at τ = 8 (1000 pairs × 1000 hashes): 0.892 (cos 0.3),
   // 0.930 (0.5), 0.964 (0.7), 0.989 (0.9), z = −13.8, −14.0, −11.7 for the first three — the
-  // 1–13% deficit ESTIMATORS.md reports.
+  // 1–11% deficit docs/estimators/yoso.md reports.
   const int p = 64, tau = 8, m = 1000, pairs = 1000;
   for (double cosine : {0.3, 0.5, 0.7, 0.9}) {
     int64_t same = 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's regression gate on its own data: reruns a small fixed grid (every registered
-# estimator, default settings plus the ablations) on the bundled dump and compares it with the
+# estimator with its variants) on the bundled dump and compares it with the
 # committed baseline, data/baselines/synth-demo.csv. A change that makes any estimator's error
 # worse beyond the statistical tolerance fails (attnprobe check exits 1).
 #
@@ -17,16 +17,11 @@ cd "$(dirname "$0")/.."
 bin=${ATTNPROBE:-build/attnprobe}
 work=${BASELINE_WORK:-build/baseline}
 baseline=data/baselines/synth-demo.csv
-estimators=(
-  softmax vmean
-  yoso-e yoso 'yoso(hash=hadamard)' 'yoso(norm=none)'
-  skeinformer 'skeinformer(colsample=uniform)' 'skeinformer(rownorm=simple)' 'skeinformer(pilot_reuse=0)'
-  'skeinformer(rownorm=exact,pilot_reuse=0)' informer linformer 'linformer(std=0.02)' linformer-jlt
-  nystrom 'nystrom(pinv=exact)'
-  performer 'performer(ortho=0)' ra 'ra(variant=biased)' 'ra(noise=raw)'
-  lara 'lara(proposal=attn)' 'lara(proposal=mixed)' 'lara(proposal=mixture)' 'lara(weights=balance)'
-  'lara(weights=coupled,beta=2)' 'lara(mode=mean)' 'lara(C=1)'
-)
+# The settings come from the registry (`attnprobe list --variants`: each estimator's default, each
+# other choice of its choice keys, and its declared ablations), so a new estimator is gated by
+# registering it.
+mapfile -t estimators < <("$bin" list --variants)
+[ ${#estimators[@]} -gt 0 ] || { echo "baseline: 'attnprobe list --variants' printed nothing" >&2; exit 1; }
 args=()
 for e in "${estimators[@]}"; do args+=(-e "$e"); done
 mkdir -p "$work"

@@ -5,7 +5,7 @@
 #include "attnprobe/bench/bench.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/estimators/device.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/report/table.h"
 #include "commands.h"
 

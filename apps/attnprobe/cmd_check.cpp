@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
-#include <fstream>
-
+#include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
@@ -27,7 +26,8 @@ std::vector<SummaryRow> load_summary(const std::string& path) {
 }
 
 std::string case_text(const Comparison& c) {
-  return fmt::format("{} L{} H{} B{} n={} {}", c.key.dump, c.key.layer, c.key.head, c.key.batch, c.key.n, c.key.spec) +
+  return fmt::format("{} L{} H{} B{} n={} {}", c.key.dump, c.key.layer.text(), c.key.head.text(), c.key.batch.text(),
+                     c.key.n.text(), c.key.spec) +
          (c.key.reference == "softmax" ? "" : " vs " + c.key.reference);
 }
 
@@ -56,9 +56,7 @@ int run_check(const CheckCommandOptions& o) {
       report.compared, report.regressions, report.missing, report.improvements, report.added, options.z, options.atol,
       options.rtol);
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << check_report_json(report, options);
-    if (!out) throw InputError(fmt::format("cannot write '{}'", o.json));
+    write_file_atomically(o.json, check_report_json(report, options));
   }
   if (report.failed()) {
     fmt::print(

@@ -4,7 +4,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/head_diagnostics.h"
 #include "attnprobe/report/table.h"
 #include "commands.h"
 
@@ -18,19 +18,6 @@ struct InfoOptions {
   bool check = true;
   bool entropy = false;
 };
-
-// Mean over queries of the entropy (nats) of the softmax row: ln n for uniform attention.
-double mean_attention_entropy(const HeadView& view) {
-  double total = 0;
-  for (int64_t i = 0; i < view.n(); ++i) {
-    Eigen::RowVectorXd logits = view.scale * (view.q.row(i) * view.k.transpose());
-    logits.array() -= logits.maxCoeff();
-    const double z = logits.array().exp().sum();
-    const Eigen::RowVectorXd prob = logits.array().exp() / z;
-    total += -(prob.array() * (logits.array() - std::log(z))).sum();
-  }
-  return total / view.n();
-}
 
 int run_info(const InfoOptions& o) {
   const Dump dump = Dump::open(o.path, o.dump);
@@ -57,34 +44,20 @@ int run_info(const InfoOptions& o) {
   if (!o.check) return 0;
 
   // Read every slice in full: values are checked for NaN/Inf by the reader, zero-norm rows counted.
-  int64_t slices = 0, zero_q = 0, zero_k = 0;
-  std::vector<std::vector<std::string>> entropy_table = {{"layer", "head", "mean entropy (nats)", "uniform ln(n)"}};
-  for (const LayerInfo& l : dump.layers()) {
-    for (int h = 0; h < l.heads; ++h) {
-      double entropy = 0;
-      int64_t mean_n = 0;
-      for (int b = 0; b < l.batch; ++b) {
-        const HeadView view = dump.read_slice(l.number, h, b, l.lengths[b]);
-        ++slices;
-        zero_q += (view.q.rowwise().squaredNorm().array() == 0).count();
-        zero_k += (view.k.rowwise().squaredNorm().array() == 0).count();
-        if (o.entropy) {
-          entropy += mean_attention_entropy(view);
-          mean_n += view.n();
-        }
-      }
-      if (o.entropy)
-        entropy_table.push_back({std::to_string(l.number), std::to_string(h), fmt::format("{:.3f}", entropy / l.batch),
-                                 fmt::format("{:.3f}", std::log(static_cast<double>(mean_n) / l.batch))});
-    }
-  }
-  fmt::print("\ncheck: read {} slices: all values finite.\n", slices);
-  if (zero_q || zero_k)
+  const DumpInspection inspection = inspect_dump(dump, o.entropy);
+  fmt::print("\ncheck: read {} slices: all values finite.\n", inspection.slices);
+  if (inspection.zero_query_rows || inspection.zero_key_rows)
     fmt::print(
         "warning: {} query and {} key rows have zero norm; YOSO normalises rows, so those rows hash to a "
         "fixed code.\n",
-        zero_q, zero_k);
-  if (o.entropy) fmt::print("\n{}", format_table(entropy_table));
+        inspection.zero_query_rows, inspection.zero_key_rows);
+  if (o.entropy) {
+    std::vector<std::vector<std::string>> table = {{"layer", "head", "mean entropy (nats)", "uniform ln(n)"}};
+    for (const DumpInspection::Head& h : inspection.heads)
+      table.push_back({std::to_string(h.layer), std::to_string(h.head), fmt::format("{:.3f}", h.mean_entropy),
+                       fmt::format("{:.3f}", std::log(h.mean_tokens))});
+    fmt::print("\n{}", format_table(table));
+  }
   return 0;
 }
 
@@ -99,7 +72,7 @@ Action add_info(CLI::App& app) {
   add_dump_options(app, o->dump);
   app.footer(
       "Example:\n  attnprobe info data/synth-demo.h5 --entropy\n\n"
-      "The layout (DESIGN.md section 2): /layer_NN/q, k [B,H,N,P] and v [B,H,N,Pv] (float16/32/64, gzip or not); "
+      "The layout (docs/dumps.md): /layer_NN/q, k [B,H,N,P] and v [B,H,N,Pv] (float16/32/64, gzip or not); "
       "optional layer attributes scale (default 1/sqrt(P)) and causal; optional /layer_NN/lengths [B] with the valid "
       "tokens of each batch item. A length L < N means the first L tokens.");
   return [o] { return run_info(*o); };

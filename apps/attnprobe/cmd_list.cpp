@@ -7,10 +7,19 @@
 namespace attnprobe::cli {
 
 Action add_list(CLI::App& app) {
+  auto only_variants = std::make_shared<bool>(false);
+  app.add_flag("--variants", *only_variants,
+               "print only the settings the baseline gate runs, one canonical spec per line: each estimator's "
+               "default, each other choice of its choice keys, and its declared ablations");
   app.footer(
-      "Example:\n  attnprobe list\n\nA spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys "
-      "take their defaults.");
-  return [] {
+      "Example:\n  attnprobe list\n  attnprobe list --variants\n\nA spec is name or name(key=value,...), e.g. "
+      "yoso(m=32,tau=8); omitted keys take their defaults.");
+  return [only_variants] {
+    if (*only_variants) {
+      for (const EstimatorDef* def : registered_estimators())
+        for (const std::string& spec : variants(*def)) fmt::print("{}\n", spec);
+      return 0;
+    }
     std::string family;
     for (const EstimatorDef* def : registered_estimators()) {
       if (def->family != family) {
@@ -18,9 +27,13 @@ Action add_list(CLI::App& app) {
         fmt::print("== {} ==\n", family);
       }
       const Spec spec = parse_spec(def->name);
+      std::vector<std::string> devices;
+      for (Device device : devices_of(*def)) devices.push_back(device_name(device));
       fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
                  spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
                  spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
+      fmt::print("    devices: {}   causal form: {}   attention weights: {}\n", join(devices, ", "),
+                 def->causal ? "yes" : "no", def->weights ? "yes" : "no");
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

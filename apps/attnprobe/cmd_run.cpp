@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 
 #include "attnprobe/common/error.h"
@@ -13,7 +12,7 @@
 #include "attnprobe/report/run_info.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
-#include "attnprobe/sweep/runner.h"
+#include "attnprobe/sweep/sweep_run.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
@@ -58,8 +57,10 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--device", o.device,
-                 "cpu or cuda (GPU versions: softmax, vmean, yoso-e, yoso, performer; the float64 references stay on "
-                 "the CPU; same seeds give the same random draws on both)")
+                 fmt::format("cpu or cuda (CUDA versions: {}; the float64 references stay on the CPU; same seeds "
+                             "give the same random draws on both)",
+                             device_compiled(Device::kCuda) ? join(estimators_on(Device::kCuda), ", ")
+                                                            : std::string("none in this build")))
       ->capture_default_str();
   cmd.add_option("--reference", o.reference,
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
@@ -107,105 +108,70 @@ int run_eval(const RunCommandOptions& o) {
     print_plan(plan);
     return 0;
   }
-  std::unique_ptr<TrialCsvWriter> writer;
-  if (!o.output.empty()) writer = std::make_unique<TrialCsvWriter>(o.output, false);
   std::vector<TrialRow> all_rows;
   ProgressBar bar(progress_wanted(o));
   RunOptions options;
   options.threads = o.threads;
   options.device = parse_device(o.device);
   options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-  run_sweep(dump, plan, options, [&](const std::vector<TrialRow>& rows) {
-    if (writer) writer->write(rows);
-    all_rows.insert(all_rows.end(), rows.begin(), rows.end());
-  });
+  run_sweep(dump, plan, options,
+            [&](const std::vector<TrialRow>& rows) { all_rows.insert(all_rows.end(), rows.begin(), rows.end()); });
   bar.finish();
+  if (!o.output.empty()) rewrite_trial_csv(o.output, all_rows);
 
-  // One line per setting: each metric's mean ± standard error over every slice and trial.
-  std::vector<TrialRow> pooled = all_rows;
-  for (TrialRow& r : pooled) r.key.layer = r.key.head = r.key.batch = r.key.n = "all";
+  // One line per setting: each metric's mean ± standard error over the slices (summarize --over).
   std::vector<std::vector<std::string>> table = {{"estimator", "reference"}};
   for (Metric m : plan.metrics) table[0].push_back(metric_name(m));
-  std::map<std::string, size_t> row_of;
-  for (const SummaryRow& s : summarize_trials(pooled)) {
-    const std::string id = s.key.spec + "|" + s.key.reference;
-    if (!row_of.count(id)) {
-      row_of[id] = table.size();
-      table.push_back({s.key.spec, s.key.reference});
-    }
-    table[row_of[id]].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_)
+  std::map<std::pair<std::string, std::string>, size_t> row_of;
+  for (const SummaryRow& s : pool_over_slices(all_rows)) {
+    auto [it, added] = row_of.emplace(std::pair(s.key.spec, s.key.reference), table.size());
+    if (added) table.push_back({s.key.spec, s.key.reference});
+    table[it->second].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_)
                                             : fmt::format("{:.4g}", s.mean));
   }
   const bool one_length =
       !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),
                                           [&](const SliceRef& r) { return r.n == plan.slices.front().n; });
-  fmt::print("{} slices of {}, {}; mean ± standard error over slices and trials\n", plan.slices.size(),
-             dump_label(o.dump),
+  fmt::print("{} slices of {}, {}; mean ± standard error over slices (each slice's mean over its trials)\n",
+             plan.slices.size(), dump_label(o.dump),
              one_length ? fmt::format("n = {}{}", plan.slices.front().n, o.lengths.empty() ? " (full length)" : "")
                         : std::string("n = each batch item's full valid length"));
   fmt::print("{}", format_table(table));
-  if (writer) fmt::print(stderr, "wrote {} rows to {}\n", all_rows.size(), o.output);
+  if (!o.output.empty()) fmt::print(stderr, "wrote {} rows to {}\n", all_rows.size(), o.output);
   return 0;
 }
 
 int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   const Dump dump = Dump::open(o.dump, o.dump_options);
-  const SweepPlan plan = plan_sweep(dump, make_request(o, false));
+  SweepPlan plan = plan_sweep(dump, make_request(o, false));
   if (o.dry_run) {
     print_plan(plan);
     return 0;
   }
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
-  const std::filesystem::path out_path(o.output);
-  if (out_path.has_parent_path()) std::filesystem::create_directories(out_path.parent_path());
-
+  ProgressBar bar(progress_wanted(o));
   RunOptions options;
   options.threads = o.threads;
   options.device = parse_device(o.device);
-  const bool exists = std::filesystem::exists(out_path) && std::filesystem::file_size(out_path) > 0;
-  if (exists && !o.resume && !o.overwrite)
-    throw UsageError(
-        fmt::format("'{}' already exists: add --resume to continue it (finished trials are kept and "
-                    "skipped) or --overwrite to replace it",
-                    o.output));
-  int64_t kept = 0;
-  if (exists && o.resume) {
-    CsvContents old = read_csv(o.output);
-    if (old.summary)
-      throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", o.output));
-    options.done = complete_trials(old.trials, plan.metrics);
-    // Keep only whole trials: rows of a trial cut off mid-way are dropped and recomputed.
-    std::vector<TrialRow> whole;
-    for (const TrialRow& r : old.trials)
-      if (options.done.count(trial_identity(r.key, r.trial, r.seed))) whole.push_back(r);
-    if (whole.size() != old.trials.size() || old.truncated_tail) rewrite_trial_csv(o.output, whole);
-    kept = static_cast<int64_t>(whole.size());
-  }
-  TrialCsvWriter writer(o.output, o.resume);
-
+  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
   RunInfo info;
   info.command_line = globals.argv;
   info.dump = o.dump;
   info.threads = o.threads > 0 ? o.threads : hardware_threads();
   info.device = o.device;
   info.seed = o.seed;
-  info.resumed = o.resume && exists;
-  info.started = iso_time_now();
-  const std::string info_path = run_info_path(o.output);
-  write_run_info(info_path, info);
-
-  ProgressBar bar(progress_wanted(o));
-  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-  const RunStats stats = run_sweep(dump, plan, options, [&](const std::vector<TrialRow>& rows) {
-    writer.write(rows);
-    info.rows_written += static_cast<long long>(rows.size());
-  });
+  SweepRun run(dump, std::move(plan), o.output,
+               o.resume      ? OutputMode::kResume
+               : o.overwrite ? OutputMode::kOverwrite
+                             : OutputMode::kCreate,
+               options, info);
+  const RunStats stats = run.run();
   bar.finish();
-  info.finished = iso_time_now();
-  write_run_info(info_path, info);
   fmt::print(stderr, "wrote {} rows ({} trials) to {}{}; run info in {}\n", stats.rows, stats.tasks_run, o.output,
-             stats.tasks_skipped ? fmt::format(", kept {} rows of {} finished trials", kept, stats.tasks_skipped) : "",
-             info_path);
+             stats.tasks_skipped
+                 ? fmt::format(", kept {} rows of {} finished trials", run.kept_rows(), stats.tasks_skipped)
+                 : "",
+             run.info_path());
   return 0;
 }
 

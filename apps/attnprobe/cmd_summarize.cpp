@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 
+#include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
@@ -46,20 +46,17 @@ int run_summarize(const SummarizeOptions& o) {
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
     for (const SummaryRow& s : result)
-      rows.push_back({s.key.layer, s.key.head, s.key.batch, s.key.n, s.key.spec, s.key.reference, s.metric,
-                      std::to_string(s.count), fmt::format("{:.6g}", s.mean), fmt::format("{:.3g}", s.stderr_),
-                      fmt::format("{:.6g}", s.median)});
+      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), s.key.spec,
+                      s.key.reference, s.metric, std::to_string(s.count), fmt::format("{:.6g}", s.mean),
+                      fmt::format("{:.3g}", s.stderr_), fmt::format("{:.6g}", s.median)});
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }
-  std::string text = std::string(kSummaryHeader) + "\n";
-  for (const SummaryRow& s : result) text += format_summary_row(s);
+  const std::string text = summary_csv_text(result);
   if (o.output.empty() || o.output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
   } else {
-    std::ofstream out(o.output, std::ios::binary);
-    out << text;
-    if (!out) throw InputError(fmt::format("cannot write '{}'", o.output));
+    write_file_atomically(o.output, text);
     fmt::print(stderr, "wrote {} summary rows to {}\n", result.size(), o.output);
   }
   return 0;
@@ -77,8 +74,8 @@ Action add_summarize(CLI::App& app) {
   app.footer(
       "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n\n"
-      "Columns: dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,"
-      "min,max (std with n-1; stderr = std/sqrt(count)).");
+      "Columns: " +
+      csv_header(summary_columns()) + " (std with n-1; stderr = std/sqrt(count)).");
   return [o] { return run_summarize(*o); };
 }
 

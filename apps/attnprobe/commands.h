@@ -1,6 +1,6 @@
 #pragma once
 // One function per subcommand: `add_*` declares its options on the CLI11 app and returns the
-// action to run after parsing. main.cpp maps exceptions to the exit codes of DESIGN.md §7.
+// action to run after parsing. main.cpp maps exceptions to the exit codes of docs/cli.md.
 #include <CLI/CLI.hpp>
 
 #include <functional>

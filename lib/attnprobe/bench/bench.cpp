@@ -11,7 +11,6 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
-#include "attnprobe/estimators/device.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/records/csv.h"

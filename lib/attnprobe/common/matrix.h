@@ -1,7 +1,7 @@
 #pragma once
 // Matrix conventions, stated once: every matrix is row-major, one token per row
 // (Q, K: n × p, V: n × pv, outputs: n × pv). Row-major keeps score blocks and softmax rows
-// contiguous (a column-major row softmax at n = 4096 is ~10× slower, PERF_NOTES.md).
+// contiguous (a column-major row softmax at n = 4096 is ~10× slower, docs/performance.md).
 #include <Eigen/Dense>
 
 namespace attnprobe {

@@ -2,7 +2,7 @@
 // A fixed pool of worker threads with one operation: parallel_for over [0, count).
 // Work items are claimed dynamically, so results must never depend on which thread ran an
 // item: every caller writes item i's result to slot i, and randomness is keyed by the item's
-// logical index (DESIGN.md §6). That is what makes `--threads 1` and `--threads 2` identical.
+// logical index (docs/randomness.md, "Guarantees"). That is what makes `--threads 1` and `--threads 2` identical.
 #include <condition_variable>
 #include <cstdint>
 #include <functional>

@@ -24,7 +24,7 @@ bool parse_real(std::string_view text, double& out);
 std::string format_real(double value);
 
 /// 64-bit FNV-1a followed by a splitmix64 finaliser: stable across platforms and builds,
-/// used to key randomness by the canonical case id (DESIGN.md §6).
+/// used to key randomness by the canonical case id (docs/randomness.md).
 uint64_t stable_hash(std::string_view text);
 
 }  // namespace attnprobe

@@ -2,7 +2,7 @@
 // The one interface every estimator implements. An estimator is built from a validated spec
 // (registry.h) and maps one head slice to an n × pv estimate of its target. It must be const and
 // re-entrant: the runner calls one instance from several threads, and all randomness comes from
-// ctx.key (DESIGN.md §6), never from state.
+// ctx.key (docs/randomness.md), never from state.
 #include <optional>
 
 #include "attnprobe/common/matrix.h"

@@ -20,6 +20,32 @@ std::map<std::string, std::unique_ptr<EstimatorDef>>& registry() {
   return estimators;
 }
 
+// Versions for devices other than the CPU, by (estimator name, device).
+std::map<std::pair<std::string, Device>, EstimatorFactory>& implementations() {
+  static std::map<std::pair<std::string, Device>, EstimatorFactory> factories;
+  return factories;
+}
+
+std::map<Device, std::function<std::string()>>& device_probes() {
+  static std::map<Device, std::function<std::string()>> probes;
+  return probes;
+}
+
+// A .cu file that registers a name no CPU file defines is a programming error; static
+// initialisation order hides it at registration time, so it is caught on the first read.
+void check_implementations() {
+  static const bool kChecked = [] {
+    for (const auto& [key, factory] : implementations())
+      if (!registry().count(key.first)) {
+        std::fprintf(stderr, "attnprobe: a %s version of '%s' is registered, but no estimator has that name\n",
+                     device_name(key.second), key.first.c_str());
+        std::abort();
+      }
+    return true;
+  }();
+  (void)kChecked;
+}
+
 std::string names_list() {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators()) names.push_back(def->name);
@@ -48,7 +74,7 @@ std::string keys_list(const EstimatorDef& def) {
 // Validates `text` for parameter `p` and returns its canonical spelling.
 std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return InputError(fmt::format("estimator '{}': {}={} {}. {}.", def.name, p.name, text, why, describe_param(p)));
+    return UsageError(fmt::format("estimator '{}': {}={} {}. {}.", def.name, p.name, text, why, describe_param(p)));
   };
   switch (p.kind) {
     case ParamKind::kInt: {
@@ -84,6 +110,78 @@ bool register_estimator(EstimatorDef def) {
   return true;
 }
 
+bool register_implementation(const std::string& name, Device device, EstimatorFactory make) {
+  if (device == Device::kCpu || !implementations().emplace(std::pair(name, device), std::move(make)).second) {
+    std::fprintf(stderr, "attnprobe: the %s version of '%s' is registered twice\n", device_name(device), name.c_str());
+    std::abort();
+  }
+  return true;
+}
+
+bool register_device_probe(Device device, std::function<std::string()> probe) {
+  device_probes()[device] = std::move(probe);
+  return true;
+}
+
+Device parse_device(const std::string& name) {
+  for (Device device : kAllDevices)
+    if (name == device_name(device)) return device;
+  throw UsageError(fmt::format("--device {}: use cpu or cuda", name));
+}
+
+const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+std::vector<Device> devices_of(const EstimatorDef& def) {
+  check_implementations();
+  std::vector<Device> devices;
+  for (Device device : kAllDevices)
+    if (device == Device::kCpu || implementations().count({def.name, device})) devices.push_back(device);
+  return devices;
+}
+
+std::vector<std::string> estimators_on(Device device) {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators()) {
+    const std::vector<Device> devices = devices_of(*def);
+    if (std::find(devices.begin(), devices.end(), device) != devices.end()) names.push_back(def->name);
+  }
+  return names;
+}
+
+bool device_compiled(Device device) { return device == Device::kCpu || device_probes().count(device) > 0; }
+
+std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
+  if (device == Device::kCpu) return spec.make();
+  check_implementations();
+  if (!device_compiled(device))
+    throw UsageError(fmt::format(
+        "--device {}: this build has no {} backend; configure with -DATTNPROBE_CUDA=ON (or AUTO) where nvcc is "
+        "installed, or use --device cpu",
+        device_name(device), device_name(device)));
+  auto it = implementations().find({spec.name(), device});
+  if (it == implementations().end())
+    throw UsageError(fmt::format("estimator '{}' has no {} version (estimators on {}: {}); run it with --device cpu",
+                                 spec.name(), device_name(device), device_name(device),
+                                 join(estimators_on(device), ", ")));
+  if (const std::string why = device_probes().at(device)(); !why.empty())
+    throw InputError(
+        fmt::format("--device {}: {}. Use --device cpu, or run where a GPU is visible.", device_name(device), why));
+  return it->second(spec);
+}
+
+std::vector<std::string> variants(const EstimatorDef& def) {
+  std::vector<std::string> specs = {parse_spec(def.name).canonical()};
+  auto add = [&](const std::string& text) {
+    const std::string canonical = parse_spec(text).canonical();
+    if (std::find(specs.begin(), specs.end(), canonical) == specs.end()) specs.push_back(canonical);
+  };
+  for (const ParamDef& param : def.params)
+    if (param.kind == ParamKind::kChoice)
+      for (const std::string& choice : param.choices) add(fmt::format("{}({}={})", def.name, param.name, choice));
+  for (const std::string& ablation : def.ablations) add(ablation);
+  return specs;
+}
+
 std::vector<const EstimatorDef*> registered_estimators() {
   static const std::vector<std::string> kFamilyOrder = {"exact", "yoso", "sketching", "random-features", "nystrom"};
   std::vector<const EstimatorDef*> defs;
@@ -108,28 +206,28 @@ Spec parse_spec(const std::string& input) {
   const std::string name = trim(text.substr(0, open));
   const EstimatorDef* def = find_estimator(name);
   if (!def)
-    throw InputError(
+    throw UsageError(
         fmt::format("unknown estimator '{}' in spec '{}'. Registered estimators: {} (see `attnprobe list`).", name,
                     input, names_list()));
   std::map<std::string, std::string> given;
   if (open != std::string::npos) {
     if (text.back() != ')' || text.find('(', open + 1) != std::string::npos || text.find(')') != text.size() - 1)
-      throw InputError(fmt::format("malformed spec '{}': write name(key=value,key=value), e.g. yoso(m=32,tau=8). {}.",
+      throw UsageError(fmt::format("malformed spec '{}': write name(key=value,key=value), e.g. yoso(m=32,tau=8). {}.",
                                    input, keys_list(*def)));
     const std::string body = text.substr(open + 1, text.size() - open - 2);
     if (!trim(body).empty()) {
       for (const std::string& item : split(body, ',')) {
         const size_t eq = item.find('=');
         if (eq == std::string::npos)
-          throw InputError(
+          throw UsageError(
               fmt::format("malformed spec '{}': '{}' is not key=value. {}.", input, trim(item), keys_list(*def)));
         std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
         auto known =
             std::find_if(def->params.begin(), def->params.end(), [&](const ParamDef& p) { return p.name == key; });
         if (known == def->params.end())
-          throw InputError(
+          throw UsageError(
               fmt::format("estimator '{}' has no parameter '{}' (in '{}'). {}.", name, key, input, keys_list(*def)));
-        if (given.count(key)) throw InputError(fmt::format("parameter '{}' is given twice in '{}'.", key, input));
+        if (given.count(key)) throw UsageError(fmt::format("parameter '{}' is given twice in '{}'.", key, input));
         given[key] = value;
       }
     }

@@ -1,13 +1,18 @@
 #pragma once
-// Estimator spec strings (DESIGN.md §3) and the registry they resolve against.
+// Estimator spec strings (docs/specs.md) and the registry they resolve against.
 // A spec is `name` or `name(key=value,...)`. Parsing is strict: unknown names or keys, wrong
-// types and out-of-range values are InputErrors that list what is valid. Every parsed spec
-// holds all keys of its estimator (defaults filled in) and prints back canonically, keys in
+// types and out-of-range values are UsageErrors (exit 2) that list what is valid. Every parsed
+// spec holds all keys of its estimator (defaults filled in) and prints back canonically, keys in
 // registration order, so `parse(spec.canonical()) == spec`.
 //
-// Each estimator file registers itself at static-initialisation time:
-//   [[maybe_unused]] const bool kRegistered = register_estimator({...});
-// (the library is an OBJECT library so the linker keeps those files).
+// The registry is the one place that knows an estimator: its parameters, samples knob, target,
+// randomness, causal form, whether it states attention weights, and which devices implement it.
+// `list`, the help texts, the README check and the test harnesses read it; nothing else keeps a
+// list of estimators. Each estimator file registers itself at static-initialisation time:
+//   [[maybe_unused]] const bool kRegistered = register_estimator({...});           // the CPU version
+//   [[maybe_unused]] const bool kOnCuda = register_implementation("name", Device::kCuda, factory);  // a .cu
+// (the libraries are OBJECT libraries so the linker keeps those files). Both versions decode the
+// spec through the same `XParams::from_spec`, so a key means the same thing on every device.
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +25,13 @@ namespace attnprobe {
 
 enum class ParamKind { kInt, kReal, kChoice };
 
+/// Where an estimator runs. Every estimator has a CPU version; others register themselves.
+enum class Device { kCpu, kCuda };
+inline constexpr Device kAllDevices[] = {Device::kCpu, Device::kCuda};
+/// "cpu" or "cuda"; throws UsageError otherwise.
+Device parse_device(const std::string& name);
+const char* device_name(Device device);
+
 struct ParamDef {
   std::string name;
   ParamKind kind = ParamKind::kInt;
@@ -30,6 +42,7 @@ struct ParamDef {
 };
 
 class Spec;
+using EstimatorFactory = std::function<std::unique_ptr<Estimator>(const Spec&)>;
 
 struct EstimatorDef {
   std::string name;
@@ -42,7 +55,12 @@ struct EstimatorDef {
   std::function<bool(const Spec&)> random_for;
   /// Canonical spec of what this estimator estimates (`--reference auto`); default "softmax".
   std::function<std::string(const Spec&)> target;
-  std::function<std::unique_ptr<Estimator>(const Spec&)> make;
+  bool causal = false;   ///< has a causal form (docs/estimators/*.md, "Causal form")
+  bool weights = false;  ///< can state the attention weights it implies (docs/metrics.md)
+  /// Settings worth gating besides those variants() derives (e.g. a numeric ablation such as
+  /// `linformer(std=0.02)` or a combination of keys), as spec strings.
+  std::vector<std::string> ablations;
+  EstimatorFactory make;  ///< the CPU version
 };
 
 /// A validated spec: the estimator's definition and one value per parameter.
@@ -76,13 +94,35 @@ class Spec {
   std::vector<std::pair<std::string, std::string>> values_;  ///< canonical text per key, registered order
 };
 
-/// Adds an estimator; duplicate names abort (a programming error). Returns true.
+/// Adds an estimator with its CPU version; duplicate names abort (a programming error). Returns true.
 bool register_estimator(EstimatorDef def);
+/// Adds the version of estimator `name` for a device other than the CPU (a `.cu` file calls this
+/// beside its kernels). Registration order across files is unspecified, so a name that no
+/// register_estimator() ever adds is reported when the registry is first read.
+bool register_implementation(const std::string& name, Device device, EstimatorFactory make);
+/// Tells the registry how to ask whether `device` is usable: the probe returns "" when it is, else why not.
+bool register_device_probe(Device device, std::function<std::string()> probe);
+/// The devices that implement `def`, CPU first.
+std::vector<Device> devices_of(const EstimatorDef& def);
+/// The names of the estimators that have a version for `device`, in `list` order.
+std::vector<std::string> estimators_on(Device device);
+/// Whether this build can run anything on `device` at all (its backend is linked in).
+bool device_compiled(Device device);
+
+/// The estimator for `spec` on `device`. UsageError (exit 2) when the build lacks the backend or the
+/// estimator has no version for the device (naming those that do); InputError when no such device
+/// is visible on this machine.
+std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device);
 /// All registered estimators, by family then name.
 std::vector<const EstimatorDef*> registered_estimators();
 const EstimatorDef* find_estimator(const std::string& name);
 
-/// Parses and validates a spec string; throws InputError on any problem.
+/// The settings that the baseline gate, the parity harness and the registry test run for `def`, as
+/// canonical specs: the default, each non-default choice of each choice parameter on its own, then
+/// the declared ablations. So a new estimator is gated by registering it, with no list to edit.
+std::vector<std::string> variants(const EstimatorDef& def);
+
+/// Parses and validates a spec string; throws UsageError on any problem (a spec is part of the command line).
 Spec parse_spec(const std::string& text);
 
 }  // namespace attnprobe

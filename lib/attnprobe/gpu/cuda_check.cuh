@@ -5,9 +5,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "attnprobe/common/error.h"
+
 namespace attnprobe::gpu {
 
+// Running out of device memory is a resource limit the user can act on (exit 3); any other CUDA
+// failure is our bug (exit 4).
 inline void check_cuda(cudaError_t status, const char* what) {
+  if (status == cudaErrorMemoryAllocation)
+    throw InputError(std::string("CUDA ") + what + ": out of device memory; use a shorter length or --device cpu");
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
 }
 

@@ -41,4 +41,10 @@ void exact_attention_device(const float* q, const float* k, const float* v, int6
 void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& scratch, float* out,
                   cudaStream_t stream = nullptr);
 
+/// performer (kernels.h) on device arrays: q_scaled n × p, k_scaled keys × p, v keys × pv, omegas
+/// features × p (float64), out n × pv. `scratch` holds the features and the key summary.
+void performer_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
+                      int64_t keys, int64_t p, int64_t pv, int64_t features, Scratch& scratch, float* out,
+                      cudaStream_t stream = nullptr);
+
 }  // namespace attnprobe::gpu

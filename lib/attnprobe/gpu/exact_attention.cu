@@ -7,6 +7,7 @@
 // the number of keys (1.3e-6 at n = 4096 on the H100 against 1.4e-7 for the CPU's blocked float32).
 #include <cmath>
 
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/device_kernels.h"
 #include "attnprobe/gpu/flash_attention_tc.h"
@@ -95,8 +96,8 @@ void exact_attention_device(const float* q, const float* k, const float* v, int6
                             int64_t pv, float scale, bool causal, AttentionPrecision precision, Scratch& scratch,
                             float* out, cudaStream_t stream) {
   if (p > kMaxDim || pv > kMaxDim)
-    throw std::runtime_error("CUDA exact attention supports head dims up to 128 (got " + std::to_string(p) + ", " +
-                             std::to_string(pv) + ")");
+    throw InputError("CUDA exact attention supports head dims up to 128 (got " + std::to_string(p) + ", " +
+                     std::to_string(pv) + ")");
   if (causal && keys != n) throw std::runtime_error("causal attention needs as many keys as queries");
   if (precision == AttentionPrecision::kTf32 || precision == AttentionPrecision::kTf32x3) {
     flash_attention_tc(q, k, v, n, keys, p, pv, scale, causal, precision == AttentionPrecision::kTf32x3, scratch, out,
@@ -124,4 +125,26 @@ void exact_attention(const float* q, const float* k, const float* v, int64_t n, 
   dout.download(out);
 }
 
+}  // namespace attnprobe::gpu
+
+// The CUDA version of `softmax` (estimators/exact/softmax.cpp): 3×TF32 on the tensor cores, fp32-level
+// error (the parity test holds it to twice the CPU's), where the simple fp32 kernel's sequential sums
+// err 9× the CPU's at n = 4096 (PERF.md).
+namespace attnprobe::gpu {
+namespace {
+
+class CudaSoftmax final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    out.resize(view.n(), view.pv());
+    exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
+                    static_cast<float>(view.scale), AttentionPrecision::kTf32x3, false, out.data());
+  }
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * (p + pv); }
+};
+
+[[maybe_unused]] const bool kOnCuda =
+    register_implementation("softmax", Device::kCuda, [](const Spec&) { return std::make_unique<CudaSoftmax>(); });
+
+}  // namespace
 }  // namespace attnprobe::gpu

@@ -66,8 +66,8 @@ void lsh_codes(const double* x, int64_t n, int64_t p, int m, int tau, bool hadam
   } else {
     int padded = 1;
     while (padded < p) padded *= 2;
-    if (padded > kMaxPadded) throw std::runtime_error("CUDA hadamard hashing supports head dims up to 256");
-    if (tau > padded) throw std::runtime_error("yoso(hash=hadamard): tau exceeds the padded head dim");
+    if (padded > kMaxPadded) throw InputError("CUDA hadamard hashing supports head dims up to 256");
+    if (tau > padded) throw InputError("yoso(hash=hadamard): tau exceeds the padded head dim");
     const int parts = (m + padded / tau - 1) / (padded / tau);
     hadamard_codes_kernel<<<blocks_for(n * parts, 64), 64>>>(RandomStream(key, Purpose::kSignFlip), dx.get(),
                                                              static_cast<int>(n), static_cast<int>(p), padded, m, tau,

@@ -2,6 +2,7 @@
 // per query row; and YOSO-m's bucket tables, filled with atomics and read per (query, column).
 #include <cmath>
 
+#include "attnprobe/estimators/yoso/yoso_params.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
 
@@ -57,7 +58,7 @@ __global__ void read_tables_kernel(const uint32_t* query_codes, const float* tab
 
 void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, int64_t n, int64_t keys, int64_t p,
                       int64_t pv, int tau, float* out) {
-  if (pv > kMaxDim) throw std::runtime_error("CUDA yoso-e supports value dims up to 128");
+  if (pv > kMaxDim) throw InputError("CUDA yoso-e supports value dims up to 128");
   DeviceBuffer<float> dq(q_hat, n * p), dk(k_hat, keys * p), dv(v, keys * pv), dout(n * pv);
   yoso_expectation_kernel<<<blocks_for(n, 128), 128>>>(dq.get(), dk.get(), dv.get(), static_cast<int>(n),
                                                        static_cast<int>(keys), static_cast<int>(p),
@@ -71,8 +72,8 @@ void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const f
   const int64_t buckets = int64_t{1} << tau;
   const int64_t table_floats = static_cast<int64_t>(m) * buckets * pv;
   if (table_floats > (int64_t{1} << 30))
-    throw std::runtime_error("CUDA yoso: m * 2^tau * pv = " + std::to_string(table_floats) +
-                             " table entries exceed 2^30 (4 GiB); use a smaller tau or m, or --device cpu");
+    throw InputError("CUDA yoso: m * 2^tau * pv = " + std::to_string(table_floats) +
+                     " table entries exceed 2^30 (4 GiB); use a smaller tau or m, or --device cpu");
   DeviceBuffer<uint32_t> dq(query_codes, n * m), dk(key_codes, keys * m);
   DeviceBuffer<float> dv(v, keys * pv), tables(table_floats), dy(n * pv);
   tables.zero();
@@ -85,4 +86,55 @@ void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const f
   dy.download(y);
 }
 
+}  // namespace attnprobe::gpu
+
+// The CUDA versions of `yoso-e` and `yoso` (estimators/yoso/yoso_e.cpp, yoso.cpp): same params,
+// and the hash codes come from the same Philox counters on the device (lsh.cu), so they are the CPU's.
+namespace attnprobe::gpu {
+namespace {
+
+class CudaYosoExpectation final : public Estimator {
+ public:
+  explicit CudaYosoExpectation(YosoExpectationParams params) : params_(params) {}
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    const MatrixF q = normalize_rows(view.q).cast<float>(), k = normalize_rows(view.k).cast<float>();
+    out.resize(view.n(), view.pv());
+    yoso_expectation(q.data(), k.data(), view.vf.data(), view.n(), k.rows(), view.p(), view.pv(), params_.tau,
+                     out.data());
+  }
+
+ private:
+  YosoExpectationParams params_;
+};
+
+class CudaYoso final : public Estimator {
+ public:
+  explicit CudaYoso(YosoParams params) : params_(params) {}
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const int m = params_.m, tau = params_.tau;
+    const bool hadamard = params_.hash == LshKind::kHadamard;
+    std::vector<uint32_t> query_codes(view.n() * m), key_codes(view.k.rows() * m);
+    lsh_codes(view.q.data(), view.n(), view.p(), m, tau, hadamard, ctx.key, query_codes.data());
+    lsh_codes(view.k.data(), view.k.rows(), view.p(), m, tau, hadamard, ctx.key, key_codes.data());
+    out.resize(view.n(), view.pv());
+    yoso_tables(query_codes.data(), key_codes.data(), view.vf.data(), view.n(), view.k.rows(), view.pv(), m, tau,
+                out.data());
+    if (params_.normalize)
+      for (int64_t i = 0; i < out.rows(); ++i) {
+        const float norm = out.row(i).norm();
+        if (norm > 0) out.row(i) /= norm;
+      }
+  }
+
+ private:
+  YosoParams params_;
+};
+
+[[maybe_unused]] const bool kYosoEOnCuda = register_implementation("yoso-e", Device::kCuda, [](const Spec& spec) {
+  return std::make_unique<CudaYosoExpectation>(YosoExpectationParams::from_spec(spec));
+});
+[[maybe_unused]] const bool kYosoOnCuda = register_implementation(
+    "yoso", Device::kCuda, [](const Spec& spec) { return std::make_unique<CudaYoso>(YosoParams::from_spec(spec)); });
+
+}  // namespace
 }  // namespace attnprobe::gpu

@@ -1,5 +1,5 @@
 #pragma once
-// Reading the HDF5 dump layout of DESIGN.md §2, lazily: opening a dump reads only shapes and
+// Reading the HDF5 dump layout of docs/dumps.md, lazily: opening a dump reads only shapes and
 // attributes; read_slice() reads the hyperslab of one (layer, head, batch item, prefix length).
 #include <cstdint>
 #include <memory>

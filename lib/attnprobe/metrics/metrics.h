@@ -1,5 +1,5 @@
 #pragma once
-// The error metrics of DESIGN.md §4, all in float64, between a reference R* (n × p) and an
+// The error metrics of docs/metrics.md, all in float64, between a reference R* (n × p) and an
 // estimate R (n × p).
 #include <string>
 #include <vector>

@@ -8,110 +8,21 @@
 #include <fstream>
 #include <sstream>
 
+#include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
-#include "attnprobe/common/text.h"
 
 namespace attnprobe {
 
-const char* const kTrialHeader = "dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value";
-const char* const kSummaryHeader =
-    "dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max";
-
 namespace {
 
-constexpr size_t kKeyColumns = 10;
-
-std::string format_key(const CaseKey& k) {
-  return fmt::format("{},{},{},{},{},{},{},{},{},{}", csv_field(k.dump), k.layer, k.head, k.batch, k.n, k.p,
-                     csv_field(k.estimator), csv_field(k.spec), k.samples, csv_field(k.reference));
-}
-
-// The shortest text that round-trips the double exactly (DESIGN.md §5 asks for at least 9 digits).
-std::string number(double v) { return format_real(v); }
-
-CaseKey parse_key(const std::vector<std::string>& f, const std::string& where) {
-  CaseKey k;
-  k.dump = f[0];
-  k.layer = f[1];
-  k.head = f[2];
-  k.batch = f[3];
-  k.n = f[4];
-  int64_t p;
-  if (!parse_int(f[5], p)) throw InputError(fmt::format("{}: column p is '{}', not an integer", where, f[5]));
-  k.p = p;
-  k.estimator = f[6];
-  k.spec = f[7];
-  k.samples = f[8];
-  k.reference = f[9];
-  return k;
-}
-
-double parse_number(const std::string& text, const std::string& column, const std::string& where) {
-  double v;
-  if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
-  if (text == "inf") return std::numeric_limits<double>::infinity();
-  if (text == "-inf") return -std::numeric_limits<double>::infinity();
-  if (!parse_real(text, v)) throw InputError(fmt::format("{}: column {} is '{}', not a number", where, column, text));
-  return v;
-}
-
-int64_t parse_integer(const std::string& text, const std::string& column, const std::string& where) {
-  int64_t v;
-  if (!parse_int(text, v)) throw InputError(fmt::format("{}: column {} is '{}', not an integer", where, column, text));
-  return v;
+template <class Row>
+std::string csv_text(const std::vector<Column<Row>>& columns, const std::vector<Row>& rows) {
+  std::string text = csv_header(columns) + "\n";
+  for (const Row& r : rows) text += csv_line(columns, r);
+  return text;
 }
 
 }  // namespace
-
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::vector<std::string> parse_csv_line(const std::string& line) {
-  std::vector<std::string> fields;
-  std::string field;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < line.size() && line[i + 1] == '"') {
-          field += '"';
-          ++i;
-        } else {
-          quoted = false;
-        }
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.push_back(std::move(field));
-      field.clear();
-    } else if (c != '\r') {
-      field += c;
-    }
-  }
-  if (quoted) throw InputError("unterminated quote");
-  fields.push_back(std::move(field));
-  return fields;
-}
-
-std::string format_trial_row(const TrialRow& r) {
-  return fmt::format("{},{},{},{},{}\n", format_key(r.key), r.trial, r.seed, r.metric, number(r.value));
-}
-
-std::string format_summary_row(const SummaryRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{}\n", format_key(r.key), r.metric, r.count, number(r.mean),
-                     number(r.std), number(r.stderr_), number(r.median), number(r.min), number(r.max));
-}
 
 TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(path) {
   bool need_header = true;
@@ -120,7 +31,7 @@ TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(pat
     std::string first;
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();
-    if (first != kTrialHeader)
+    if (first != csv_header(trial_columns()))
       throw InputError(
           fmt::format("'{}' is not an attnprobe trial CSV (its header differs); refusing to append. "
                       "Choose another -o file.",
@@ -132,8 +43,9 @@ TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(pat
     throw InputError(fmt::format("cannot write '{}': {}. Check that the folder exists and is writable.", path,
                                  std::strerror(errno)));
   if (need_header) {
-    std::fprintf(file_, "%s\n", kTrialHeader);
-    std::fflush(file_);
+    const std::string header = csv_header(trial_columns()) + "\n";
+    if (std::fwrite(header.data(), 1, header.size(), file_) != header.size() || std::fflush(file_) != 0)
+      throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
   }
 }
 
@@ -143,7 +55,7 @@ TrialCsvWriter::~TrialCsvWriter() {
 
 void TrialCsvWriter::write(const std::vector<TrialRow>& rows) {
   std::string block;
-  for (const TrialRow& r : rows) block += format_trial_row(r);
+  for (const TrialRow& r : rows) block += csv_line(trial_columns(), r);
   if (std::fwrite(block.data(), 1, block.size(), file_) != block.size() || std::fflush(file_) != 0)
     throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
 }
@@ -154,6 +66,7 @@ CsvContents read_csv(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
+  const std::string trial_header = csv_header(trial_columns()), summary_header = csv_header(summary_columns());
   CsvContents out;
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -167,61 +80,37 @@ CsvContents read_csv(const std::string& path) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
-      if (line == kTrialHeader)
+      if (line == trial_header)
         out.summary = false;
-      else if (line == kSummaryHeader)
+      else if (line == summary_header)
         out.summary = true;
       else
         throw InputError(fmt::format("'{}' is not an attnprobe CSV: its header is not\n  {}\nnor\n  {}", path,
-                                     kTrialHeader, kSummaryHeader));
+                                     trial_header, summary_header));
       continue;
     }
     if (line.empty()) continue;
     const std::string where = fmt::format("'{}' line {}", path, line_no);
-    std::vector<std::string> f;
+    std::vector<std::string> fields;
     try {
-      f = parse_csv_line(line);
+      fields = parse_csv_line(line);
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", where, e.what()));
     }
-    const size_t expected = out.summary ? kKeyColumns + 8 : kKeyColumns + 4;
-    if (f.size() != expected)
-      throw InputError(fmt::format("{}: {} fields where the header has {}", where, f.size(), expected));
-    if (out.summary) {
-      SummaryRow r;
-      r.key = parse_key(f, where);
-      r.metric = f[10];
-      r.count = parse_integer(f[11], "count", where);
-      r.mean = parse_number(f[12], "mean", where);
-      r.std = parse_number(f[13], "std", where);
-      r.stderr_ = parse_number(f[14], "stderr", where);
-      r.median = parse_number(f[15], "median", where);
-      r.min = parse_number(f[16], "min", where);
-      r.max = parse_number(f[17], "max", where);
-      out.summaries.push_back(std::move(r));
-    } else {
-      TrialRow r;
-      r.key = parse_key(f, where);
-      r.trial = parse_integer(f[10], "trial", where);
-      r.seed = static_cast<uint64_t>(parse_integer(f[11], "seed", where));
-      r.metric = f[12];
-      r.value = parse_number(f[13], "value", where);
-      out.trials.push_back(std::move(r));
-    }
+    if (out.summary)
+      parse_row(summary_columns(), fields, where, out.summaries.emplace_back());
+    else
+      parse_row(trial_columns(), fields, where, out.trials.emplace_back());
   }
   if (line_no == 0) throw InputError(fmt::format("'{}' is empty: it has no CSV header", path));
   return out;
 }
 
+std::string trial_csv_text(const std::vector<TrialRow>& rows) { return csv_text(trial_columns(), rows); }
+std::string summary_csv_text(const std::vector<SummaryRow>& rows) { return csv_text(summary_columns(), rows); }
+
 void rewrite_trial_csv(const std::string& path, const std::vector<TrialRow>& rows) {
-  const std::string temp = path + ".tmp";
-  {
-    TrialCsvWriter writer(temp, false);
-    writer.write(rows);
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) throw InputError(fmt::format("cannot replace '{}': {}", path, ec.message()));
+  write_file_atomically(path, trial_csv_text(rows));
 }
 
 }  // namespace attnprobe

@@ -1,25 +1,15 @@
 #pragma once
-// Reading and writing the long CSV files. Writing is append-only and crash-safe at row-block
-// granularity: a block of rows is formatted in memory, written with one call and flushed, so an
-// interrupted run leaves only whole blocks; the reader ignores a final unterminated line.
+// Reading and writing the long CSV files (columns: schema.h). Writing is append-only and
+// crash-safe at row-block granularity: a block of rows is formatted in memory, written with one
+// call and flushed, so an interrupted run leaves only whole blocks; the reader ignores a final
+// unterminated line and says so.
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "attnprobe/records/record.h"
+#include "attnprobe/records/schema.h"
 
 namespace attnprobe {
-
-extern const char* const kTrialHeader;    ///< dump,layer,...,metric,value
-extern const char* const kSummaryHeader;  ///< dump,layer,...,metric,count,mean,...
-
-/// Quotes a field when it contains a comma, quote or newline (RFC 4180).
-std::string csv_field(const std::string& text);
-/// Splits one CSV line into fields (RFC 4180 quoting); throws InputError on a broken quote.
-std::vector<std::string> parse_csv_line(const std::string& line);
-
-std::string format_trial_row(const TrialRow& row);
-std::string format_summary_row(const SummaryRow& row);
 
 /// Appends trial rows to a CSV file, writing the header when the file is new or empty.
 class TrialCsvWriter {
@@ -38,9 +28,9 @@ class TrialCsvWriter {
   std::FILE* file_ = nullptr;
 };
 
-/// A parsed CSV file of either kind.
+/// A parsed CSV file of either layout.
 struct CsvContents {
-  bool summary = false;  ///< true for a summary file (kSummaryHeader)
+  bool summary = false;  ///< true for a summary file
   std::vector<TrialRow> trials;
   std::vector<SummaryRow> summaries;
   bool truncated_tail = false;  ///< the file ended in an unterminated (partial) line, ignored
@@ -49,7 +39,11 @@ struct CsvContents {
 /// Reads a trial or summary CSV. Throws InputError naming the file and line on malformed rows.
 CsvContents read_csv(const std::string& path);
 
-/// Rewrites `path` atomically (temp file + rename) with exactly these trial rows.
+/// The text of a whole trial or summary CSV, header included.
+std::string trial_csv_text(const std::vector<TrialRow>& rows);
+std::string summary_csv_text(const std::vector<SummaryRow>& rows);
+
+/// Rewrites `path` atomically with exactly these trial rows.
 void rewrite_trial_csv(const std::string& path, const std::vector<TrialRow>& rows);
 
 }  // namespace attnprobe

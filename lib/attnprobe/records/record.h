@@ -1,28 +1,48 @@
 #pragma once
-// The row types of the long CSV schema (DESIGN.md §5). A trial row holds one metric value of
-// one trial of one case; a summary row aggregates the trial rows of one case and metric.
+// The row types of the long CSV schema (docs/csv.md). A trial row holds one metric value of one
+// trial of one case; a summary row aggregates the trial rows of one case and metric. The columns,
+// their names and their text form are defined once, in schema.h.
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <tuple>
-#include <vector>
 
 namespace attnprobe {
 
+/// A slice coordinate of a case (layer, head, batch item, n): a number, or the wildcard `all` once
+/// `summarize --over` has pooled it. Typed, so `all` orders and compares as itself, never as text.
+class Coordinate {
+ public:
+  Coordinate() = default;                       ///< all
+  Coordinate(int64_t value) : value_(value) {}  // NOLINT: a coordinate is a number unless pooled
+  static Coordinate all() { return {}; }
+
+  bool is_all() const { return !value_; }
+  int64_t value() const { return *value_; }  ///< only when !is_all()
+  std::string text() const { return value_ ? std::to_string(*value_) : "all"; }
+  /// "all" or a non-negative integer; nullopt otherwise.
+  static std::optional<Coordinate> parse(const std::string& text);
+
+  auto operator<=>(const Coordinate&) const = default;  ///< `all` first, then numbers in order
+  bool operator==(const Coordinate&) const = default;
+
+ private:
+  std::optional<int64_t> value_;  ///< nullopt: all
+};
+
 /// The columns that identify a case (everything but trial, seed, metric and value).
 struct CaseKey {
-  std::string dump;
-  std::string layer, head, batch;  ///< integers as text, or "all" after `summarize --over`
-  std::string n;                   ///< integer as text, or "all"
-  int64_t p = 0;
-  std::string estimator;  ///< estimator name
-  std::string spec;       ///< canonical spec
-  std::string samples;    ///< samples knob value, "" when the estimator has none
-  std::string reference;  ///< canonical spec of the reference
+  std::string dump;  ///< the dump file's base name
+  Coordinate layer, head, batch;
+  Coordinate n;                    ///< tokens (prefix length)
+  int64_t p = 0;                   ///< head dim
+  std::string estimator;           ///< estimator name
+  std::string spec;                ///< canonical spec
+  std::optional<int64_t> samples;  ///< samples knob value; none when the estimator has no knob
+  std::string reference;           ///< canonical spec of the reference
 
-  auto tie() const { return std::tie(dump, layer, head, batch, n, p, estimator, spec, samples, reference); }
-  bool operator<(const CaseKey& o) const { return tie() < o.tie(); }
-  bool operator==(const CaseKey& o) const { return tie() == o.tie(); }
+  auto operator<=>(const CaseKey&) const = default;
+  bool operator==(const CaseKey&) const = default;
 };
 
 struct TrialRow {
@@ -31,6 +51,14 @@ struct TrialRow {
   uint64_t seed = 0;
   std::string metric;
   double value = 0;
+};
+
+/// One trial of one case: what `--resume` checks off.
+struct TrialId {
+  CaseKey key;
+  int64_t trial = 0;
+  uint64_t seed = 0;
+  auto operator<=>(const TrialId&) const = default;
 };
 
 struct SummaryRow {

@@ -7,6 +7,10 @@
 #include <limits>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
+#include "attnprobe/records/schema.h"
+
 namespace attnprobe {
 
 const char* verdict_name(Verdict verdict) {
@@ -107,40 +111,42 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
 }
 
 namespace {
-std::string json_number(double v) {
-  if (std::isnan(v)) return "null";
-  if (std::isinf(v)) return v > 0 ? "1e308" : "-1e308";
-  return fmt::format("{}", v);
-}
-std::string json_text(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+// JSON has no NaN or infinity: NaN is null, ±inf the largest finite double.
+nlohmann::ordered_json json_number(double v) {
+  if (std::isnan(v)) return nullptr;
+  if (std::isinf(v)) return v > 0 ? std::numeric_limits<double>::max() : -std::numeric_limits<double>::max();
+  return v;
 }
 }  // namespace
 
 std::string check_report_json(const CheckReport& report, const CheckOptions& options) {
-  std::string out = fmt::format(
-      "{{\n  \"options\": {{\"z\": {}, \"atol\": {}, \"rtol\": {}}},\n  \"failed\": {},\n  \"compared\": {},\n"
-      "  \"regressions\": {},\n  \"missing\": {},\n  \"improvements\": {},\n  \"new\": {},\n  \"comparisons\": [",
-      options.z, options.atol, options.rtol, report.failed() ? "true" : "false", report.compared, report.regressions,
-      report.missing, report.improvements, report.added);
-  for (size_t i = 0; i < report.comparisons.size(); ++i) {
-    const Comparison& c = report.comparisons[i];
-    out += fmt::format(
-        "{}\n    {{\"verdict\": \"{}\", \"dump\": {}, \"layer\": {}, \"head\": {}, \"batch\": {}, \"n\": {}, "
-        "\"p\": {}, \"estimator\": {}, \"spec\": {}, \"samples\": {}, \"reference\": {}, \"metric\": {}, "
-        "\"base_mean\": {}, \"base_se\": {}, \"new_mean\": {}, \"new_se\": {}, \"z\": {}, \"threshold\": {}}}",
-        i ? "," : "", verdict_name(c.verdict), json_text(c.key.dump), json_text(c.key.layer), json_text(c.key.head),
-        json_text(c.key.batch), json_text(c.key.n), c.key.p, json_text(c.key.estimator), json_text(c.key.spec),
-        json_text(c.key.samples), json_text(c.key.reference), json_text(c.metric), json_number(c.base_mean),
-        json_number(c.base_se), json_number(c.new_mean), json_number(c.new_se), json_number(c.z),
-        json_number(c.threshold));
+  nlohmann::ordered_json comparisons = nlohmann::ordered_json::array();
+  for (const Comparison& c : report.comparisons) {
+    nlohmann::ordered_json item = {{"verdict", verdict_name(c.verdict)}};
+    for (const Column<SummaryRow>& column : summary_columns()) {
+      if (column.name == "metric") break;  // the key columns come first
+      item[column.name] = column.get(SummaryRow{.key = c.key});
+    }
+    item["metric"] = c.metric;
+    item["base_mean"] = json_number(c.base_mean);
+    item["base_se"] = json_number(c.base_se);
+    item["new_mean"] = json_number(c.new_mean);
+    item["new_se"] = json_number(c.new_se);
+    item["z"] = json_number(c.z);
+    item["threshold"] = json_number(c.threshold);
+    comparisons.push_back(std::move(item));
   }
-  return out + "\n  ]\n}\n";
+  const nlohmann::ordered_json json = {
+      {"options", {{"z", options.z}, {"atol", options.atol}, {"rtol", options.rtol}, {"metrics", options.metrics}}},
+      {"failed", report.failed()},
+      {"compared", report.compared},
+      {"regressions", report.regressions},
+      {"missing", report.missing},
+      {"improvements", report.improvements},
+      {"new", report.added},
+      {"comparisons", std::move(comparisons)},
+  };
+  return json.dump(2) + "\n";
 }
 
 }  // namespace attnprobe

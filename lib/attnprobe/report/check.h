@@ -1,7 +1,7 @@
 #pragma once
-// The regression gate (`attnprobe check`, DESIGN.md §1 and §7): compares per-case statistics of a
-// new run with a baseline. For every (case, metric) of the baseline, larger is worse (every metric
-// is an error), and a regression is
+// The regression gate (`attnprobe check`, docs/csv.md "check", docs/cli.md "Exit codes"): compares per-case statistics
+// of a new run with a baseline. For every (case, metric) of the baseline, larger is worse (every metric is an error),
+// and a regression is
 //   mean_new − mean_base > z·sqrt(se_new² + se_base²) + atol + rtol·|mean_base|,
 // a case of the baseline missing from the new run is a failure, and a value that became NaN is one.
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// run.json: what produced a CSV (DESIGN.md §5): command line, version, git hash, build type,
+// run.json: what produced a CSV (docs/csv.md, "run.json"): command line, version, git hash, build type,
 // device, threads, seed, start and end time. Written when a run starts (finished = null) and
 // again when it ends, so an interrupted run is recognisable as such.
 #include <string>

@@ -35,7 +35,7 @@ SummaryRow describe(const CaseKey& key, const std::string& metric, std::vector<d
 }
 
 // Groups (key, metric) → values. Output keeps the order in which cases and metrics first appear
-// (the order the sweep wrote them), not a lexical order that would put layer 10 before layer 2.
+// (the order the sweep wrote them), so a summary reads like the sweep.
 std::vector<SummaryRow> aggregate(const std::vector<std::pair<std::pair<CaseKey, std::string>, double>>& items) {
   std::map<std::pair<CaseKey, std::string>, size_t> index;
   std::vector<std::pair<CaseKey, std::string>> order;
@@ -72,13 +72,17 @@ std::vector<SummaryRow> summarize_over(const std::vector<SummaryRow>& per_case, 
   std::vector<std::pair<std::pair<CaseKey, std::string>, double>> items;
   for (const SummaryRow& s : per_case) {
     CaseKey key = s.key;
-    if (has("layer")) key.layer = "all";
-    if (has("head")) key.head = "all";
-    if (has("batch")) key.batch = "all";
-    if (has("n")) key.n = "all";
+    if (has("layer")) key.layer = Coordinate::all();
+    if (has("head")) key.head = Coordinate::all();
+    if (has("batch")) key.batch = Coordinate::all();
+    if (has("n")) key.n = Coordinate::all();
     items.push_back({{key, s.metric}, s.mean});
   }
   return aggregate(items);
+}
+
+std::vector<SummaryRow> pool_over_slices(const std::vector<TrialRow>& rows) {
+  return summarize_over(summarize_trials(rows), {"layer", "head", "batch", "n"});
 }
 
 }  // namespace attnprobe

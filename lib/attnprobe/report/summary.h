@@ -18,4 +18,9 @@ std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows);
 /// per-slice means: the slices are the replicates). Throws UsageError on an unknown column.
 std::vector<SummaryRow> summarize_over(const std::vector<SummaryRow>& per_case, const std::vector<std::string>& over);
 
+/// One value per estimator setting from the rows of many slices (what `eval` prints): each case
+/// summarised over its trials, then summarize_over() over layer, head, batch and n, so `eval`'s
+/// mean ± stderr is exactly `summarize --over layer,head,batch,n`'s.
+std::vector<SummaryRow> pool_over_slices(const std::vector<TrialRow>& rows);
+
 }  // namespace attnprobe

@@ -1,6 +1,6 @@
 #pragma once
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11), the
-// counter-based generator of DESIGN.md §6. Compiles for host and CUDA device alike, so the GPU
+// counter-based generator of docs/randomness.md. Compiles for host and CUDA device alike, so the GPU
 // backend draws bit-identical numbers. Checked against the Random123 known-answer vectors.
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Keyed random streams (DESIGN.md §6). A draw is a pure function of
+// Keyed random streams (docs/randomness.md). A draw is a pure function of
 //   (seed, hash of the canonical case id, trial)  -> the 64-bit Philox key, and
 //   (purpose, logical indices a, b, c)            -> the 128-bit Philox counter,
 // never of thread id or loop order. An estimator names each draw by what it is (row a of

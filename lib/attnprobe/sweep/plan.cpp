@@ -57,12 +57,12 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       for (int64_t s : request.samples) variants.push_back(base.with_samples(s));
     }
     for (const Spec& spec : variants) {
-      EstimatorSetting setting{spec, spec.canonical(), "", "", spec.random() ? request.trials : 1};
-      if (spec.has_samples_knob()) setting.samples = std::to_string(spec.samples());
+      EstimatorSetting setting{spec, spec.canonical(), std::nullopt, "", spec.random() ? request.trials : 1};
+      if (spec.has_samples_knob()) setting.samples = spec.samples();
       const std::string ref_text = request.reference == "auto" ? spec.target() : request.reference;
       const Spec ref = parse_spec(ref_text);
       if (ref.random())
-        throw InputError(
+        throw UsageError(
             fmt::format("reference '{}' is random; a reference must be deterministic (e.g. softmax, "
                         "yoso-e).",
                         ref.canonical()));

@@ -4,6 +4,7 @@
 // against the dump before any work starts, so a typo fails in milliseconds, not an hour in.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,10 @@ struct SweepRequest {
 
 /// One estimator configuration of the grid.
 struct EstimatorSetting {
-  Spec spec;              ///< samples knob applied
-  std::string canonical;  ///< spec.canonical()
-  std::string samples;    ///< knob value as text, "" when the estimator has none
-  std::string reference;  ///< canonical reference spec
+  Spec spec;                       ///< samples knob applied
+  std::string canonical;           ///< spec.canonical()
+  std::optional<int64_t> samples;  ///< knob value; none when the estimator has none
+  std::string reference;           ///< canonical reference spec
   int trials = 1;
 };
 
@@ -55,7 +56,7 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request);
 std::vector<int> resolve_indices(const std::string& text, int64_t count, const std::string& what,
                                  const std::vector<int>& valid = {});
 
-/// The canonical case id that keys randomness (DESIGN.md §6): independent of the dump's file
+/// The canonical case id that keys randomness (docs/randomness.md): independent of the dump's file
 /// name, of the thread and of which other cases run.
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 

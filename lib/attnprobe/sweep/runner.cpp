@@ -13,15 +13,10 @@ namespace attnprobe {
 
 std::string dump_label(const std::string& path) { return std::filesystem::path(path).filename().string(); }
 
-std::string trial_identity(const CaseKey& k, int64_t trial, uint64_t seed) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", k.dump, k.layer, k.head, k.batch, k.n, k.spec, k.reference, trial,
-                     seed);
-}
-
-std::set<std::string> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics) {
-  std::map<std::string, std::set<std::string>> seen;
-  for (const TrialRow& r : rows) seen[trial_identity(r.key, r.trial, r.seed)].insert(r.metric);
-  std::set<std::string> done;
+std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics) {
+  std::map<TrialId, std::set<std::string>> seen;
+  for (const TrialRow& r : rows) seen[TrialId{r.key, r.trial, r.seed}].insert(r.metric);
+  std::set<TrialId> done;
   for (const auto& [id, names] : seen) {
     bool all = true;
     for (Metric m : metrics) all = all && names.count(metric_name(m));
@@ -69,21 +64,21 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   const int64_t tasks_total = plan.total_tasks();
   for (const SliceRef& slice : plan.slices) {
     auto key_of = [&](const EstimatorSetting& s) {
-      return CaseKey{label,
-                     std::to_string(slice.layer),
-                     std::to_string(slice.head),
-                     std::to_string(slice.batch),
-                     std::to_string(slice.n),
-                     0,
-                     s.spec.name(),
-                     s.canonical,
-                     s.samples,
-                     s.reference};
+      return CaseKey{.dump = label,
+                     .layer = slice.layer,
+                     .head = slice.head,
+                     .batch = slice.batch,
+                     .n = slice.n,
+                     .p = dump.layer(slice.layer).dim,
+                     .estimator = s.spec.name(),
+                     .spec = s.canonical,
+                     .samples = s.samples,
+                     .reference = s.reference};
     };
     std::vector<Task> tasks;
     for (size_t i = 0; i < plan.settings.size(); ++i)
       for (int t = 0; t < plan.settings[i].trials; ++t) {
-        if (options.done.count(trial_identity(key_of(plan.settings[i]), t, plan.seed))) {
+        if (options.done.count(TrialId{key_of(plan.settings[i]), t, plan.seed})) {
           ++stats.tasks_skipped;
           continue;
         }
@@ -140,8 +135,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     std::vector<TrialRow> rows;
     for (size_t i = 0; i < tasks.size(); ++i) {
       const EstimatorSetting& setting = plan.settings[tasks[i].setting];
-      CaseKey key = key_of(setting);
-      key.p = view.p();
+      const CaseKey key = key_of(setting);
       for (size_t m = 0; m < plan.metrics.size(); ++m)
         rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(plan.metrics[m]), values[i][m]});
     }

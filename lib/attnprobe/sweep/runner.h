@@ -7,23 +7,20 @@
 #include <string>
 #include <vector>
 
-#include "attnprobe/estimators/device.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/io/dump.h"
 #include "attnprobe/records/record.h"
 #include "attnprobe/sweep/plan.h"
 
 namespace attnprobe {
 
-/// Identifies one (case, trial, seed) for resuming.
-std::string trial_identity(const CaseKey& key, int64_t trial, uint64_t seed);
-
-/// The (case, trial, seed) identities whose rows hold every metric in `metrics`.
-std::set<std::string> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics);
+/// The trials whose rows hold every metric in `metrics`.
+std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics);
 
 struct RunOptions {
   int threads = 0;               ///< 0: all cores
   Device device = Device::kCpu;  ///< where the estimators run (references are float64 on the CPU)
-  std::set<std::string> done;    ///< trial identities to skip (resume)
+  std::set<TrialId> done;        ///< trials to skip (resume)
   std::function<void(int64_t done, int64_t total)> progress;  ///< called after each slice
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// Landmarks as contiguous-segment means (Nyströmformer, LARA; ESTIMATORS.md): the n positions are
+// Landmarks as contiguous-segment means (Nyströmformer, LARA; docs/estimators/nystrom.md): the n positions are
 // split into C contiguous segments; when C does not divide n the first segments are one shorter;
 // when n ≤ C every token is its own segment.
 #include <cstdint>

@@ -1,4 +1,4 @@
-// softmax — exact attention, the target of most estimators (ESTIMATORS.md "Exact").
+// softmax — exact attention, the target of most estimators (docs/estimators/exact.md).
 // As an estimator it runs the blocked float32 path, so its row in a sweep shows the float32
 // rounding floor (~1e-7 relative) against the float64 reference; as a reference it is float64.
 #include "attnprobe/estimators/registry.h"

@@ -1,5 +1,5 @@
 // nystrom(L, pinv) — Nyströmformer (Xiong et al., AAAI 2021), the shared baseline of the three
-// papers (ESTIMATORS.md "nystrom"). Deterministic. Target: softmax.
+// papers (docs/estimators/nystrom.md). Deterministic. Target: softmax.
 //   q̄, k̄ = means of L contiguous segments of Q and K (landmarks);
 //   K1 = softmax(s·Q k̄ᵀ) (n × L), K2 = softmax(s·q̄ k̄ᵀ) (L × L), K3 = softmax(s·q̄ Kᵀ) (L × n);
 //   out = K1 · pinv(K2) · (K3 · V).

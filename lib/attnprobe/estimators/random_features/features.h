@@ -1,6 +1,6 @@
 #pragma once
 // Positive random features and the per-ω key–value average shared by Performer, RA and LARA
-// (ESTIMATORS.md "Random-feature and importance-sampling family"). Notation: x̃ = √s·x, so
+// (docs/estimators/random-features.md). Notation: x̃ = √s·x, so
 // q̃·k̃ = s·q·k;  ξ(x, ω) = exp(ω·x̃ − ‖x̃‖²/2), with E_ω~N(0,I)[ξ(q, ω)·ξ(k, ω)] = exp(q̃·k̃);
 // f(ω) = Σ_j softmax_j(ω·k̃_j − ‖k̃_j‖²/2)·v_j (ξ(q, ω) cancels out of the ratio).
 // Everything here is float64 and in log space: a shift that cancels exactly replaces any epsilon.

@@ -1,5 +1,5 @@
 // lara(C, proposal, weights, beta, mode, noise) — Linear randomized attention (Zheng et al.,
-// "Linear Complexity Randomized Self-attention Mechanism", ICML 2022, §4; ESTIMATORS.md).
+// "Linear Complexity Randomized Self-attention Mechanism", ICML 2022, §4; docs/estimators/random-features.md).
 // Target: softmax. C proposals q_c, one sample ω_c each, combined by multiple importance sampling:
 //   landmarks q̄_c, k̄_c = means of C contiguous segments of q̃, k̃ (the scaled space);
 //   proposal means μ_c: segment q̄_c + k̄_c | attn q̄_c + Σ_j softmax_j(q̄_c·k̃_j)·k̃_j |
@@ -247,6 +247,7 @@ LaraWeighting parse_weighting(const std::string& name) {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },
     .target = nullptr,
+    .ablations = {"lara(weights=coupled,beta=2)", "lara(C=1)"},  // the paper's best beta; its single-proposal ablation
     .make =
         [](const Spec& spec) {
           return std::make_unique<Lara>(spec.get_int("C"), parse_proposal(spec.get_choice("proposal")),

@@ -1,11 +1,12 @@
 // performer(M, ortho) — RFA / Performer positive random features (Choromanski et al., ICLR 2021;
-// Peng et al., ICLR 2021; ESTIMATORS.md). Target: softmax.
+// Peng et al., ICLR 2021; docs/estimators/random-features.md). Target: softmax.
 //   φ(x) = M^{-1/2}·[ξ(x, ω_1) … ξ(x, ω_M)],  out_i = φ(q_i)·(Σ_j φ(k_j)ᵀ v_j) / (φ(q_i)·Σ_j φ(k_j)).
 // φ(q)·φ(k) is unbiased for exp(s·q·k) (tested); the ratio is consistent, not unbiased. Log space:
 // a per-row shift for queries and one shift per slice for keys cancel exactly; no epsilon is added
 // (the reference implementations add 1e-4 after a global key shift, which collapses to uniform
 // attention at ordinary scales). Cost O(n·M·p); never n × n.
 #include "attnprobe/estimators/random_features/features.h"
+#include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -13,7 +14,7 @@ namespace {
 
 class Performer final : public Estimator {
  public:
-  Performer(int64_t features, bool orthogonal) : features_(features), orthogonal_(orthogonal) {}
+  explicit Performer(PerformerParams params) : features_(params.features), orthogonal_(params.orthogonal) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const double root_scale = std::sqrt(view.scale);
@@ -49,7 +50,8 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
-    .make = [](const Spec& spec) { return std::make_unique<Performer>(spec.get_int("M"), spec.get_int("ortho") == 1); },
+    .ablations = {"performer(ortho=0)"},
+    .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },
 });
 
 }  // namespace

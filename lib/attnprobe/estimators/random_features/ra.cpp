@@ -1,5 +1,5 @@
 // ra(S, variant, noise) — randomized attention (Zheng et al., "Linear Complexity Randomized
-// Self-attention Mechanism", ICML 2022, §3; ESTIMATORS.md). Target: softmax. O(n²p) per sample.
+// Self-attention Mechanism", ICML 2022, §3; docs/estimators/random-features.md). Target: softmax. O(n²p) per sample.
 // For query i and sample s, with π_i = softmax_j(s·q_i·k_j):
 //   unbiased: j* ~ π_i, ω = q̃_i + k̃_{j*} + ε;   biased: ω = q̃_i + Σ_j π_i(j)·k̃_j + ε;
 //   out_i = (1/S)·Σ_s f(ω_s),  f(ω) = Σ_j softmax_j(ω·k̃_j − ‖k̃_j‖²/2)·v_j.

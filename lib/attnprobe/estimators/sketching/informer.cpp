@@ -1,5 +1,5 @@
 // informer(d) — Informer's ProbSparse row selection as adapted in the Skeinformer code (Zhou et al.,
-// AAAI 2021; ESTIMATORS.md "Sketching family"). Target: softmax.
+// AAAI 2021; docs/estimators/sketching.md). Target: softmax.
 //   c = ⌈d / ln n⌉, u = U = min(c·⌈ln n⌉, n). For each query, U key indices uniformly with
 //   replacement; sparsity M_i = max_sampled(s·q_i·k_j) − (1/n)·Σ_sampled(s·q_i·k_j) (divisor n,
 //   as in Informer's code). The u queries with the largest M_i get their exact softmax row; every

@@ -1,5 +1,5 @@
 // linformer(d, std) and linformer-jlt(d) — low-rank projections (Wang et al., "Linformer", 2020;
-// the Skeinformer paper §3.3.2; ESTIMATORS.md "Sketching family"). Target: softmax.
+// the Skeinformer paper §3.3.2; docs/estimators/sketching.md). Target: softmax.
 //  - linformer:     E ∈ R^{d×n}, E_ij iid N(0, std²) (std = 0 means 1/√d, the JL scaling; the
 //                   reference code's unscaled 0.02 is std=0.02); out = softmax(s·Q(EK)ᵀ)·(EV).
 //                   O(n·d·p). Biased: the projection sits inside the softmax.
@@ -66,6 +66,7 @@ class LinformerJlt final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection
     .make = [](const Spec& spec) { return std::make_unique<Linformer>(spec.get_int("d"), spec.get_real("std")); },
 });
 

@@ -1,6 +1,6 @@
 // skeinformer(d, colsample, rownorm, pilot_reuse) — Skeinformer (Chen et al., "Sketching as a Tool
 // for Understanding and Accelerating Self-attention for Long Sequences", NAACL 2022), Algorithm 1,
-// with the ablations of its Table 1 (ESTIMATORS.md "Sketching family"). Target: softmax.
+// with the ablations of its Table 1 (docs/estimators/sketching.md). Target: softmax.
 // With B = D⁻¹A, A = exp(s·QKᵀ), and d_eff = min(d, n − 1):
 //  1. pilot: d_eff rows J uniformly with replacement; exact rows B_J;
 //  2. column probabilities p̂_c ∝ ‖B_J[:, c]‖₂ · ‖v_c‖₂;
@@ -134,6 +134,8 @@ class Skeinformer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    // The reference code's "w/o row normalization" ablation also skips pilot reuse.
+    .ablations = {"skeinformer(pilot_reuse=0)", "skeinformer(rownorm=exact,pilot_reuse=0)"},
     .make =
         [](const Spec& spec) {
           const std::string& rn = spec.get_choice("rownorm");

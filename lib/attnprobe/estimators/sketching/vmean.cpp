@@ -1,4 +1,4 @@
-// vmean — the rank-one baseline of the Skeinformer paper (ESTIMATORS.md "Sketching family"):
+// vmean — the rank-one baseline of the Skeinformer paper (docs/estimators/sketching.md):
 // out_i = (1/n)·Σ_j v_j for every query i, i.e. uniform attention. Deterministic; exact when
 // attention is uniform, and the error every sampling method must beat on peaked attention.
 #include "attnprobe/estimators/registry.h"

@@ -1,5 +1,5 @@
 #pragma once
-// The locality-sensitive hashes of YOSO (ESTIMATORS.md "YOSO family"), shared by the `yoso`
+// The locality-sensitive hashes of YOSO (docs/estimators/yoso.md), shared by the `yoso`
 // estimator, its tests and (later) the GPU backend, which must produce the identical codes.
 //
 // A code h_f(x) ∈ [0, 2^τ) has bit b = [r_{f,b}·x > 0] (a projection of exactly 0 gives bit 0).

@@ -1,5 +1,5 @@
 // yoso(m, tau, hash, norm) — YOSO-m, Bernoulli sampling of attention through m LSH hashes
-// (Zeng et al., ICML 2021; ESTIMATORS.md "YOSO family"). Target: yoso-e with the same τ.
+// (Zeng et al., ICML 2021; docs/estimators/yoso.md). Target: yoso-e with the same τ.
 //   Y_i = (1/m)·Σ_f T_f[h_f(q̂_i)],  T_f[c] = Σ_{j: h_f(k̂_j) = c} v_j;  out_i = ℓ2(Y_i) (norm=l2) or Y_i.
 // With hash=gauss, P(h_f(q̂) = h_f(k̂)) = (1 − θ/π)^τ, so E[Y] = YOSO-E's W·V: unbiased before the
 // normalisation (tested). hash=hadamard collides 1–13% less often and is biased (tested, reported).
@@ -12,6 +12,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/estimators/yoso/yoso_params.h"
 
 namespace attnprobe {
 namespace {
@@ -21,7 +22,8 @@ constexpr int64_t kTableBudgetFloats = int64_t{1} << 19;
 
 class YosoSampling final : public Estimator {
  public:
-  YosoSampling(int m, int tau, LshKind kind, bool normalize) : m_(m), tau_(tau), kind_(kind), normalize_(normalize) {}
+  explicit YosoSampling(YosoParams params)
+      : m_(params.m), tau_(params.tau), kind_(params.hash), normalize_(params.normalize) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
@@ -110,13 +112,7 @@ class YosoSampling final : public Estimator {
     .samples_knob = "m",
     .random = true,
     .target = [](const Spec& spec) { return fmt::format("yoso-e(tau={})", spec.get_int("tau")); },
-    .make =
-        [](const Spec& spec) {
-          return std::make_unique<YosoSampling>(
-              static_cast<int>(spec.get_int("m")), static_cast<int>(spec.get_int("tau")),
-              spec.get_choice("hash") == "gauss" ? LshKind::kGauss : LshKind::kHadamard,
-              spec.get_choice("norm") == "l2");
-        },
+    .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });
 
 }  // namespace

@@ -1,5 +1,5 @@
 // yoso-e(tau) — the expectation of YOSO's Bernoulli sampling (Zeng et al., "You Only Sample
-// (Almost) Once", ICML 2021; ESTIMATORS.md "YOSO family"). Deterministic, O(n²p):
+// (Almost) Once", ICML 2021; docs/estimators/yoso.md). Deterministic, O(n²p):
 //   q̂, k̂ = ℓ2-normalised rows;  W_ij = (1 − arccos(clamp(q̂_i·k̂_j, −1, 1))/π)^τ;
 //   Y = W·V;  out_i = ℓ2(Y_i)   (no row-sum normalisation: the paper's "N-YOSO").
 // The target of yoso(m, tau) with the same τ. The scale s is not used. The cosine is clamped
@@ -12,6 +12,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
+#include "attnprobe/estimators/yoso/yoso_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
@@ -19,7 +20,7 @@ namespace {
 
 // arccos on [−1, 1] from Abramowitz & Stegun 4.4.46: acos(x) = sqrt(1−x)·P7(x) on [0, 1],
 // |error| ≤ 2e-8, and acos(−x) = π − acos(x). Branch-free, so the loop vectorises (scalar acos
-// runs ~0.2 G/s here, PERF_NOTES.md).
+// runs ~0.2 G/s here, docs/performance.md).
 inline float fast_acos(float x) {
   const float a = std::fabs(x);
   float poly = -0.0012624911f;
@@ -49,7 +50,7 @@ constexpr int64_t kRowBlock = 128;
 
 class YosoExpectation final : public Estimator {
  public:
-  explicit YosoExpectation(int tau) : tau_(tau) {}
+  explicit YosoExpectation(YosoExpectationParams params) : tau_(params.tau) {}
 
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.kf.rows();
@@ -107,7 +108,7 @@ class YosoExpectation final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
-    .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(static_cast<int>(spec.get_int("tau"))); },
+    .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });
 
 }  // namespace

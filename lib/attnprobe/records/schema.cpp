@@ -1,0 +1,214 @@
+#include "attnprobe/records/schema.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+
+namespace attnprobe {
+
+std::optional<Coordinate> Coordinate::parse(const std::string& text) {
+  if (text == "all") return Coordinate::all();
+  int64_t v;
+  if (!parse_int(text, v) || v < 0) return std::nullopt;
+  return Coordinate(v);
+}
+
+namespace {
+
+int64_t to_int(const std::string& text) {
+  int64_t v;
+  if (!parse_int(text, v)) throw std::invalid_argument("not an integer");
+  return v;
+}
+
+uint64_t to_seed(const std::string& text) {
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) throw std::invalid_argument("not a seed (an integer 0..2^64-1)");
+  return v;
+}
+
+// The shortest text that round-trips the double exactly (docs/csv.md: at least 9 digits), with
+// nan and ±inf spelled out.
+double to_real(const std::string& text) {
+  if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (text == "inf") return std::numeric_limits<double>::infinity();
+  if (text == "-inf") return -std::numeric_limits<double>::infinity();
+  double v;
+  if (!parse_real(text, v)) throw std::invalid_argument("not a number");
+  return v;
+}
+
+Coordinate to_coordinate(const std::string& text) {
+  const auto c = Coordinate::parse(text);
+  if (!c) throw std::invalid_argument("not a non-negative integer or 'all'");
+  return *c;
+}
+
+using KeyColumn = Column<CaseKey>;
+
+const std::vector<KeyColumn>& key_columns() {
+  static const std::vector<KeyColumn> kColumns = {
+      {"dump", [](const CaseKey& k) { return k.dump; }, [](CaseKey& k, const std::string& t) { k.dump = t; }},
+      {"layer", [](const CaseKey& k) { return k.layer.text(); },
+       [](CaseKey& k, const std::string& t) { k.layer = to_coordinate(t); }},
+      {"head", [](const CaseKey& k) { return k.head.text(); },
+       [](CaseKey& k, const std::string& t) { k.head = to_coordinate(t); }},
+      {"batch", [](const CaseKey& k) { return k.batch.text(); },
+       [](CaseKey& k, const std::string& t) { k.batch = to_coordinate(t); }},
+      {"n", [](const CaseKey& k) { return k.n.text(); },
+       [](CaseKey& k, const std::string& t) { k.n = to_coordinate(t); }},
+      {"p", [](const CaseKey& k) { return std::to_string(k.p); },
+       [](CaseKey& k, const std::string& t) { k.p = to_int(t); }},
+      {"estimator", [](const CaseKey& k) { return k.estimator; },
+       [](CaseKey& k, const std::string& t) { k.estimator = t; }},
+      {"spec", [](const CaseKey& k) { return k.spec; }, [](CaseKey& k, const std::string& t) { k.spec = t; }},
+      {"samples", [](const CaseKey& k) { return k.samples ? std::to_string(*k.samples) : std::string(); },
+       [](CaseKey& k, const std::string& t) { k.samples = t.empty() ? std::nullopt : std::optional(to_int(t)); }},
+      {"reference", [](const CaseKey& k) { return k.reference; },
+       [](CaseKey& k, const std::string& t) { k.reference = t; }},
+  };
+  return kColumns;
+}
+
+// The key columns as columns of a row type that holds a `key`.
+template <class Row>
+std::vector<Column<Row>> lifted_key_columns() {
+  std::vector<Column<Row>> columns;
+  for (const KeyColumn& c : key_columns())
+    columns.push_back({c.name, [get = c.get](const Row& r) { return get(r.key); },
+                       [set = c.set](Row& r, const std::string& t) { set(r.key, t); }});
+  return columns;
+}
+
+template <class Row>
+Column<Row> real_column(std::string name, double Row::*field) {
+  return {std::move(name), [field](const Row& r) { return format_real(r.*field); },
+          [field](Row& r, const std::string& t) { r.*field = to_real(t); }};
+}
+
+}  // namespace
+
+const std::vector<Column<TrialRow>>& trial_columns() {
+  static const std::vector<Column<TrialRow>> kColumns = [] {
+    std::vector<Column<TrialRow>> c = lifted_key_columns<TrialRow>();
+    c.push_back({"trial", [](const TrialRow& r) { return std::to_string(r.trial); },
+                 [](TrialRow& r, const std::string& t) { r.trial = to_int(t); }});
+    c.push_back({"seed", [](const TrialRow& r) { return std::to_string(r.seed); },
+                 [](TrialRow& r, const std::string& t) { r.seed = to_seed(t); }});
+    c.push_back({"metric", [](const TrialRow& r) { return r.metric; },
+                 [](TrialRow& r, const std::string& t) { r.metric = t; }});
+    c.push_back(real_column("value", &TrialRow::value));
+    return c;
+  }();
+  return kColumns;
+}
+
+const std::vector<Column<SummaryRow>>& summary_columns() {
+  static const std::vector<Column<SummaryRow>> kColumns = [] {
+    std::vector<Column<SummaryRow>> c = lifted_key_columns<SummaryRow>();
+    c.push_back({"metric", [](const SummaryRow& r) { return r.metric; },
+                 [](SummaryRow& r, const std::string& t) { r.metric = t; }});
+    c.push_back({"count", [](const SummaryRow& r) { return std::to_string(r.count); },
+                 [](SummaryRow& r, const std::string& t) { r.count = to_int(t); }});
+    c.push_back(real_column("mean", &SummaryRow::mean));
+    c.push_back(real_column("std", &SummaryRow::std));
+    c.push_back(real_column("stderr", &SummaryRow::stderr_));
+    c.push_back(real_column("median", &SummaryRow::median));
+    c.push_back(real_column("min", &SummaryRow::min));
+    c.push_back(real_column("max", &SummaryRow::max));
+    return c;
+  }();
+  return kColumns;
+}
+
+template <class Row>
+std::string csv_header(const std::vector<Column<Row>>& columns) {
+  std::string out;
+  for (const Column<Row>& c : columns) out += (out.empty() ? "" : ",") + c.name;
+  return out;
+}
+
+template <class Row>
+std::string csv_line(const std::vector<Column<Row>>& columns, const Row& row) {
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i) out += ',';
+    out += csv_field(columns[i].get(row));
+  }
+  out += '\n';
+  return out;
+}
+
+template <class Row>
+void parse_row(const std::vector<Column<Row>>& columns, const std::vector<std::string>& fields,
+               const std::string& where, Row& row) {
+  if (fields.size() != columns.size())
+    throw InputError(fmt::format("{}: {} fields where the header has {}", where, fields.size(), columns.size()));
+  for (size_t i = 0; i < columns.size(); ++i) {
+    try {
+      columns[i].set(row, fields[i]);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(fmt::format("{}: column {} is '{}', {}", where, columns[i].name, fields[i], e.what()));
+    }
+  }
+}
+
+template std::string csv_header(const std::vector<Column<TrialRow>>&);
+template std::string csv_header(const std::vector<Column<SummaryRow>>&);
+template std::string csv_line(const std::vector<Column<TrialRow>>&, const TrialRow&);
+template std::string csv_line(const std::vector<Column<SummaryRow>>&, const SummaryRow&);
+template void parse_row(const std::vector<Column<TrialRow>>&, const std::vector<std::string>&, const std::string&,
+                        TrialRow&);
+template void parse_row(const std::vector<Column<SummaryRow>>&, const std::vector<std::string>&, const std::string&,
+                        SummaryRow&);
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::vector<std::string> parse_csv_line(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < line.size() && line[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(field));
+      field.clear();
+    } else if (c != '\r') {
+      field += c;
+    }
+  }
+  if (quoted) throw InputError("unterminated quote");
+  fields.push_back(std::move(field));
+  return fields;
+}
+
+}  // namespace attnprobe

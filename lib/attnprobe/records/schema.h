@@ -1,0 +1,45 @@
+#pragma once
+// The one definition of the long CSV schema (docs/csv.md): each column's name, how a row gives its
+// text, and how its text sets a row. The header, the row writer and the row reader of both layouts
+// (trial and summary) are driven by these tables, so a column is added in one place.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attnprobe/records/record.h"
+
+namespace attnprobe {
+
+template <class Row>
+struct Column {
+  std::string name;
+  std::function<std::string(const Row&)> get;  ///< the field's text (unquoted; the writer quotes)
+  /// Parses the text into the row; throws std::invalid_argument with a short reason when malformed.
+  std::function<void(Row&, const std::string&)> set;
+};
+
+/// dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value
+const std::vector<Column<TrialRow>>& trial_columns();
+/// dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
+const std::vector<Column<SummaryRow>>& summary_columns();
+
+/// The header line (without newline) of a layout.
+template <class Row>
+std::string csv_header(const std::vector<Column<Row>>& columns);
+
+/// One CSV line (with newline) of a row: every column's text, quoted where needed.
+template <class Row>
+std::string csv_line(const std::vector<Column<Row>>& columns, const Row& row);
+
+/// Sets every column of `row` from `fields` (in the table's order). Throws InputError naming
+/// `where` and the column on a malformed field.
+template <class Row>
+void parse_row(const std::vector<Column<Row>>& columns, const std::vector<std::string>& fields,
+               const std::string& where, Row& row);
+
+/// Quotes a field when it contains a comma, quote or newline (RFC 4180).
+std::string csv_field(const std::string& text);
+/// Splits one CSV line into fields (RFC 4180 quoting); throws InputError on a broken quote.
+std::vector<std::string> parse_csv_line(const std::string& line);
+
+}  // namespace attnprobe

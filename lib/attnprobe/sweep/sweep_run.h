@@ -1,0 +1,44 @@
+#pragma once
+// One sweep with its output files, from start to end: the trial CSV (append-only, flushed per
+// slice) and NAME.run.json beside it (docs/csv.md). The CLI's `sweep` only parses options and prints
+// what this returns; tests drive it in-process.
+#include <string>
+
+#include "attnprobe/report/run_info.h"
+#include "attnprobe/sweep/runner.h"
+
+namespace attnprobe {
+
+/// What to do when the output CSV already exists.
+enum class OutputMode {
+  kCreate,     ///< refuse an existing non-empty file (UsageError naming --resume and --overwrite)
+  kResume,     ///< keep its finished trials and compute the rest
+  kOverwrite,  ///< replace it
+};
+
+class SweepRun {
+ public:
+  /// Checks the output, creates its folder, reconciles a resumed CSV (only whole trials are kept:
+  /// rows of a trial cut off mid-way, and a final partial line, are dropped and recomputed) and
+  /// writes run.json with `finished: null`, so an interrupted run is recognisable as one.
+  /// `info` carries the command line, dump, device, threads and seed; the rest is filled here.
+  SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, OutputMode mode, RunOptions options, RunInfo info);
+
+  /// Runs every unfinished trial, appending each slice's rows as they are produced, and records
+  /// the end time and row count in run.json.
+  RunStats run();
+
+  int64_t kept_rows() const { return kept_rows_; }  ///< rows of finished trials kept from an earlier run
+  const std::string& csv_path() const { return csv_path_; }
+  const std::string& info_path() const { return info_path_; }
+
+ private:
+  const Dump& dump_;
+  SweepPlan plan_;
+  std::string csv_path_, info_path_;
+  RunOptions options_;
+  RunInfo info_;
+  int64_t kept_rows_ = 0;
+};
+
+}  // namespace attnprobe
