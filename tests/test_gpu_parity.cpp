@@ -180,7 +180,7 @@ TEST_CASE("device kernels match float64 where the comparison is exact", "[gpu]")
         if (view.n() <= 1025) {
           const MatrixD host = causal_attention_f64(view);
           INFO("causal fp64 kernel vs host float64: " << error(host, causal_ref.cast<float>()));
-          CHECK(error(host, causal_ref.cast<float>()) < 1e-6);  // observed
+          CHECK(error(host, causal_ref.cast<float>()) < 1e-6);  // observed ≤ 4.9e-8 (H100, seed 12345)
           causal_ref = host;
         }
       }
@@ -190,9 +190,9 @@ TEST_CASE("device kernels match float64 where the comparison is exact", "[gpu]")
       const double tf32 = error(ref, exact_device(view, gpu::AttentionPrecision::kTf32, causal));
       INFO((causal ? "causal" : "full") << ": cpu f32 " << cpu_f32 << ", gpu fp64 " << fp64 << ", tf32x3 " << tf32x3
                                         << ", tf32 " << tf32);
-      if (!causal) CHECK(fp64 < 1e-6);  // the fp64-accumulation kernel is a reference in its own right
-      CHECK(tf32x3 <= 2 * cpu_f32 + 1e-6);
-      CHECK(tf32 < 5e-3);  // TF32 keeps 10 mantissa bits: observed
+      if (!causal) CHECK(fp64 < 1e-6);      // a reference in its own right; observed ≤ 5.0e-8
+      CHECK(tf32x3 <= 2 * cpu_f32 + 1e-6);  // observed ≤ 1.01e-6 against bounds 1.29e-6..1.50e-6
+      CHECK(tf32 < 1e-3);  // TF32 keeps 10 mantissa bits: observed ≤ 8.9e-5 here, 4.2e-4 on N(0,1) inputs
     }
     // yoso: identical codes, so the float64 evaluation of those codes is the reference.
     const std::string yoso = "yoso(m=16,tau=8,hash=gauss,norm=none)";
