@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds the device build (build-dev: sm_90 only, no -march=native since the device's CPU is not
-# this one) and packs what tools/gpu_session.sh needs into DEST (default: the session checkout's
-# .devrun, which the device tool carries): stripped binaries in bin/, the non-system shared
-# libraries they load (HDF5, fmt, ...) in lib/. Usage: [NO_BUILD=1] tools/gpu_pack.sh [DEST]
+# this one) and packs what tools/gpu_session.sh needs into DEST (default: .devrun in this checkout;
+# from a worktree, pass the session checkout's, e.g. /work/main/.devrun, since the device tool sends
+# that one): stripped binaries in bin/, the libraries they load beyond glibc and the CUDA driver
+# (libattnprobe, HDF5, fmt, ...) in lib/, the session scripts in tools/. Then, with the device tool:
+#   run(command="bash .devrun/tools/gpu_session.sh", carry=[".devrun"])
+# Usage: [NO_BUILD=1] tools/gpu_pack.sh [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest=${1:-/work/main/.devrun}
+dest=${1:-$(pwd)/.devrun}
 if [ -z "${NO_BUILD:-}" ]; then
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DATTNPROBE_NATIVE=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DATTNPROBE_CUDA=ON >/dev/null
@@ -24,4 +27,5 @@ for t in attnprobe tests/attnprobe_tests attnprobe_gpu_bench; do
     while read -r so; do cp -L "$so" "$dest/lib/"; done
 done
 strip "$dest"/lib/*.so* 2>/dev/null || true
+mkdir -p "$dest/tools" && cp tools/gpu_session.sh tools/gpu_ceilings.py tools/compare_sweeps.py "$dest/tools/"
 du -sh "$dest"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One whole device session (run on the lent GPU machine from the repository root, after
-# tools/gpu_pack.sh packed .devrun here): the device's ceilings, the [gpu] parity tests, the
+# tools/gpu_pack.sh packed .devrun here; `bash .devrun/tools/gpu_session.sh`): the device's ceilings, the [gpu] parity tests, the
 # kernel-level bench (device-resident, CUDA events), `attnprobe bench --device cuda` (per call,
 # with transfers) and a sweep of the bundled dumps on the GPU against 2 CPU threads. Logs go to
 # $OUT (default ./out/gpu): session.log (all of the console), tests.log, kbench.csv, bench.csv,
@@ -9,7 +9,7 @@
 set -uo pipefail
 root=$(pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-run=${DEVRUN:-$root/.devrun}
+run=${DEVRUN:-$(cd "$here/.." && pwd)}
 out=${OUT:-$root/out/gpu}
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
