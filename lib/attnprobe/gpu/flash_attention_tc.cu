@@ -1,5 +1,5 @@
 // Exact attention on the tensor cores (FlashAttention-2's scheme with TF32 mma.sync): each warp owns
-// 16 query rows, the block's warps share K and V tiles staged through shared memory by cp.async
+// 16 or 32 query rows, the block's warps share K and V tiles staged through shared memory by cp.async
 // (two stages, so the next tile loads while this one computes), and softmax is online:
 //   S = Q̃·K_tileᵀ (Q̃ = scale·log2(e)·Q, so 2^S replaces e^S), m ← max(m, rowmax S),
 //   O ← O·2^(m_old − m) + 2^(S − m)·V_tile, l likewise; out = O / l.
@@ -7,8 +7,10 @@
 // 2t+1 of row g) becomes the A operand of P·V by numbering the 8 keys of a step in the order
 // 0,2,4,6,1,3,5,7 (A column t ↔ key 2t, column t+4 ↔ key 2t+1) and reading V's rows in that order.
 // Precision: kTf32 feeds TF32 (inputs rounded to 10 mantissa bits once, in the padding pass; P in
-// registers), ~3e-4 relative error; kTf32x3 splits every operand x = hi + lo (both TF32) and adds
-// hi·hi + hi·lo + lo·hi (the lo·lo term is below fp32 rounding), fp32-level error at 3× the mma work.
+// registers), 4.2e-4 relative error on N(0,1) inputs; kTf32x3 splits operands into TF32 parts
+// (Q·Kᵀ: three parts, 6 products; P·V: two parts, 3 products; mma_split), 1e-6 error at 5× the time.
+// Each key tile's P·V goes to a fresh accumulator added to O on the CUDA cores (the tensor cores'
+// fp32 accumulation truncates). Measured versions and their speeds: PERF.md.
 // Causal: key tiles wholly above the diagonal are skipped, the diagonal tiles masked per element.
 // Cost: 4·n·keys·p flops (half when causal), (n + 2·keys)·p·4 bytes from memory plus L2 re-reads of K, V.
 #include <algorithm>
