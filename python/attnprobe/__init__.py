@@ -238,7 +238,8 @@ _COORDINATES = {"layer", "head", "batch", "n"}
 def _frame(text: str):
     import pandas as pd
 
-    return pd.read_csv(io.StringIO(text), dtype=_TEXT_COLUMNS, keep_default_na=False,
+    # round_trip: pandas' default float parser can be one unit in the last place off.
+    return pd.read_csv(io.StringIO(text), dtype=_TEXT_COLUMNS, keep_default_na=False, float_precision="round_trip",
                        na_values={c: ["nan"] for c in _REAL_COLUMNS} | {"samples": [""]})
 
 
