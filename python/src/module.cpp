@@ -71,17 +71,17 @@ StridedMap<Scalar> map_of(const py::array& a) {
                             Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(a.strides(0) / item, a.strides(1) / item));
 }
 
-// A 2-D floating-point array (any float dtype, any strides) as an n × cols float64 matrix: float64
-// and float32 arrays are read in place (one pass, no numpy temporary), others are converted by numpy.
-// Call with the GIL held or with `a` kept alive by the caller (the data do not move).
+// A prepared() array as a float64 matrix, read in place (one pass, no numpy temporary). Needs no
+// GIL: the caller's handle keeps the array alive and its data do not move.
 MatrixD to_matrix_d(const py::array& a) {
   if (mappable<double>(a)) return map_of<double>(a);
-  if (mappable<float>(a)) return map_of<float>(a).cast<double>();
-  const auto c = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
-  return map_of<double>(c);
+  return map_of<float>(a).cast<double>();
 }
 
-void require_matrix(const py::array& a, const char* name) {
+// Checks that `a` is a 2-D float array and returns it in a form the functions below read without
+// the GIL: itself when it is float64 or float32 with element-aligned positive strides, else a
+// float64 C-order copy made by numpy (float16, long double, negative strides). Needs the GIL.
+py::array prepared(const py::array& a, const char* name) {
   if (a.ndim() != 2)
     throw UsageError(fmt::format("{} must be a 2-D array (tokens × dim), got {} dimension{}", name, a.ndim(),
                                  a.ndim() == 1 ? "" : "s"));
@@ -89,6 +89,8 @@ void require_matrix(const py::array& a, const char* name) {
   if (kind != 'f')
     throw UsageError(fmt::format("{} must hold floating-point numbers (float16/32/64), got dtype {}", name,
                                  std::string(py::str(a.dtype()))));
+  if (mappable<double>(a) || mappable<float>(a)) return a;
+  return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
 // numpy arrays that own a library matrix (moved, not copied): the capsule frees it with the array.
@@ -146,24 +148,42 @@ double default_scale(std::optional<double> scale, int64_t p) {
   return *scale;
 }
 
-// Checks shapes and builds the slice the library works on (float64 as given, float32 copies).
-// Runs without the GIL: the arrays are kept alive by the caller's py::array handles.
-HeadView make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                   SliceId id) {
+// A prepared() array into `dst`, in `dst`'s memory when the shape is unchanged.
+void assign_matrix(const py::array& a, MatrixD& dst) {
+  if (mappable<double>(a))
+    dst = map_of<double>(a);
+  else
+    dst = map_of<float>(a).cast<double>();
+}
+
+// Slices up to this many float64 elements (q, k, v together) are built in memory kept per thread.
+constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16 of float32): n = 32768 at p = 64
+
+// Checks shapes and builds the slice the library works on (float64 as given, float32 copies), in a
+// per-thread view reused from call to call: on the VMs this was measured on, first-touching fresh
+// pages costs ~1 ms per 2 MiB, as much as a whole performer(M=64) call at n = 4096 spends on its own
+// arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
+// handles keep the arrays alive. The returned view is valid until this thread's next call.
+const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
+                          SliceId id) {
   const int64_t n = q.shape(0), p = q.shape(1);
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
   require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
                 k.shape(1), n, p);
   require_usage(v.shape(0) == n && v.shape(1) >= 1, "v is {}x{} but q has {} tokens: v needs one row per key",
                 v.shape(0), v.shape(1), n);
+  thread_local HeadView view;
+  if (n * (2 * p + v.shape(1)) > kReusedElements) view = HeadView();  // do not keep a huge slice alive
   id.n = n;
-  return make_head_view(id, default_scale(scale, p), to_matrix_d(q), to_matrix_d(k), to_matrix_d(v));
-}
-
-void require_matrices(const py::array& q, const py::array& k, const py::array& v) {
-  require_matrix(q, "q");
-  require_matrix(k, "k");
-  require_matrix(v, "v");
+  view.id = id;
+  view.scale = default_scale(scale, p);
+  assign_matrix(q, view.q);
+  assign_matrix(k, view.k);
+  assign_matrix(v, view.v);
+  view.qf = view.q.cast<float>();
+  view.kf = view.k.cast<float>();
+  view.vf = view.v.cast<float>();
+  return view;
 }
 
 // ---- custom (Python) estimators -------------------------------------------------------------------
@@ -300,14 +320,15 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                         view.scale, causal.value_or(0) != 0);
 }
 
-py::array exact(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale, bool float64,
-                int threads) {
-  require_matrices(q, k, v);
+py::array exact(py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
+  q = prepared(q, "q");
+  k = prepared(k, "k");
+  v = prepared(v, "v");
   MatrixD out64;
   MatrixF out32;
   {
     py::gil_scoped_release release;
-    const HeadView view = make_view(q, k, v, scale, SliceId{});
+    const HeadView& view = make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
     if (float64)
       out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
@@ -323,10 +344,12 @@ RandomKey key_of(uint64_t seed, const SliceId& id, const std::string& canonical,
                          static_cast<uint32_t>(trial));
 }
 
-py::array estimate(const std::string& spec_text, const py::array& q, const py::array& k, const py::array& v,
-                   std::optional<double> scale, uint64_t seed, int64_t trial, int layer, int head, int batch,
-                   int threads, const std::string& device) {
-  require_matrices(q, k, v);
+py::array estimate(const std::string& spec_text, py::array q, py::array k, py::array v, std::optional<double> scale,
+                   uint64_t seed, int64_t trial, int layer, int head, int batch, int threads,
+                   const std::string& device) {
+  q = prepared(q, "q");
+  k = prepared(k, "k");
+  v = prepared(v, "v");
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
@@ -334,7 +357,7 @@ py::array estimate(const std::string& spec_text, const py::array& q, const py::a
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
-    const HeadView view = make_view(q, k, v, scale, SliceId{layer, head, batch, 0});
+    const HeadView& view = make_view(q, k, v, scale, SliceId{layer, head, batch, 0});
     PoolLease pool(threads);
     estimator->estimate(view, EstimateContext{key_of(seed, view.id, spec.canonical(), trial), pool.get()}, out);
   }
@@ -343,9 +366,11 @@ py::array estimate(const std::string& spec_text, const py::array& q, const py::a
 
 // What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
 // estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
-py::array reference(const std::string& spec_text, const py::array& q, const py::array& k, const py::array& v,
-                    std::optional<double> scale, int threads) {
-  require_matrices(q, k, v);
+py::array reference(const std::string& spec_text, py::array q, py::array k, py::array v, std::optional<double> scale,
+                    int threads) {
+  q = prepared(q, "q");
+  k = prepared(k, "k");
+  v = prepared(v, "v");
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
@@ -353,7 +378,7 @@ py::array reference(const std::string& spec_text, const py::array& q, const py::
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
-    const HeadView view = make_view(q, k, v, scale, SliceId{});
+    const HeadView& view = make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
@@ -366,10 +391,9 @@ py::array reference(const std::string& spec_text, const py::array& q, const py::
   return to_numpy(std::move(out));
 }
 
-std::vector<std::pair<std::string, double>> metrics(const py::array& reference, const py::array& estimate,
-                                                    const std::string& names) {
-  require_matrix(reference, "reference");
-  require_matrix(estimate, "estimate");
+std::vector<std::pair<std::string, double>> metrics(py::array reference, py::array estimate, const std::string& names) {
+  reference = prepared(reference, "reference");
+  estimate = prepared(estimate, "estimate");
   require_usage(reference.shape(0) == estimate.shape(0) && reference.shape(1) == estimate.shape(1),
                 "reference is {}x{} but estimate is {}x{}: they must have the same shape", reference.shape(0),
                 reference.shape(1), estimate.shape(0), estimate.shape(1));
