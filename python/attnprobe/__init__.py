@@ -16,7 +16,7 @@ Matrices are 2-D, one token per row (q, k: n x p, v: n x pv), numpy arrays of an
 torch tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
 Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
-read_csv, case_id, random_key. See docs/python.md.
+read_csv, write_csv, case_id, random_key. See docs/python.md.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __version__ = _core.__version__
 
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "estimators", "load", "exact", "estimate", "reference",
-    "metrics", "sweep", "summarize", "check", "read_csv", "case_id", "random_key", "metric_names",
+    "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
 ]
 
 _CAUSAL_MESSAGE = ("causal=True: attnprobe does not apply masks yet; attention is measured full (bidirectional), "
@@ -250,6 +250,22 @@ def read_csv(path: Union[str, os.PathLike]):
         return _frame(f.read())
 
 
+def write_csv(table, path: Union[str, os.PathLike]) -> None:
+    """Writes trial rows or a summary (a DataFrame in either schema) as the CLI writes its CSVs:
+    the schema's columns in order, numbers as the shortest text that reads back exactly, empty
+    ``samples`` for estimators without a knob. ``read_csv(path)`` gives the table back.
+
+        >>> attnprobe.write_csv(attnprobe.summarize(df), "baseline.csv")   # commit it; gate with check()
+    """
+    import csv
+
+    summary, fields = _rows(table)
+    with open(os.fspath(path), "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(_core.column_names(summary))
+        writer.writerows(fields)
+
+
 def _layout(df) -> bool:
     """True for a summary DataFrame, False for trial rows; ValueError naming missing columns otherwise."""
     columns = set(df.columns)
@@ -261,9 +277,16 @@ def _layout(df) -> bool:
     return summary
 
 
+def _real_text(x) -> str:
+    """The CSV's number format (format_real in C++): the shortest text that reads back exactly, 'nan',
+    'inf', '-inf', and integral values without '.0' (fmt's "{}" writes 2.0 as "2"; Python's repr as "2.0")."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
 def _field(column: str):
     if column in _REAL_COLUMNS:
-        return lambda x: repr(float(x))  # shortest text that round-trips; 'nan', 'inf'
+        return _real_text
     if column == "samples":
         return lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x)) or x == "" else str(int(x))
     if column in _COORDINATES:

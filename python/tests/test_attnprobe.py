@@ -93,6 +93,11 @@ def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
     # summarize() equals the CLI's summarize.
     cli("summarize", str(tmp_path / "cli.csv"), "-o", str(tmp_path / "sum.csv"))
     pd.testing.assert_frame_equal(attnprobe.summarize(df), attnprobe.read_csv(tmp_path / "sum.csv"), check_exact=True)
+    # write_csv() writes what the CLI writes, byte for byte.
+    attnprobe.write_csv(df, tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    attnprobe.write_csv(attnprobe.summarize(df), tmp_path / "sum2.csv")
+    assert (tmp_path / "sum2.csv").read_bytes() == (tmp_path / "sum.csv").read_bytes()
     cli("summarize", str(tmp_path / "cli.csv"), "--over", "layer,head,batch", "-o", str(tmp_path / "over.csv"))
     pd.testing.assert_frame_equal(attnprobe.summarize(df, over="layer,head,batch"),
                                   attnprobe.read_csv(tmp_path / "over.csv"), check_exact=True)
@@ -200,7 +205,7 @@ def test_degraded_custom_estimator_is_caught_by_check(tmp_path):
     baseline = attnprobe.summarize(
         attnprobe.sweep(DUMP, ["performer(M=64)"], custom={"mine": torch_performer(64)}, trials=8, **CUSTOM_SLICE))
     baseline_path = tmp_path / "baseline.csv"
-    baseline.to_csv(baseline_path, index=False)
+    attnprobe.write_csv(baseline, baseline_path)
     again = attnprobe.sweep(DUMP, ["performer(M=64)"], custom={"mine": torch_performer(64)}, trials=8, **CUSTOM_SLICE)
     report = attnprobe.check(again, baseline_path)
     assert report.passed and report.regressions == 0, report  # same function, same seeds: identical numbers
