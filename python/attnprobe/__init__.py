@@ -35,7 +35,7 @@ from ._core import InputError
 __version__ = _core.__version__
 
 __all__ = [
-    "InputError", "EstimatorError", "CheckReport", "estimators", "load", "exact", "estimate", "reference",
+    "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
     "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
 ]
 
@@ -92,6 +92,30 @@ def _threads(threads: int) -> int:
     return int(threads)
 
 
+class Slice(_core.Slice):
+    """One slice (q, k, v, scale) converted once into what estimators read (float64 and float32
+    copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
+    ``attnprobe bench`` times, without the per-call conversion (~1 ms at 4096 x 64). Pass it as ``q``
+    to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v and scale out).
+    Attributes: ``n``, ``p``, ``pv``, ``scale``, and ``q``, ``k``, ``v`` (float64 copies).
+
+        >>> s = attnprobe.Slice(q, k, v, scale)
+        >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
+    """
+
+    def __init__(self, q, k, v, scale: Optional[float] = None):
+        q, k, v = _matrices(q, k, v)
+        super().__init__(q, k, v, None if scale is None else float(scale))
+
+
+def _slice_only(q, k, v, scale) -> bool:
+    if not isinstance(q, _core.Slice):
+        return False
+    if k is not None or v is not None or scale is not None:
+        raise ValueError("with a Slice, leave k, v and scale out: the slice carries them")
+    return True
+
+
 # ---- the registry, dumps, one slice -------------------------------------------------------------------
 
 def estimators() -> list:
@@ -130,7 +154,7 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
                       _dump_options(q_path, k_path, v_path, layout, num_heads))
 
 
-def exact(q, k, v, scale: Optional[float] = None, causal: bool = False, *, dtype=np.float64,
+def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, dtype=np.float64,
           threads: int = 0) -> np.ndarray:
     """Exact attention softmax(scale * q kᵀ) v, n x pv.
 
@@ -144,6 +168,8 @@ def exact(q, k, v, scale: Optional[float] = None, causal: bool = False, *, dtype
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dt}")
+    if _slice_only(q, k, v, scale):
+        return _core.exact_slice(q, dt == np.float64, _threads(threads))
     q, k, v = _matrices(q, k, v)
     return _core.exact(q, k, v, None if scale is None else float(scale), dt == np.float64, _threads(threads))
 
@@ -166,7 +192,7 @@ def _case_fields(case, n: int) -> tuple:
     return tuple(int(get(f)) for f in _CASE_FIELDS)
 
 
-def estimate(spec: str, q, k, v, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
+def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
              trial: int = 0, case=None, *, threads: int = 0, device: str = "cpu") -> np.ndarray:
     """One estimate (float32, n x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
     :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
@@ -175,7 +201,9 @@ def estimate(spec: str, q, k, v, scale: Optional[float] = None, causal: bool = F
     optionally ``n``, which must be q's row count), e.g. a row of a :func:`sweep` DataFrame; then the
     result is bit for bit what ``attnprobe sweep --seed SEED`` computed for that case and trial.
     ``case=None`` means layer 0, head 0, batch 0. ``threads`` (0 = all cores) never changes the
-    result; ``device="cuda"`` runs the estimator's CUDA version where one exists.
+    result; ``device="cuda"`` runs the estimator's CUDA version where one exists. ``q`` may be a
+    :class:`Slice` (then leave k, v and scale out): converted once, it is the fastest way to call
+    many estimates on one slice.
 
         >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 1, 0, 0, length=256)
         >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0, trial=3,
@@ -183,19 +211,25 @@ def estimate(spec: str, q, k, v, scale: Optional[float] = None, causal: bool = F
         >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est)["spec_rel"]   # = the CSV's value
     """
     _no_causal(causal)
+    if _slice_only(q, k, v, scale):
+        layer, head, batch = _case_fields(case, q.n)
+        return _core.estimate_slice(str(spec), q, int(seed), int(trial), layer, head, batch, _threads(threads),
+                                    str(device))
     q, k, v = _matrices(q, k, v)
     layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
     return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), int(seed), int(trial), layer,
                           head, batch, _threads(threads), str(device))
 
 
-def reference(spec: str, q, k, v, scale: Optional[float] = None, causal: bool = False, *,
+def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
               threads: int = 0) -> np.ndarray:
     """What a sweep compares against when ``spec`` is the reference (a deterministic estimator, e.g.
     ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n x pv. ``reference("softmax", ...)``
     equals ``exact(...)``.
     """
     _no_causal(causal)
+    if _slice_only(q, k, v, scale):
+        return _core.reference_slice(str(spec), q, _threads(threads))
     q, k, v = _matrices(q, k, v)
     return _core.reference(str(spec), q, k, v, None if scale is None else float(scale), _threads(threads))
 

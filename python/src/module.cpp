@@ -18,6 +18,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -138,22 +139,28 @@ class PoolLease {
 
 // ---- inputs --------------------------------------------------------------------------------------
 
-struct Slice {
-  HeadView view;
-};
-
 double default_scale(std::optional<double> scale, int64_t p) {
   if (!scale) return 1.0 / std::sqrt(static_cast<double>(p));  // as a dump without a scale attribute
   require_usage(std::isfinite(*scale) && *scale > 0, "scale must be a positive finite number, got {}", *scale);
   return *scale;
 }
 
-// A prepared() array into `dst`, in `dst`'s memory when the shape is unchanged.
-void assign_matrix(const py::array& a, MatrixD& dst) {
-  if (mappable<double>(a))
-    dst = map_of<double>(a);
-  else
-    dst = map_of<float>(a).cast<double>();
+// A prepared() array into `dst` (float64) and `dstf` (float32), in their memory when the shape is
+// unchanged, in blocks of rows so that the float32 pass reads what the float64 pass just wrote from
+// cache rather than from memory.
+void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf) {
+  constexpr int64_t kBlockRows = 64;
+  const int64_t rows = a.shape(0), cols = a.shape(1);
+  dst.resize(rows, cols);
+  dstf.resize(rows, cols);
+  for (int64_t r = 0; r < rows; r += kBlockRows) {
+    const int64_t b = std::min(kBlockRows, rows - r);
+    if (mappable<double>(a))
+      dst.middleRows(r, b) = map_of<double>(a).middleRows(r, b);
+    else
+      dst.middleRows(r, b) = map_of<float>(a).middleRows(r, b).cast<double>();
+    dstf.middleRows(r, b) = dst.middleRows(r, b).cast<float>();
+  }
 }
 
 // Slices up to this many float64 elements (q, k, v together) are built in memory kept per thread.
@@ -164,27 +171,38 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 // pages costs ~1 ms per 2 MiB, as much as a whole performer(M=64) call at n = 4096 spends on its own
 // arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
 // handles keep the arrays alive. The returned view is valid until this thread's next call.
-const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                          SliceId id) {
+void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
+               SliceId id) {
   const int64_t n = q.shape(0), p = q.shape(1);
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
   require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
                 k.shape(1), n, p);
   require_usage(v.shape(0) == n && v.shape(1) >= 1, "v is {}x{} but q has {} tokens: v needs one row per key",
                 v.shape(0), v.shape(1), n);
-  thread_local HeadView view;
-  if (n * (2 * p + v.shape(1)) > kReusedElements) view = HeadView();  // do not keep a huge slice alive
   id.n = n;
   view.id = id;
   view.scale = default_scale(scale, p);
-  assign_matrix(q, view.q);
-  assign_matrix(k, view.k);
-  assign_matrix(v, view.v);
-  view.qf = view.q.cast<float>();
-  view.kf = view.k.cast<float>();
-  view.vf = view.v.cast<float>();
+  assign_matrix(q, view.q, view.qf);
+  assign_matrix(k, view.k, view.kf);
+  assign_matrix(v, view.v, view.vf);
+}
+
+const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
+                          SliceId id) {
+  thread_local HeadView view;
+  if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
+  fill_view(view, q, k, v, scale, id);
   return view;
 }
+
+/// attnprobe.Slice: q, k, v and the scale converted once (float64 and float32 copies), for many
+/// estimate() calls on one slice without rebuilding it: what `bench` times.
+struct Slice {
+  HeadView view;
+};
+
+// A placeholder for the q, k, v arguments when a Slice carries them.
+py::array no_array() { return py::array_t<double>(std::vector<py::ssize_t>{0, 0}); }
 
 // ---- custom (Python) estimators -------------------------------------------------------------------
 
@@ -320,15 +338,18 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                         view.scale, causal.value_or(0) != 0);
 }
 
-py::array exact(py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
-  q = prepared(q, "q");
-  k = prepared(k, "k");
-  v = prepared(v, "v");
+py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, bool float64,
+                int threads) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
   MatrixD out64;
   MatrixF out32;
   {
     py::gil_scoped_release release;
-    const HeadView& view = make_view(q, k, v, scale, SliceId{});
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
     if (float64)
       out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
@@ -344,12 +365,14 @@ RandomKey key_of(uint64_t seed, const SliceId& id, const std::string& canonical,
                          static_cast<uint32_t>(trial));
 }
 
-py::array estimate(const std::string& spec_text, py::array q, py::array k, py::array v, std::optional<double> scale,
-                   uint64_t seed, int64_t trial, int layer, int head, int batch, int threads,
-                   const std::string& device) {
-  q = prepared(q, "q");
-  k = prepared(k, "k");
-  v = prepared(v, "v");
+py::array estimate_view(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
+                        std::optional<double> scale, uint64_t seed, int64_t trial, int layer, int head, int batch,
+                        int threads, const std::string& device) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
@@ -357,20 +380,23 @@ py::array estimate(const std::string& spec_text, py::array q, py::array k, py::a
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
-    const HeadView& view = make_view(q, k, v, scale, SliceId{layer, head, batch, 0});
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
+    const SliceId id{layer, head, batch, view.n()};
     PoolLease pool(threads);
-    estimator->estimate(view, EstimateContext{key_of(seed, view.id, spec.canonical(), trial), pool.get()}, out);
+    estimator->estimate(view, EstimateContext{key_of(seed, id, spec.canonical(), trial), pool.get()}, out);
   }
   return to_numpy(std::move(out));
 }
 
 // What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
 // estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
-py::array reference(const std::string& spec_text, py::array q, py::array k, py::array v, std::optional<double> scale,
-                    int threads) {
-  q = prepared(q, "q");
-  k = prepared(k, "k");
-  v = prepared(v, "v");
+py::array reference(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
+                    std::optional<double> scale, int threads) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
@@ -378,7 +404,7 @@ py::array reference(const std::string& spec_text, py::array q, py::array k, py::
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
-    const HeadView& view = make_view(q, k, v, scale, SliceId{});
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
@@ -566,9 +592,45 @@ PYBIND11_MODULE(_core, m) {
   m.def("dump_options", &dump_options);
   py::class_<DumpOptions>(m, "DumpOptions");
   m.def("load", &load);
-  m.def("exact", &exact);
-  m.def("estimate", &estimate);
-  m.def("reference", &reference);
+  py::class_<Slice>(m, "Slice")
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale) {
+             q = prepared(q, "q");
+             k = prepared(k, "k");
+             v = prepared(v, "v");
+             auto slice = std::make_unique<Slice>();
+             py::gil_scoped_release release;
+             fill_view(slice->view, q, k, v, scale, SliceId{});
+             return slice;
+           }),
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none())
+      .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
+      .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
+      .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
+      .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })
+      .def_property_readonly("k", [](const Slice& s) { return to_numpy(MatrixD(s.view.k)); })
+      .def_property_readonly("v", [](const Slice& s) { return to_numpy(MatrixD(s.view.v)); });
+  m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
+    return exact(nullptr, q, k, v, scale, float64, threads);
+  });
+  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, float64, threads);
+  });
+  m.def("estimate",
+        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, uint64_t seed,
+           int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
+          return estimate_view(spec, nullptr, q, k, v, scale, seed, trial, layer, head, batch, threads, device);
+        });
+  m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
+                             int batch, int threads, const std::string& device) {
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, seed, trial, layer, head,
+                         batch, threads, device);
+  });
+  m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
+                        int threads) { return reference(spec, nullptr, q, k, v, scale, threads); });
+  m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, threads);
+  });
   m.def("metrics", &metrics);
   m.def("metric_names", [] {
     std::vector<std::string> names;

@@ -139,6 +139,20 @@ def test_threads_and_input_dtype_do_not_change_results():
     assert not np.array_equal(e, f)
 
 
+def test_slice_gives_the_same_results():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 0, 0, length=150)
+    s = attnprobe.Slice(q, k, v, scale)
+    assert (s.n, s.p, s.pv, s.scale) == (150, 32, 32, scale) and np.array_equal(s.v, v)
+    case = {"layer": 1, "head": 0, "batch": 0}
+    for spec in ["performer(M=16)", "yoso(m=8)", "lara(C=8)"]:
+        assert np.array_equal(attnprobe.estimate(spec, s, seed=4, trial=2, case=case),
+                              attnprobe.estimate(spec, q, k, v, scale, seed=4, trial=2, case=case))
+    assert np.array_equal(attnprobe.exact(s), attnprobe.exact(q, k, v, scale))
+    assert np.array_equal(attnprobe.reference("yoso-e", s), attnprobe.reference("yoso-e", q, k, v, scale))
+    with pytest.raises(ValueError, match="leave k, v and scale out"):
+        attnprobe.estimate("vmean", s, k, v)
+
+
 def test_metrics_names_order_and_dtypes():
     q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=64)
     ref = attnprobe.exact(q, k, v, scale)
