@@ -123,6 +123,27 @@ const std::vector<Column<SummaryRow>>& summary_columns() {
   return kColumns;
 }
 
+const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
+  // The slice columns reuse the case key's text forms, so they cannot drift apart. Written only
+  // (plots read it; nothing in attnprobe does), so the columns have no setters.
+  static const std::vector<Column<DiagnosticRow>> kColumns = [] {
+    std::vector<Column<DiagnosticRow>> c;
+    for (const KeyColumn& k : case_key_columns()) {
+      if (k.name == "estimator") break;  // dump, layer, head, batch, n, p
+      c.push_back({k.name,
+                   [get = k.get](const DiagnosticRow& r) {
+                     return get(CaseKey{
+                         .dump = r.dump, .layer = r.layer, .head = r.head, .batch = r.batch, .n = r.n, .p = r.p});
+                   },
+                   nullptr});
+    }
+    c.push_back({"diagnostic", [](const DiagnosticRow& r) { return r.diagnostic; }, nullptr});
+    c.push_back({"value", [](const DiagnosticRow& r) { return format_real(r.value); }, nullptr});
+    return c;
+  }();
+  return kColumns;
+}
+
 template <class Row>
 void parse_row(const std::vector<Column<Row>>& columns, const std::vector<std::string>& fields,
                const std::string& where, Row& row) {
