@@ -126,7 +126,7 @@ def estimators() -> list:
     ``weights``, ``devices`` and ``variants`` (the settings the baseline gate runs).
 
         >>> [e["spec"] for e in attnprobe.estimators() if e["family"] == "random-features"]
-        ['lara(C=64,proposal=mixture,weights=balanced,mode=sample,noise=scaled)', 'performer(M=64,ortho=0)', ...]
+        ['lara(C=64,proposal=segment,weights=decoupled,beta=1,mode=sample,noise=scaled)', 'performer(M=64,ortho=1)', 'ra(S=1,variant=unbiased,noise=scaled)']
     """
     return _core.estimators()
 
@@ -148,7 +148,7 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
 
         >>> q, k, v, scale, causal = attnprobe.load("data/synth-demo.h5", 0, 1, 0, length=128)
         >>> q.shape, scale
-        ((128, 32), 0.1767766952966369)
+        ((128, 32), 0.17677669529663687)
     """
     return _core.load(os.fspath(dump), int(layer), int(head), int(batch), None if length is None else int(length),
                       _dump_options(q_path, k_path, v_path, layout, num_heads))
@@ -245,8 +245,10 @@ def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) 
     float32 (an estimator's output; a float64 estimate is rounded to float32 first, as the CSV's are).
     ``names``: a list or comma-separated string of metric names; default all.
 
-        >>> attnprobe.metrics(exact, est, ["spec_rel", "angle"])
-        {'spec_rel': 0.41..., 'angle': 0.33...}
+        >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 0, 1, 0, length=128)
+        >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0)
+        >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est, ["spec_rel", "angle"])
+        {'spec_rel': 1.1594110446831278, 'angle': 0.7832526028333101}
     """
     text = "all" if names is None else names if isinstance(names, str) else ",".join(names)
     return dict(_core.metrics(_as_array(reference, "reference"), _as_array(estimate, "estimate"), text))
