@@ -63,7 +63,8 @@ TEST_CASE("check fails an injected regression and names the case", "[check]") {
   const auto r = run_attnprobe("check " + relabelled + " --baseline " + base);
   INFO(r.output);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Catch::Contains("regression") && Catch::Contains("yoso(m=64,tau=8,hash=gauss,norm=l2)") &&
+  CHECK_THAT(r.output, Catch::Contains("regression") &&
+                           Catch::Contains("yoso(m=64,tau=8,hash=gauss,norm=l2,input=l2,grad=lsh)") &&
                            Catch::Contains("L0 H0 B0 n=128") && Catch::Contains("FAILED"));
   // And --improvements in the other direction: m=16 as baseline, m=64 relabelled as new.
   std::string better = std::regex_replace(read_text(base), std::regex("yoso\\(m=64,"), "yoso(m=16,");

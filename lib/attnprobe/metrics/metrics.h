@@ -18,21 +18,28 @@ enum class Metric {
   kNmse,
   kMaxAbs,
   kAngle,
-  kZeroRows,
-  kGradQFroRel,  ///< gradient metrics (docs/metrics.md): only when asked for by name
+  kZeroRows,  // one value per trial
+  kBiasFroRel,
+  kVarFroRel,
+  kBiasSpecRel,  // one value per case (trial −1)
+  kGradQFroRel,  // gradient metrics, one value per trial, only when named (docs/metrics.md)
   kGradQAngle,
   kGradVFroRel,
   kGradPairs,
 };
 
-/// The output metrics that `all` (the default) selects, in CSV order.
+/// The per-trial metrics, in CSV order: what `--metrics all` selects.
 const std::vector<Metric>& all_metrics();
-/// Every metric, `all_metrics()` then the gradient metrics, which cost a backward pass and are
-/// computed only when named in --metrics.
-const std::vector<Metric>& known_metrics();
+/// The case-level metrics (docs/metrics.md): computed from all T ≥ 2 trials of a case and written
+/// with trial −1; selected by name or by the word `case` in `--metrics`.
+const std::vector<Metric>& case_metrics();
+bool is_case_metric(Metric metric);
+/// The gradient metrics (per trial): they cost a backward pass, so only `--metrics` names select them.
+const std::vector<Metric>& gradient_metrics();
 bool is_gradient_metric(Metric metric);
 const char* metric_name(Metric metric);
-/// Parses "spec,angle" or "all"; throws UsageError listing valid names.
+/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones) or a mix such as
+/// "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);
 
 /// Largest singular value. Computed from the smaller Gram matrix (p × p for a tall n × p matrix)
@@ -59,5 +66,23 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
 /// NaN when either side is null (no backward form) or the shapes differ.
 void set_gradient_metrics(const Gradients* reference, const Gradients* estimate, const std::vector<Metric>& which,
                           std::vector<double>& values);
+
+/// The running mean R̄ and sum of squared deviations of a case's trial estimates (Welford, float64,
+/// per element), so the case-level metrics never keep T estimates. Fold the trials in trial order:
+/// the result is then the same for any thread count.
+class CaseAccumulator {
+ public:
+  void add(const MatrixF& estimate);
+  int64_t count() const { return count_; }
+  /// The case-level metrics in `which` against the reference: bias_fro_rel = ‖R̄ − R*‖_F/‖R*‖_F,
+  /// var_fro_rel = Σ_t ‖R_t − R̄‖_F² / (T − 1) / ‖R*‖_F², bias_spec_rel = ‖R̄ − R*‖₂/‖R*‖₂. So the
+  /// trials' mean nmse = bias_fro_rel² + var_fro_rel·(T − 1)/T.
+  std::vector<double> metrics(const MatrixD& reference, const ReferenceNorms& norms,
+                              const std::vector<Metric>& which) const;
+
+ private:
+  MatrixD mean_, m2_;
+  int64_t count_ = 0;
+};
 
 }  // namespace attnprobe
