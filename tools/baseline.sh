@@ -26,6 +26,11 @@ estimators=(
   performer 'performer(ortho=0)' ra 'ra(variant=biased)' 'ra(noise=raw)'
   lara 'lara(proposal=attn)' 'lara(proposal=mixed)' 'lara(proposal=mixture)' 'lara(weights=balance)'
   'lara(weights=coupled,beta=2)' 'lara(mode=mean)' 'lara(C=1)'
+  favorpp 'favorpp(ortho=0)' 'favorpp(variant=arf)' 'favorpp(variant=arf,arf_ref=1)' 'favorpp(variant=sderf)'
+  hyper 'hyper(mask=0)' 'hyper(order=code)' 'hyper(m=0)'
+  kdeformer 'kdeformer(probs=uniform)' 'kdeformer(probs=colnorm)'
+  scatterbrain 'scatterbrain(features=pos)' 'scatterbrain(features=oprf)' 'scatterbrain(sparse=block,ext=8)'
+  'scatterbrain(sparse=sortlsh)' 'scatterbrain(sparse=smyrf)'
 )
 args=()
 for e in "${estimators[@]}"; do args+=(-e "$e"); done
