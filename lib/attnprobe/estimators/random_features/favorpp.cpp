@@ -8,8 +8,8 @@
 // (one A for queries and keys), or a given number; A = 0 is exactly `performer`'s features.
 // Numerator and denominator unbiased (for any fixed A); the ratio is consistent, biased O(1/M).
 // Differences from the reference code, by choice: no 1e-6 after the stabiliser (log-space shifts that
-// cancel instead: one per query row, one per slice for keys); q, k scaled once by √s (tensorflow's
-// wrapper scales twice and estimates softmax(QKᵀ/p)); ARF's G_l is the variance-reducing one
+// cancel instead: one per key feature, carried by the queries, and one per query row); q, k scaled once by √s
+// (tensorflow's wrapper scales twice and estimates softmax(QKᵀ/p)); ARF's G_l is the variance-reducing one
 // (`arf_ref=1` mimics `exparf`); SDERF fits P on the scaled data and keeps D (it cancels anyway).
 // s = −1: CRT's trigonometric branch, [cos(βω·x̃), sin(βω·x̃)]·D·e^{Aω² + ‖x̃‖²/2}, β = √(1 − 4A): not
 // positive, so denominators can be ≤ 0 (shown only to make the point). A* needs all query–key pairs,
@@ -62,13 +62,10 @@ MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, 
   const MatrixT<S> q_scaled = S(root_scale) * data.q, k_scaled = S(root_scale) * data.k;
   MatrixT<S> query_features, key_features;
   if (map.sign > 0) {
-    // Per query row the constants (log D, −½ log M, −‖q̃‖²/2) and the row max cancel in the ratio;
-    // keys share one shift per slice.
+    // Per query row the constants (log D, −½ log M, −‖q̃‖²/2) and the shifts cancel in the ratio.
     query_features = gerf_log_features<S>(map, q_scaled, true);
-    for (int64_t i = 0; i < query_features.rows(); ++i)
-      query_features.row(i).array() = (query_features.row(i).array() - query_features.row(i).maxCoeff()).exp();
     key_features = gerf_log_features<S>(map, k_scaled, false);
-    key_features = (key_features.array() - key_features.maxCoeff()).exp();
+    exponentiate_features<S>(query_features, key_features);
   } else {
     // Trigonometric: features [cos(W_m·x̃), sin(W_m·x̃)]·exp(c_m + ‖x̃‖²/2). Query rows drop e^{‖q̃‖²/2}
     // (a per-row constant); keys keep e^{‖k̃‖²/2} under one shift per slice.

@@ -137,6 +137,23 @@ MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x_scaled, boo
   return out;
 }
 
+template <typename S>
+void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift) {
+  const RowVectorT<S> column_max = key_log.colwise().maxCoeff();
+  key_log.array().rowwise() -= column_max.array();
+  key_log = key_log.array().exp();
+  query_log.rowwise() += column_max;
+  if (query_shift) query_shift->resize(query_log.rows());
+  for (int64_t i = 0; i < query_log.rows(); ++i) {
+    const S row_max = query_log.row(i).maxCoeff();
+    if (query_shift) (*query_shift)(i) = static_cast<double>(row_max);
+    query_log.row(i).array() = (query_log.row(i).array() - row_max).exp();
+  }
+}
+
+template void exponentiate_features<float>(MatrixT<float>&, MatrixT<float>&, VectorD*);
+template void exponentiate_features<double>(MatrixT<double>&, MatrixT<double>&, VectorD*);
+
 template MatrixT<float> gerf_log_features<float>(const GerfMap&, const MatrixT<float>&, bool);
 template MatrixT<double> gerf_log_features<double>(const GerfMap&, const MatrixT<double>&, bool);
 

@@ -72,4 +72,13 @@ GerfMap hyperbolic_map(const MatrixD& omegas);
 template <typename S>
 MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x_scaled, bool query);
 
+/// Exponentiates log-features under shifts that cancel: keys get one shift per feature, the column
+/// maximum c_m of key_log (n′ × M), and queries carry it: query_log (n × M) becomes exp(Q + c − c_i) with
+/// c_i its row maximum, key_log becomes exp(K − c), so φ(q_i)·φ(k_j) = e^{c_i}·Q̃_i·K̃_j. Every key column
+/// and every query row holds a 1, so Σ_m Q̃_im·Σ_j K̃_jm ≥ 1: float32 cannot underflow a denominator to 0
+/// (one shift per slice did, at p = 8 where A* is very negative and A‖ω‖² spreads the features over ~100
+/// nats). query_shift (optional) receives c_i.
+template <typename S>
+void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift = nullptr);
+
 }  // namespace attnprobe

@@ -4,7 +4,8 @@
 //   N̂_i = Σ_{j∈S_i} e_ij·v_j + Σ_{j∉S_i} ê_ij·v_j,  D̂_i = Σ_{j∈S_i} e_ij + Σ_{j∉S_i} ê_ij,  out_i = N̂_i / D̂_i,
 // e_ij = exp(s·q_i·k_j), ê_ij = φ(q_i)·φ(k_j). The complement is evaluated as global minus support,
 // φ(q_i)·(Σ_j φ(k_j)v_jᵀ) − Σ_{j∈S_i} ê_ij·v_j (fly's form), with one shift per row shared by both parts:
-// a_i = max(c_i + c_K, max_{j∈S_i} s·q_i·k_j), c_i the row max of log φ(q_i), c_K the max of log φ(k).
+// a_i = max(c_i, max_{j∈S_i} s·q_i·k_j), with φ(q_i)·φ(k_j) = e^{c_i}·φ̃(q_i)·φ̃(k_j) under one shift per key
+// feature carried by the queries (gerf.h, exponentiate_features).
 // Supports: local (fly SBLocal's window j ∈ [i − ⌊w/2⌋, i + ⌈w/2⌉ − 1]), block (query blocks of w, keys
 // extended by ext each side), sortlsh (the sortLSH blocks with b = w, r = 7, Gray order), smyrf (per round
 // an XBOX+ lift, one Gaussian projection, sort, clusters of w; the union over rounds). Features: hyp (fly:
@@ -176,14 +177,7 @@ class ScatterbrainRun {
     const GerfMap map = scatterbrain_features(params, view, key);
     query_features_ = gerf_log_features<S>(map, MatrixT<S>(root * data_.q), true);  // n × M
     key_features_ = gerf_log_features<S>(map, MatrixT<S>(root * data_.k), false);   // n × M
-    const S key_shift = key_features_.maxCoeff();
-    key_features_ = (key_features_.array() - key_shift).exp();
-    query_shift_.resize(n_);
-    for (int64_t i = 0; i < n_; ++i) {
-      const S row_max = query_features_.row(i).maxCoeff();
-      query_shift_(i) = static_cast<double>(key_shift) + static_cast<double>(row_max);
-      query_features_.row(i).array() = (query_features_.row(i).array() - row_max).exp();
-    }
+    exponentiate_features<S>(query_features_, key_features_, &query_shift_);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
     // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64, in row chunks (no n × M float64 temporary).
     kv_.setZero(key_features_.cols(), pv_);
     key_sum_.setZero(key_features_.cols());
@@ -227,7 +221,7 @@ class ScatterbrainRun {
     sums.feature_den += e_hat.rowwise().sum().template cast<double>();
   }
 
-  /// Starts sums for a chunk of queries: shift a_i = c_i + c_K until an exact logit exceeds it.
+  /// Starts sums for a chunk of queries: shift a_i = c_i until an exact logit exceeds it.
   void start(const std::vector<int64_t>& queries, RowSums& sums) const {
     sums.reset(static_cast<int64_t>(queries.size()), pv_);
     for (size_t r = 0; r < queries.size(); ++r) sums.shift(r) = query_shift_(queries[r]);
@@ -255,7 +249,7 @@ class ScatterbrainRun {
   SliceData<S> data_;
   int64_t n_, pv_;
   MatrixT<S> query_features_, key_features_;  // φ̃ = exp(log φ − shift), n × M
-  VectorD query_shift_;                       // c_i + c_K
+  VectorD query_shift_;                       // c_i
   MatrixD kv_;                                // M × pv
   VectorD key_sum_;                           // M
 };
