@@ -86,8 +86,9 @@ TEST_CASE("scatterbrain with an empty support is performer with the same key", "
   }
 }
 
-TEST_CASE("scatterbrain's implied matrix is e on the support and phi.phi off it; fly form = efficient-attention form",
-          "[scatterbrain]") {
+TEST_CASE(
+    "scatterbrain's implied matrix is e on the support and phi.phi off it and fly's form is efficient-attention's",
+    "[scatterbrain]") {
   const HeadView view = synth_slice(72, 8, 0.3, 3, 5);
   for (const std::string spec : {"scatterbrain(M=16,w=10)", "scatterbrain(M=16,sparse=block,w=12,ext=3)",
                                  "scatterbrain(M=16,sparse=sortlsh,w=16,features=oprf)",

@@ -46,7 +46,7 @@ void random_signs(MatrixD& wn, VectorD& wd) {
 
 }  // namespace
 
-TEST_CASE("sortLSH sort keys: Gray rank orders buckets one bit apart; code order does not", "[sorted-lsh]") {
+TEST_CASE("sortLSH sort keys: Gray rank orders buckets one bit apart and code order does not", "[sorted-lsh]") {
   for (uint32_t i = 0; i < 1024; ++i) CHECK(bucket_sort_key(i ^ (i >> 1), BucketOrder::kGray) == i);
   // Buckets of r = 7 listed by sort key; count neighbours that differ in ≥ 2 bits. The spec's count for
   // the reference order is 31 of 127; observed 31 (code) and 0 (gray).
@@ -130,7 +130,7 @@ TEST_CASE("hyper with m = 0 is the block-diagonal softmax on the same permutatio
   }
 }
 
-TEST_CASE("hyper: given the hash, D and N are unbiased; mask=0 adds the in-block mass (the reference's bias)",
+TEST_CASE("hyper: given the hash, D and N are unbiased and mask=0 adds the in-block mass (the reference's bias)",
           "[sorted-lsh][statistics]") {
   const HeadView view = synth_slice(64, 8, 0.5, 4, 5);
   const MatrixD e = exact_weights(view);
@@ -220,7 +220,7 @@ TEST_CASE("kdeformer(probs=uniform) is hyper(mask=1) given the same key", "[sort
   }
 }
 
-TEST_CASE("hyper and kdeformer rows are convex combinations; kdeformer's weights are bounded", "[sorted-lsh]") {
+TEST_CASE("hyper and kdeformer rows are convex combinations and kdeformer's weights are bounded", "[sorted-lsh]") {
   HeadView view = synth_slice(100, 8, 0.1, 7, 4);
   for (int64_t j = 0; j < 100; ++j) view.v.row(j) << 1.5, -2.0, 0.25, 3.0;
   view.vf = view.v.cast<float>();
