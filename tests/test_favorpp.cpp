@@ -41,7 +41,7 @@ TEST_CASE("favorpp(a=0) is performer: the same draws, features and output", "[fa
     CHECK(map.projections == omegas);
     const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
     const MatrixD expected = (log_features(k_scaled, omegas).array() - 0.5 * std::log(48.0)).matrix();
-    const double feature_gap = (gerf_log_features<double>(map, k_scaled, false) - expected).cwiseAbs().maxCoeff();
+    const double feature_gap = (gerf_log_features<double>(map, k_scaled, 1.0, false) - expected).cwiseAbs().maxCoeff();
     INFO("feature gap " << feature_gap);
     CHECK(feature_gap < 1e-12);
     // Output level: performer computes in float64 and returns float32, so the float64 favorpp rounded to
@@ -75,16 +75,16 @@ TEST_CASE("favorpp's per-feature variance formula matches Monte Carlo and the me
     GerfOptions options;
     options.optimal_a = false;
     options.a = a;
-    const GerfMap map = fit_gerf(options, MatrixD(x), MatrixD(y), draws, false, make_random_key(6, "variance", 0));
+    const GerfMap map = fit_gerf(options, MatrixD(x), MatrixD(y), 1.0, draws, false, make_random_key(6, "variance", 0));
     // M·φ_m(x)·φ_m(y): one feature's product, iid over m.
-    const VectorD products =
-        ((gerf_log_features<double>(map, MatrixD(x), true) + gerf_log_features<double>(map, MatrixD(y), false))
-             .transpose()
-             .array()
-             .exp() *
-         draws)
-            .matrix()
-            .col(0);
+    const VectorD products = ((gerf_log_features<double>(map, MatrixD(x), 1.0, true) +
+                               gerf_log_features<double>(map, MatrixD(y), 1.0, false))
+                                  .transpose()
+                                  .array()
+                                  .exp() *
+                              draws)
+                                 .matrix()
+                                 .col(0);
     const double mean = products.mean();
     const double variance = (products.array() - mean).square().sum() / (draws - 1);
     const double formula = oprf_feature_variance(a, x, y);
@@ -123,10 +123,12 @@ TEST_CASE("A* minimises the pair-averaged log second moment, also where z/p is l
     CHECK(a < 0);
     CHECK(at <= below);
     CHECK(at <= above);
-    // The estimator fits exactly this A.
+    // The estimator fits this A (z from column statistics there, from the scaled matrices here: equal up
+    // to rounding). Observed relative gap ≤ 4.7e-16.
     GerfMap map;
     favorpp_attention<float>(params_of("favorpp"), view, make_random_key(1, "fit", 0), &map);
-    CHECK(map.a == a);
+    INFO("fitted A " << map.a << " gap " << std::abs(map.a - a) / std::abs(a));
+    CHECK(std::abs(map.a - a) <= 1e-12 * std::abs(a));
   }
   CHECK(oprf_optimal_a(0.0, 8) == 0.0);
 }
@@ -153,8 +155,8 @@ TEST_CASE("favorpp numerators and denominators are unbiased for every variant", 
     for (int t = 0; t < seeds; ++t) {
       GerfMap map;
       favorpp_attention<double>(params_of(spec), view, make_random_key(9, spec, t), &map);
-      const MatrixD fq = gerf_log_features<double>(map, q, true).array().exp();
-      const MatrixD fk = gerf_log_features<double>(map, k, false).array().exp();
+      const MatrixD fq = gerf_log_features<double>(map, q, 1.0, true).array().exp();
+      const MatrixD fk = gerf_log_features<double>(map, k, 1.0, false).array().exp();
       const VectorD d_hat = fq * fk.colwise().sum().transpose();
       const MatrixD n_hat = fq * (fk.transpose() * view.v);
       const double stats[3] = {d_hat.sum(), w_d.dot(d_hat), (w_n.array() * n_hat.array()).sum()};
@@ -197,7 +199,7 @@ TEST_CASE("favorpp's trigonometric branch estimates the same kernel but is not p
       options.optimal_a = false;
       options.a = a;
       options.sign = -1;
-      const GerfMap map = fit_gerf(options, MatrixD(x), MatrixD(y), 4, false, make_random_key(4, "trig", t));
+      const GerfMap map = fit_gerf(options, MatrixD(x), MatrixD(y), 1.0, 4, false, make_random_key(4, "trig", t));
       // Σ_m e^{2c_m + (‖x‖²+‖y‖²)/2}·cos(W_m·(x − y)): the real form of the complex features' product.
       double estimate = 0;
       for (int m = 0; m < 4; ++m)
@@ -232,9 +234,8 @@ TEST_CASE("favorpp stays finite in float32 where one key shift per slice underfl
     const RandomKey key = make_random_key(11, "underflow", trial);
     const MatrixF out = favorpp_attention<float>(params_of("favorpp"), view, key, &map);
     bad += !out.allFinite();
-    const float root = static_cast<float>(std::sqrt(view.scale));
-    MatrixF lq = gerf_log_features<float>(map, MatrixF(root * view.qf), true);
-    MatrixF lk = gerf_log_features<float>(map, MatrixF(root * view.kf), false);
+    MatrixF lq = gerf_log_features<float>(map, view.qf, view.scale, true);
+    MatrixF lk = gerf_log_features<float>(map, view.kf, view.scale, false);
     for (int64_t i = 0; i < lq.rows(); ++i) lq.row(i).array() = (lq.row(i).array() - lq.row(i).maxCoeff()).exp();
     lk = (lk.array() - lk.maxCoeff()).exp();
     const VectorF den = lq * lk.colwise().sum().transpose();

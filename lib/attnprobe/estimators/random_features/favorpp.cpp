@@ -54,21 +54,20 @@ FavorppParams FavorppParams::from_spec(const Spec& spec) {
 
 template <typename S>
 MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted) {
-  const double root_scale = std::sqrt(view.scale);
-  const GerfMap map =
-      fit_gerf(params.gerf, root_scale * view.q, root_scale * view.k, params.features, params.orthogonal, key);
+  const GerfMap map = fit_gerf(params.gerf, view.q, view.k, view.scale, params.features, params.orthogonal, key);
   if (fitted) *fitted = map;
   const SliceData<S> data = slice_data<S>(view);
-  const MatrixT<S> q_scaled = S(root_scale) * data.q, k_scaled = S(root_scale) * data.k;
   MatrixT<S> query_features, key_features;
   if (map.sign > 0) {
     // Per query row the constants (log D, −½ log M, −‖q̃‖²/2) and the shifts cancel in the ratio.
-    query_features = gerf_log_features<S>(map, q_scaled, true);
-    key_features = gerf_log_features<S>(map, k_scaled, false);
+    query_features = gerf_log_features<S>(map, data.q, view.scale, true);
+    key_features = gerf_log_features<S>(map, data.k, view.scale, false);
     exponentiate_features<S>(query_features, key_features);
   } else {
     // Trigonometric: features [cos(W_m·x̃), sin(W_m·x̃)]·exp(c_m + ‖x̃‖²/2). Query rows drop e^{‖q̃‖²/2}
     // (a per-row constant); keys keep e^{‖k̃‖²/2} under one shift per slice.
+    const S root_scale = static_cast<S>(std::sqrt(view.scale));
+    const MatrixT<S> q_scaled = root_scale * data.q, k_scaled = root_scale * data.k;
     const int64_t count = map.projections.rows();
     const RowVectorT<S> offsets = map.offsets.cast<S>().transpose();
     const MatrixT<S> w = map.projections.cast<S>();

@@ -54,15 +54,19 @@ double oprf_mean_log_second_moment(double a, double z, double mean_x_sq, double 
          mean_y_sq;
 }
 
-GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q_scaled, const MatrixD& k_scaled, int64_t features,
+GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k, double scale, int64_t features,
                  bool orthogonal, RandomKey key) {
-  const int64_t p = q_scaled.cols();
+  const int64_t p = q.cols();
+  const double nq = static_cast<double>(q.rows()), nk = static_cast<double>(k.rows());
   const MatrixD omegas = draw_omegas(features, p, orthogonal, key);
   GerfMap map;
   map.sign = options.sign;
   map.query_scale = RowVectorD::Ones(p);
   map.key_scale = RowVectorD::Ones(p);
   if (!options.optimal_a) check_a(options.a);
+  // Column statistics of the scaled data: Σ_i q̃_il², Σ_j k̃_jl², and the means q̃̄, k̃̄.
+  const RowVectorD q_sq = scale * q.colwise().squaredNorm(), k_sq = scale * k.colwise().squaredNorm();
+  const RowVectorD q_mean = std::sqrt(scale) * q.colwise().mean(), k_mean = std::sqrt(scale) * k.colwise().mean();
 
   switch (options.variant) {
     case GerfVariant::kOprf:
@@ -70,7 +74,6 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q_scaled, const Matr
       if (options.variant == GerfVariant::kArf) {
         // Balancing G_l = (Σ_j k_jl² / Σ_i q_il²)^{1/4} equalises the rescaled sums, which minimises the
         // variance formula; the reference's inverse exponent makes the larger side larger.
-        const RowVectorD q_sq = q_scaled.colwise().squaredNorm(), k_sq = k_scaled.colwise().squaredNorm();
         for (int64_t l = 0; l < p; ++l) {
           if (!(q_sq(l) > 0) || !(k_sq(l) > 0)) continue;  // a zero sum: G = 1
           const double g = std::pow(options.arf_reference ? q_sq(l) / k_sq(l) : k_sq(l) / q_sq(l), 0.25);
@@ -80,19 +83,18 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q_scaled, const Matr
       }
       double a = options.a;
       if (options.optimal_a) {
-        const MatrixD q_rescaled = q_scaled.array().rowwise() * map.query_scale.array();
-        const MatrixD k_rescaled = k_scaled.array().rowwise() * map.key_scale.array();
-        a = oprf_optimal_a(mean_pair_sq_norm(q_rescaled, k_rescaled), p);
+        // z of the rescaled data: mean‖g∘q̃‖² + mean‖k̃/g‖² + 2·q̃̄·k̃̄ (the rescale cancels in the cross term).
+        const double z = (q_sq.array() * map.query_scale.array().square()).sum() / nq +
+                         (k_sq.array() * map.key_scale.array().square()).sum() / nk + 2 * q_mean.dot(k_mean);
+        a = oprf_optimal_a(z, p);
       }
       fill_single_a(map, omegas, a);
       break;
     }
     case GerfVariant::kSderf: {
-      // P = mean over pairs of (q̃ + k̃)(q̃ + k̃)ᵀ = QᵀQ/n + KᵀK/n′ + q̄k̄ᵀ + k̄q̄ᵀ, p × p.
-      const RowVectorD q_mean = q_scaled.colwise().mean(), k_mean = k_scaled.colwise().mean();
-      const MatrixD pair = (q_scaled.transpose() * q_scaled) / static_cast<double>(q_scaled.rows()) +
-                           (k_scaled.transpose() * k_scaled) / static_cast<double>(k_scaled.rows()) +
-                           q_mean.transpose() * k_mean + k_mean.transpose() * q_mean;
+      // P = mean over pairs of (q̃ + k̃)(q̃ + k̃)ᵀ = s·(QᵀQ/n + KᵀK/n′) + q̃̄k̃̄ᵀ + k̃̄q̃̄ᵀ, p × p.
+      const MatrixD pair = scale * ((q.transpose() * q) / nq + (k.transpose() * k) / nk) + q_mean.transpose() * k_mean +
+                           k_mean.transpose() * q_mean;
       const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(pair);
       const Eigen::MatrixXd u = eigen.eigenvectors();
       VectorD a_l(p);
@@ -128,12 +130,13 @@ GerfMap hyperbolic_map(const MatrixD& omegas) {
 }
 
 template <typename S>
-MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x_scaled, bool query) {
-  const RowVectorT<S> g = (query ? map.query_scale : map.key_scale).cast<S>();
-  const MatrixT<S> x = x_scaled.array().rowwise() * g.array();
-  MatrixT<S> out = x * map.projections.cast<S>().transpose();  // n × M
+MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x, double scale, bool query) {
+  const RowVectorD g = std::sqrt(scale) * (query ? map.query_scale : map.key_scale);  // x̃∘g = x∘(√s·g)
+  const MatrixT<S> projections = (map.projections.array().rowwise() * g.array()).matrix().template cast<S>();
+  const RowVectorT<S> half_g_sq = (0.5 * g.array().square()).matrix().template cast<S>();
+  MatrixT<S> out = x * projections.transpose();  // n × M
   out.rowwise() += map.offsets.cast<S>().transpose();
-  out.colwise() -= S(0.5) * x.rowwise().squaredNorm();
+  for (int64_t i = 0; i < x.rows(); ++i) out.row(i).array() -= (x.row(i).array().square() * half_g_sq.array()).sum();
   return out;
 }
 
@@ -154,7 +157,7 @@ void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* 
 template void exponentiate_features<float>(MatrixT<float>&, MatrixT<float>&, VectorD*);
 template void exponentiate_features<double>(MatrixT<double>&, MatrixT<double>&, VectorD*);
 
-template MatrixT<float> gerf_log_features<float>(const GerfMap&, const MatrixT<float>&, bool);
-template MatrixT<double> gerf_log_features<double>(const GerfMap&, const MatrixT<double>&, bool);
+template MatrixT<float> gerf_log_features<float>(const GerfMap&, const MatrixT<float>&, double, bool);
+template MatrixT<double> gerf_log_features<double>(const GerfMap&, const MatrixT<double>&, double, bool);
 
 }  // namespace attnprobe

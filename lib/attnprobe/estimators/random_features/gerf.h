@@ -56,9 +56,10 @@ double oprf_feature_variance(double a, const RowVectorD& x, const RowVectorD& y)
 /// mean‖y‖², which CRT's A* minimises (z as in mean_pair_sq_norm).
 double oprf_mean_log_second_moment(double a, double z, double mean_x_sq, double mean_y_sq, int64_t p);
 
-/// Fits the map of `options` to scaled queries/keys (n × p each) with ω_m = draw_omegas(features, p,
-/// orthogonal, key) (so A = 0 gives Performer's exact features). Throws InputError for A ≥ 1/8.
-GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q_scaled, const MatrixD& k_scaled, int64_t features,
+/// Fits the map of `options` to queries/keys (n × p each, raw: x̃ = √scale·x) with ω_m = draw_omegas(features,
+/// p, orthogonal, key) (so A = 0 gives Performer's exact features). Only column statistics and p × p
+/// products of q and k are formed (no n × p copies). Throws InputError for A ≥ 1/8.
+GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k, double scale, int64_t features,
                  bool orthogonal, RandomKey key);
 
 /// Performer's map (A = 0) on the given ω (M × p).
@@ -68,9 +69,10 @@ GerfMap positive_map(const MatrixD& omegas);
 /// rows ω_m (M/2 × p), scaled by M^{-1/2} with M = 2·rows.
 GerfMap hyperbolic_map(const MatrixD& omegas);
 
-/// log φ_m(x_i) (n × M) for rows of x_scaled (n × p), positive maps only; `query` picks the rescale g.
+/// log φ_m(x̃_i) (n × M) for rows x_i of x (n × p, raw; x̃ = √scale·x), positive maps only; `query` picks
+/// the rescale g. √scale and g are folded into the M × p projections, so x is read once and not copied.
 template <typename S>
-MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x_scaled, bool query);
+MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x, double scale, bool query);
 
 /// Exponentiates log-features under shifts that cancel: keys get one shift per feature, the column
 /// maximum c_m of key_log (n′ × M), and queries carry it: query_log (n × M) becomes exp(Q + c − c_i) with

@@ -145,8 +145,7 @@ GerfMap scatterbrain_features(const ScatterbrainParams& params, const HeadView& 
     case SbFeatures::kPos:
       return positive_map(draw_omegas(params.features, p, params.orthogonal, key));
     case SbFeatures::kOprf: {
-      const double root = std::sqrt(view.scale);
-      return fit_gerf(GerfOptions{}, root * view.q, root * view.k, params.features, params.orthogonal, key);
+      return fit_gerf(GerfOptions{}, view.q, view.k, view.scale, params.features, params.orthogonal, key);
     }
   }
   return {};
@@ -173,10 +172,9 @@ class ScatterbrainRun {
  public:
   ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key)
       : view_(view), data_(slice_data<S>(view)), n_(view.n()), pv_(view.pv()) {
-    const S root = static_cast<S>(std::sqrt(view.scale));
     const GerfMap map = scatterbrain_features(params, view, key);
-    query_features_ = gerf_log_features<S>(map, MatrixT<S>(root * data_.q), true);  // n × M
-    key_features_ = gerf_log_features<S>(map, MatrixT<S>(root * data_.k), false);   // n × M
+    query_features_ = gerf_log_features<S>(map, data_.q, view.scale, true);   // n × M
+    key_features_ = gerf_log_features<S>(map, data_.k, view.scale, false);    // n × M
     exponentiate_features<S>(query_features_, key_features_, &query_shift_);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
     // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64, in row chunks (no n × M float64 temporary).
     kv_.setZero(key_features_.cols(), pv_);
