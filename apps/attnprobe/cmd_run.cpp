@@ -205,19 +205,16 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
     return 0;
   }
 
-  std::vector<size_t> units(plan.slices.size());
-  std::iota(units.begin(), units.end(), size_t{0});
-  if (shard) units = deal_units(costs, shard->count)[shard->index];
-  info.plan = plan_record(dump, plan, units, shard.value_or(ShardSpec{}));
-  if (shard) plan = restrict_plan(plan, units);
-
+  ShardPlan part = plan_shard(dump, plan, costs, shard.value_or(ShardSpec{}));
+  info.plan = part.record;
+  const size_t units = part.plan.slices.size();
   ProgressBar bar(progress_wanted(o));
   options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-  SweepRun run(dump, std::move(plan), o.output, mode, options, info);
+  SweepRun run(dump, std::move(part.plan), o.output, mode, options, info);
   const RunStats stats = run.run();
   bar.finish();
   fmt::print(stderr, "wrote {} rows ({} trials{}) to {}{}; run info in {}\n", stats.rows, stats.tasks_run,
-             shard ? fmt::format(", shard {}: {} units", shard->text(), units.size()) : "", o.output,
+             shard ? fmt::format(", shard {}: {} units", shard->text(), units) : "", o.output,
              stats.tasks_skipped
                  ? fmt::format(", kept {} rows of {} finished trials", run.kept_rows(), stats.tasks_skipped)
                  : "",

@@ -129,6 +129,11 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
   return record;
 }
 
+ShardPlan plan_shard(const Dump& dump, const SweepPlan& plan, const std::vector<int64_t>& costs, ShardSpec shard) {
+  const std::vector<size_t> units = deal_units(costs, shard.count).at(shard.index);
+  return ShardPlan{restrict_plan(plan, units), plan_record(dump, plan, units, shard)};
+}
+
 std::string unit_name(const UnitRecord& unit) {
   return fmt::format("layer={};head={};batch={};n={}", unit.layer, unit.head, unit.batch, unit.n);
 }

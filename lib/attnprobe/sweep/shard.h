@@ -47,6 +47,14 @@ SweepPlan restrict_plan(const SweepPlan& plan, const std::vector<size_t>& units)
 /// dump_label: the `dump` column's value.
 PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vector<size_t>& units, ShardSpec shard);
 
+/// What one process of a sweep runs: the plan restricted to shard `shard`'s units (the whole plan
+/// for shard 0/1) and run.json's record of it.
+struct ShardPlan {
+  SweepPlan plan;
+  PlanRecord record;
+};
+ShardPlan plan_shard(const Dump& dump, const SweepPlan& plan, const std::vector<int64_t>& costs, ShardSpec shard);
+
 /// "layer=L;head=H;batch=B;n=N": how messages name a unit (the slice part of the case id).
 std::string unit_name(const UnitRecord& unit);
 
