@@ -61,6 +61,15 @@ struct TrialId {
   auto operator<=>(const TrialId&) const = default;
 };
 
+/// One diagnostic of one slice at one length (`attnprobe diagnose`): long, like the trial CSV.
+struct DiagnosticRow {
+  std::string dump;
+  Coordinate layer, head, batch, n;
+  int64_t p = 0;
+  std::string diagnostic;
+  double value = 0;
+};
+
 struct SummaryRow {
   CaseKey key;
   std::string metric;
