@@ -228,13 +228,14 @@ RunStats coordinate(const Dump& dump, const SweepPlan& plan, const std::vector<i
     unit_of[{s.layer, s.head, s.batch, s.n}] = u;
   }
   std::vector<int64_t> done_in_unit(plan.slices.size(), 0);
-  std::set<std::pair<std::string, std::string>> settings;
-  for (const EstimatorSetting& s : plan.settings) settings.insert({s.canonical, s.reference});
+  std::map<std::pair<std::string, std::string>, int> trials_of;  // (spec, reference) → trials
+  for (const EstimatorSetting& s : plan.settings) trials_of[{s.canonical, s.reference}] = s.trials;
   for (const TrialId& id : run->done()) {
     const CaseKey& k = id.key;
+    const auto trials = trials_of.find({k.spec, k.reference});
     if (id.seed != plan.seed || k.dump != label || k.layer.is_all() || k.head.is_all() || k.batch.is_all() ||
-        k.n.is_all() || !settings.count({k.spec, k.reference}))
-      continue;
+        k.n.is_all() || trials == trials_of.end() || id.trial >= trials->second)
+      continue;  // a row of another plan kept in the file: not this plan's work
     const auto it = unit_of.find({static_cast<int>(k.layer.value()), static_cast<int>(k.head.value()),
                                   static_cast<int>(k.batch.value()), k.n.value()});
     if (it != unit_of.end()) ++done_in_unit[it->second];
