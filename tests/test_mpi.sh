@@ -8,16 +8,24 @@ set -euo pipefail
 bin=$1
 have_mpi=$2
 mpiexec=${3:-mpirun}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 if [ "$have_mpi" != "ON" ]; then
-  echo "SKIPPED: attnprobe was built without MPI (ATTNPROBE_MPI found none)"
+  # A build without MPI must refuse to be one of several ranks (the launcher's variables say so).
+  "$bin" synth -o "$work/d.h5" --layers 1 --heads 1 --batch 1 --tokens 32 --dim 8 >/dev/null
+  status=0
+  out=$(OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=1 "$bin" sweep "$work/d.h5" -e vmean -q -o "$work/x.csv" 2>&1) ||
+    status=$?
+  [ "$status" -eq 2 ] && [[ "$out" == *"built without MPI"*"rank 1 of 3"* ]] && [ ! -e "$work/x.csv" ] ||
+    { echo "FAIL: a build without MPI did not refuse an MPI launch (exit $status): $out"; exit 1; }
+  echo "ok: refused: $out"
+  echo "SKIPPED: attnprobe was built without MPI (ATTNPROBE_MPI found none); only the refusal was tested"
   exit 77
 fi
 if ! command -v "$mpiexec" >/dev/null; then
   echo "SKIPPED: $mpiexec not found"
   exit 77
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 cd "$work"
 run_mpi=("$mpiexec" -n 3 --oversubscribe)
 [ "$(id -u)" -ne 0 ] || run_mpi+=(--allow-run-as-root)
