@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin                                 # the MPI sweep runner (ATTNPROBE_MPI)
   python3 python3-matplotlib python3-numpy                   # plots/
   python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test
+  python3-dev pybind11-dev python3-pandas python3-pytest      # the Python package (python/) and its tests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -53,6 +53,9 @@ struct TrialRow {
   double value = 0;
 };
 
+/// The `trial` of a case-level row (bias and variance over all the case's trials; docs/metrics.md).
+inline constexpr int64_t kCaseTrial = -1;
+
 /// One trial of one case: what `--resume` checks off.
 struct TrialId {
   CaseKey key;
