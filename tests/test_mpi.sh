@@ -46,7 +46,9 @@ echo "ok: mpirun -n 3 == one process ($(wc -l <mpi.csv) lines)"
 
 # 2. Kill worker rank 1 while it computes, then --resume. Big enough to take several seconds.
 "$bin" synth -o big.h5 --layers 1 --heads 4 --batch 2 --tokens 768 --dim 32 >/dev/null
-grid=(big.h5 -e 'yoso(m=16)' -e 'performer(M=64)' -e softmax --lengths 96,768,256,512,128 --trials 4 --seed 3 -q)
+# With the case-level metrics (trial -1 rows), which a resumed unit must rebuild from all its trials.
+grid=(big.h5 -e 'yoso(m=16)' -e 'performer(M=64)' -e softmax --lengths 96,768,256,512,128 --trials 4 --seed 3
+  --metrics all,case -q)
 "$bin" sweep "${grid[@]}" --threads 2 -o single-big.csv
 "${run_mpi[@]}" "$bin" sweep "${grid[@]}" --threads 1 -o killed.csv >mpirun.log 2>&1 &
 launcher=$!

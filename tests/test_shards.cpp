@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/metrics/metrics.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/merge.h"
 #include "attnprobe/sweep/mpi_sweep.h"
@@ -89,6 +90,20 @@ TEST_CASE("the merged shards of an uneven grid are the single-process CSV byte f
     CHECK(json["plan"]["units"].size() == 60);
     CHECK(json["merged_from"].size() == static_cast<size_t>(count));
   }
+}
+
+TEST_CASE("merged shards keep the case rows (trial -1) where one process writes them", "[shards]") {
+  SweepRequest request = uneven_request();
+  request.metrics = parse_metrics("all,case");
+  const std::string single = temp_path("case-single.csv");
+  run_part(uneven_dump(), request, ShardSpec{}, single);
+  const CsvContents contents = read_csv(single);
+  // 60 units × (5 trials × 9 metrics + 2 random settings × 3 case metrics).
+  REQUIRE(contents.trials.size() == 60 * (5 * 9 + 2 * 3));
+  const std::vector<std::string> files = run_shards(request, 3, "case");
+  const std::string merged = temp_path("case-merged.csv");
+  merge_shards(files, merged, false, RunInfo{});
+  CHECK(read_text(merged) == read_text(single));
 }
 
 TEST_CASE("the deal keeps every shard within 15% of the mean estimated cost", "[shards]") {
@@ -213,10 +228,9 @@ TEST_CASE("sweep --shard and merge on the command line", "[shards][cli]") {
   REQUIRE(run_attnprobe("sweep " + dump + grid + "-o " + single).exit_code == 0);
   std::string shards;
   for (int i = 0; i < 2; ++i) {
-    shards += " " + temp_path(fmt::format("cli-shard-{}.csv", i));
-    REQUIRE(run_attnprobe("sweep " + dump + grid + fmt::format("--shard {}/2 -o ", i) +
-                          temp_path(fmt::format("cli-shard-{}.csv", i)))
-                .exit_code == 0);
+    const std::string shard = temp_path(fmt::format("cli-shard-{}.csv", i));
+    fmt::format_to(std::back_inserter(shards), " {}", shard);  // not " " + text: a GCC 12 -Wrestrict false alarm
+    REQUIRE(run_attnprobe(fmt::format("sweep {}{}--shard {}/2 -o {}", dump, grid, i, shard)).exit_code == 0);
   }
   const std::string merged = temp_path("cli-merged.csv");
   const auto ok = run_attnprobe("merge -o " + merged + shards);

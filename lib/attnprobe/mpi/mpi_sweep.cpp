@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/metrics/metrics.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/mpi_sweep.h"
 #include "attnprobe/sweep/shard.h"
@@ -227,18 +228,29 @@ RunStats coordinate(const Dump& dump, const SweepPlan& plan, const std::vector<i
     const SliceRef& s = plan.slices[u];
     unit_of[{s.layer, s.head, s.batch, s.n}] = u;
   }
-  std::vector<int64_t> done_in_unit(plan.slices.size(), 0);
+  // A setting's case row (trial −1, docs/metrics.md) exists when case metrics are selected and it
+  // has at least two trials, as the runner writes it.
+  const bool case_metrics =
+      std::any_of(plan.metrics.begin(), plan.metrics.end(), [](Metric m) { return is_case_metric(m); });
   std::map<std::pair<std::string, std::string>, int> trials_of;  // (spec, reference) → trials
-  for (const EstimatorSetting& s : plan.settings) trials_of[{s.canonical, s.reference}] = s.trials;
+  int64_t cases_per_unit = 0;
+  for (const EstimatorSetting& s : plan.settings) {
+    trials_of[{s.canonical, s.reference}] = s.trials;
+    if (case_metrics && s.trials >= 2) ++cases_per_unit;
+  }
+  std::vector<int64_t> done_in_unit(plan.slices.size(), 0), cases_done_in_unit(plan.slices.size(), 0);
   for (const TrialId& id : run->done()) {
     const CaseKey& k = id.key;
     const auto trials = trials_of.find({k.spec, k.reference});
     if (id.seed != plan.seed || k.dump != label || k.layer.is_all() || k.head.is_all() || k.batch.is_all() ||
         k.n.is_all() || trials == trials_of.end() || id.trial >= trials->second)
       continue;  // a row of another plan kept in the file: not this plan's work
+    const bool case_row = id.trial == kCaseTrial;
+    if (case_row && !(case_metrics && trials->second >= 2)) continue;
+    if (!case_row && id.trial < 0) continue;
     const auto it = unit_of.find({static_cast<int>(k.layer.value()), static_cast<int>(k.head.value()),
                                   static_cast<int>(k.batch.value()), k.n.value()});
-    if (it != unit_of.end()) ++done_in_unit[it->second];
+    if (it != unit_of.end()) ++(case_row ? cases_done_in_unit : done_in_unit)[it->second];
   }
   const int64_t per_unit = plan.tasks_per_slice();
   RunStats stats;
@@ -246,7 +258,7 @@ RunStats coordinate(const Dump& dump, const SweepPlan& plan, const std::vector<i
   int64_t tasks_done = 0;
   for (size_t u : largest_first(costs)) {
     stats.tasks_skipped += done_in_unit[u];
-    if (done_in_unit[u] >= per_unit)
+    if (done_in_unit[u] >= per_unit && cases_done_in_unit[u] >= cases_per_unit)
       tasks_done += per_unit;
     else
       queue.push_back(u);
@@ -257,7 +269,7 @@ RunStats coordinate(const Dump& dump, const SweepPlan& plan, const std::vector<i
   auto accept = [&](size_t unit, const std::string& lines) {
     std::string kept = lines;
     int64_t rows = std::count(lines.begin(), lines.end(), '\n');
-    if (done_in_unit[unit] > 0) {  // a remote rank recomputed finished trials: drop their rows
+    if (done_in_unit[unit] + cases_done_in_unit[unit] > 0) {  // a remote rank recomputed finished rows: drop them
       kept.clear();
       rows = 0;
       size_t pos = 0;

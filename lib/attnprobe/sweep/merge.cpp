@@ -7,25 +7,36 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/metrics/metrics.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/shard.h"
 
 namespace attnprobe {
 
 CanonicalOrder::CanonicalOrder(const PlanRecord& plan) : plan_(plan), units_total_(plan.units_total) {
+  for (const std::string& name : plan_.metrics) {
+    const std::vector<Metric> parsed = parse_metrics(name);  // a name of this build (merge checks the version)
+    std::vector<std::string>& list = is_case_metric(parsed.at(0)) ? case_metrics_ : trial_metrics_;
+    metric_of_[name] = list.size();
+    list.push_back(name);
+  }
   int64_t offset = 0;
   for (size_t s = 0; s < plan_.settings.size(); ++s) {
     setting_offset_.push_back(offset);
-    offset += static_cast<int64_t>(plan_.settings[s].trials) * static_cast<int64_t>(plan_.metrics.size());
+    offset += static_cast<int64_t>(plan_.settings[s].trials) * static_cast<int64_t>(trial_metrics_.size());
+    if (has_case_row(s)) offset += static_cast<int64_t>(case_metrics_.size());
     setting_of_[{plan_.settings[s].spec, plan_.settings[s].reference}] = s;
   }
   rows_per_unit_ = offset;
-  for (size_t m = 0; m < plan_.metrics.size(); ++m) metric_of_[plan_.metrics[m]] = m;
   for (size_t u = 0; u < plan_.units.size(); ++u) {
     const UnitRecord& unit = plan_.units[u];
     unit_of_[{unit.layer, unit.head, unit.batch, unit.n}] = u;
     unit_by_index_[unit.index] = u;
   }
+}
+
+bool CanonicalOrder::has_case_row(size_t s) const {
+  return !case_metrics_.empty() && plan_.settings[s].trials >= 2;  // as the runner writes them
 }
 
 std::optional<int64_t> CanonicalOrder::position(const TrialRow& row, size_t* unit_out) const {
@@ -41,15 +52,22 @@ std::optional<int64_t> CanonicalOrder::position(const TrialRow& row, size_t* uni
   const UnitRecord& u = plan_.units[unit->second];
   const SettingRecord& s = plan_.settings[setting->second];
   const std::optional<long long> samples = k.samples ? std::optional<long long>(*k.samples) : std::nullopt;
-  if (k.p != u.p || k.estimator != s.estimator || samples != s.samples || row.trial < 0 || row.trial >= s.trials)
+  if (k.p != u.p || k.estimator != s.estimator || samples != s.samples) return std::nullopt;
+  const int64_t base = u.index * rows_per_unit_ + setting_offset_[setting->second];
+  const int64_t per_trial = static_cast<int64_t>(trial_metrics_.size());
+  const bool case_metric = metric->second < case_metrics_.size() && case_metrics_[metric->second] == row.metric;
+  int64_t at = 0;
+  if (row.trial == kCaseTrial && case_metric && has_case_row(setting->second))
+    at = base + s.trials * per_trial + static_cast<int64_t>(metric->second);
+  else if (row.trial >= 0 && row.trial < s.trials && !case_metric)
+    at = base + row.trial * per_trial + static_cast<int64_t>(metric->second);
+  else
     return std::nullopt;
   if (unit_out) *unit_out = unit->second;
-  return u.index * rows_per_unit_ + setting_offset_[setting->second] +
-         row.trial * static_cast<int64_t>(plan_.metrics.size()) + static_cast<int64_t>(metric->second);
+  return at;
 }
 
 TrialRow CanonicalOrder::row_at(int64_t position) const {
-  const int64_t metrics = static_cast<int64_t>(plan_.metrics.size());
   const UnitRecord& u = plan_.units[unit_by_index_.at(position / rows_per_unit_)];
   const int64_t within = position % rows_per_unit_;
   const size_t s =
@@ -66,9 +84,16 @@ TrialRow CanonicalOrder::row_at(int64_t position) const {
                     .spec = setting.spec,
                     .samples = setting.samples ? std::optional<int64_t>(*setting.samples) : std::nullopt,
                     .reference = setting.reference};
-  row.trial = (within - setting_offset_[s]) / metrics;
   row.seed = plan_.seed;
-  row.metric = plan_.metrics[(within - setting_offset_[s]) % metrics];
+  const int64_t per_trial = static_cast<int64_t>(trial_metrics_.size());
+  const int64_t offset = within - setting_offset_[s];
+  if (offset >= setting.trials * per_trial) {  // the case row
+    row.trial = kCaseTrial;
+    row.metric = case_metrics_.at(offset - setting.trials * per_trial);
+  } else {
+    row.trial = offset / per_trial;
+    row.metric = trial_metrics_.at(offset % per_trial);
+  }
   return row;
 }
 
