@@ -26,6 +26,9 @@ enum class Metric {
   kGradQAngle,
   kGradVFroRel,
   kGradPairs,
+  kRowTv,
+  kRowKl,
+  kTopkRecall,  // per trial, from the implied attention weights (O(n²): asked for by name)
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.
@@ -37,9 +40,13 @@ bool is_case_metric(Metric metric);
 /// The gradient metrics (per trial): they cost a backward pass, so only `--metrics` names select them.
 const std::vector<Metric>& gradient_metrics();
 bool is_gradient_metric(Metric metric);
+/// The attention-weight metrics (docs/metrics.md): per trial, for estimators registered with
+/// `weights`; O(n²), so selected only by name or by the word `weights` in `--metrics`.
+const std::vector<Metric>& weight_metrics();
+bool is_weight_metric(Metric metric);
 const char* metric_name(Metric metric);
-/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones) or a mix such as
-/// "all,case"; throws UsageError listing valid names.
+/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
+/// attention-weight ones) or a mix such as "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);
 
 /// Largest singular value. Computed from the smaller Gram matrix (p × p for a tall n × p matrix)

@@ -10,6 +10,7 @@
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/weight_metrics.h"
 
 namespace attnprobe {
 
@@ -99,8 +100,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     auto& n = longest[{s.layer, s.head, s.batch}];
     n = std::max(n, s.n);
   }
-  std::vector<Metric> trial_list, case_list;
-  for (Metric m : plan.metrics) (is_case_metric(m) ? case_list : trial_list).push_back(m);
+  // Per-trial metrics: the plain ones, then the attention-weight ones (the rows' order); then per case.
+  std::vector<Metric> plain_list, weight_list, case_list;
+  for (Metric m : plan.metrics)
+    (is_case_metric(m) ? case_list : is_weight_metric(m) ? weight_list : plain_list).push_back(m);
+  std::vector<Metric> trial_list = plain_list;
+  trial_list.insert(trial_list.end(), weight_list.begin(), weight_list.end());
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
@@ -191,15 +196,20 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                                            out.rows(), out.cols(), view.n(), view.pv()));
       const Reference& ref = references.at(setting.reference);
       if (task.write) {
-        values[i] = compute_metrics(ref.output, ref.norms, out, trial_list);
+        values[i] = compute_metrics(ref.output, ref.norms, out, plain_list);
         if (gradients) {
           // Compared only with a reference of the same backward form (else NaN, docs/metrics.md).
           std::optional<Gradients> grad;
           const std::string& form = setting.spec.def().backward;
           if (ref.gradients && form == parse_spec(setting.reference).def().backward)
             grad = backward_estimators[task.setting]->backward(view, upstream, ctx);
-          set_gradient_metrics(ref.gradients ? &*ref.gradients : nullptr, grad ? &*grad : nullptr, trial_list,
+          set_gradient_metrics(ref.gradients ? &*ref.gradients : nullptr, grad ? &*grad : nullptr, plain_list,
                                values[i]);
+        }
+        if (!weight_list.empty()) {  // O(n²): only when asked for
+          const std::vector<double> w =
+              attention_weight_metrics(view, estimators[task.setting]->weights(view, ctx), weight_list);
+          values[i].insert(values[i].end(), w.begin(), w.end());
         }
       }
       if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));

@@ -6,6 +6,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/sweep/merge.h"
 
 namespace attnprobe {
 
@@ -54,6 +55,28 @@ RunStats SweepRun::run() {
   info_.finished = iso_time_now();
   write_run_info(info_path_, info_);
   return stats;
+}
+
+void SweepRun::append(const std::string& lines, int64_t rows) {
+  if (!writer_) {
+    writer_ = std::make_unique<TrialCsvWriter>(csv_path_, true);
+    info_written_ = std::chrono::steady_clock::now();
+  }
+  writer_->write_text(lines);
+  info_.rows_written += rows;
+  if (std::chrono::steady_clock::now() - info_written_ > std::chrono::seconds(10)) {
+    write_run_info(info_path_, info_);
+    info_written_ = std::chrono::steady_clock::now();
+  }
+}
+
+void SweepRun::finish_canonical() {
+  writer_.reset();
+  if (!info_.plan) throw std::logic_error("finish_canonical needs the plan record in RunInfo");
+  CsvContents contents = read_csv(csv_path_);
+  rewrite_trial_csv(csv_path_, canonical_rows(*info_.plan, std::move(contents.trials)));
+  info_.finished = iso_time_now();
+  write_run_info(info_path_, info_);
 }
 
 }  // namespace attnprobe

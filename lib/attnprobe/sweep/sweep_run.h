@@ -2,8 +2,12 @@
 // One sweep with its output files, from start to end: the trial CSV (append-only, flushed per
 // slice) and NAME.run.json beside it (docs/csv.md). The CLI's `sweep` only parses options and prints
 // what this returns; tests drive it in-process.
+#include <chrono>
+#include <memory>
+#include <set>
 #include <string>
 
+#include "attnprobe/records/csv.h"
 #include "attnprobe/report/run_info.h"
 #include "attnprobe/sweep/runner.h"
 
@@ -28,6 +32,17 @@ class SweepRun {
   /// the end time and row count in run.json.
   RunStats run();
 
+  // For an executor other than run(), on the process that owns the output (the MPI runner,
+  // mpi_sweep.h): the plan, the trials a resumed file already holds, and the writes.
+  const SweepPlan& plan() const { return plan_; }
+  const std::set<TrialId>& done() const { return options_.done; }
+  /// Appends one block of rows already formatted as CSV lines (one write, flushed); rewrites run.json
+  /// with the count so far at most every 10 s, so a long run shows how far it got.
+  void append(const std::string& lines, int64_t rows);
+  /// Ends an append() run: rewrites the CSV atomically in the canonical order of the info's plan
+  /// record (merge.h; rows of other plans kept in a resumed file go last) and records the end time.
+  void finish_canonical();
+
   int64_t kept_rows() const { return kept_rows_; }  ///< rows of finished trials kept from an earlier run
   const std::string& csv_path() const { return csv_path_; }
   const std::string& info_path() const { return info_path_; }
@@ -39,6 +54,8 @@ class SweepRun {
   RunOptions options_;
   RunInfo info_;
   int64_t kept_rows_ = 0;
+  std::unique_ptr<TrialCsvWriter> writer_;  ///< append()'s
+  std::chrono::steady_clock::time_point info_written_;
 };
 
 }  // namespace attnprobe

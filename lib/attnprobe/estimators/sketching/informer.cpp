@@ -19,6 +19,28 @@ class Informer final : public Estimator {
   explicit Informer(int64_t d) : d_(d) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const std::vector<int64_t> active = active_queries(view, ctx);
+    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(view.n(), 1);
+    MatrixF exact_rows;
+    exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), exact_rows);
+    for (size_t r = 0; r < active.size(); ++r) out.row(active[r]) = exact_rows.row(static_cast<int64_t>(r));
+  }
+
+  // Exact softmax rows for the active queries, uniform 1/n rows for the others.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    std::vector<char> is_active(view.n(), 0);
+    for (int64_t i : active_queries(view, ctx)) is_active[i] = 1;
+    return [&view, is_active](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Constant(rows, view.k.rows(), 1.0 / view.k.rows());
+      for (int64_t i = 0; i < rows; ++i)
+        if (is_active[r0 + i]) w.row(i) = attention_rows_f64(view.q, view.k, view.scale, r0 + i, 1);
+      return w;
+    };
+  }
+
+ private:
+  // The u queries with the largest sparsity measure, ties by index (deterministic).
+  std::vector<int64_t> active_queries(const HeadView& view, const EstimateContext& ctx) const {
     const int64_t n = view.n();
     const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
     const int64_t c = static_cast<int64_t>(std::ceil(d_ / log_n));
@@ -38,20 +60,14 @@ class Informer final : public Estimator {
       }
       sparsity[i] = {max - static_cast<float>(sum / n), i};
     }
-    // The u most "active" queries; ties by index, so the choice is deterministic.
     std::partial_sort(sparsity.begin(), sparsity.begin() + u, sparsity.end(), [](const auto& a, const auto& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     });
     std::vector<int64_t> active(u);
     for (int64_t r = 0; r < u; ++r) active[r] = sparsity[r].second;
-
-    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(n, 1);
-    MatrixF exact_rows;
-    exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, scale, exact_rows);
-    for (int64_t r = 0; r < u; ++r) out.row(active[r]) = exact_rows.row(r);
+    return active;
   }
 
- private:
   int64_t d_;
 };
 
@@ -64,6 +80,7 @@ class Informer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .make = [](const Spec& spec) { return std::make_unique<Informer>(spec.get_int("d")); },
 });
 

@@ -34,31 +34,9 @@ class Skeinformer final : public Estimator {
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), pv = view.pv();
     const float scale = static_cast<float>(view.scale);
-    const int64_t d_eff = std::max<int64_t>(1, std::min(d_, n - 1));
-
-    // Steps 1-3: the columns J′ (and the pilot rows J when sampling by importance).
-    std::vector<int64_t> pilot, columns;
     MatrixF pilot_out;
-    if (importance_) {
-      const RandomStream rows(ctx.key, Purpose::kRowSample);
-      for (int64_t s = 0; s < d_eff; ++s)
-        pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
-      const MatrixF q_pilot = view.qf(pilot, Eigen::all);
-      MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
-      for (int64_t r = 0; r < probs.rows(); ++r) {
-        probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
-        probs.row(r) /= probs.row(r).sum();
-      }
-      pilot_out = probs * view.vf;  // exact rows B_J·V
-      std::vector<double> weights(n);
-      for (int64_t c = 0; c < n; ++c)
-        weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
-      if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
-        std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
-      columns = sample_without_replacement(weights, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    } else {
-      columns = sample_uniform_without_replacement(n, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    }
+    const Selection selection = select(view, ctx, &pilot_out);
+    const std::vector<int64_t>& columns = selection.columns;
 
     // Steps 4-5 on the selected columns.
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
@@ -98,11 +76,86 @@ class Skeinformer final : public Estimator {
     }
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
-    if (importance_ && pilot_reuse_ && rownorm_ != RowNorm::kSimple)
-      for (size_t r = 0; r < pilot.size(); ++r) out.row(pilot[r]) = pilot_out.row(r);
+    if (reuses_pilot())
+      for (size_t r = 0; r < selection.pilot.size(); ++r) out.row(selection.pilot[r]) = pilot_out.row(r);
+  }
+
+  // Â row by row: pilot rows (when reused) are exact softmax rows; otherwise the a_ic of the selected
+  // columns over the row's denominator and, with adaptive normalisation, the fill g_i on every
+  // unselected column.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    Selection selection = select(view, ctx, nullptr);
+    std::vector<char> exact_row(view.n(), 0);
+    if (reuses_pilot())
+      for (int64_t i : selection.pilot) exact_row[i] = 1;
+    return [this, &view, columns = std::move(selection.columns), exact_row](int64_t r0, int64_t rows) {
+      const int64_t unselected = view.k.rows() - static_cast<int64_t>(columns.size());
+      const MatrixD k_sel = view.k(columns, Eigen::all);
+      MatrixD w = MatrixD::Zero(rows, view.k.rows());
+      for (int64_t i = 0; i < rows; ++i) {
+        if (exact_row[r0 + i]) {
+          w.row(i) = attention_rows_f64(view.q, view.k, view.scale, r0 + i, 1);
+          continue;
+        }
+        const Eigen::RowVectorXd logits = view.scale * (view.q.row(r0 + i) * k_sel.transpose());
+        double shift = logits.maxCoeff(), denominator = 0;
+        if (rownorm_ == RowNorm::kExact) {
+          const Eigen::RowVectorXd full = view.scale * (view.q.row(r0 + i) * view.k.transpose());
+          shift = full.maxCoeff();
+          denominator = (full.array() - shift).exp().sum();
+        } else {
+          denominator = (logits.array() - shift).exp().sum();
+          if (rownorm_ == RowNorm::kAdaptive) {
+            const double fill = std::exp(logits.mean() - shift);
+            denominator += static_cast<double>(unselected) * fill;
+            w.row(i).setConstant(fill / denominator);
+          }
+        }
+        for (size_t c = 0; c < columns.size(); ++c)
+          w(i, columns[c]) = std::exp(logits[static_cast<int64_t>(c)] - shift) / denominator;
+      }
+      return w;
+    };
   }
 
  private:
+  struct Selection {
+    std::vector<int64_t> pilot;    ///< J: pilot rows (with replacement); empty for uniform columns
+    std::vector<int64_t> columns;  ///< J′: distinct columns
+  };
+
+  bool reuses_pilot() const { return importance_ && pilot_reuse_ && rownorm_ != RowNorm::kSimple; }
+
+  // Steps 1-3: the columns J′, and the pilot rows J when sampling by importance; `pilot_out`, when
+  // given, gets the exact pilot rows B_J·V.
+  Selection select(const HeadView& view, const EstimateContext& ctx, MatrixF* pilot_out) const {
+    const int64_t n = view.n();
+    const float scale = static_cast<float>(view.scale);
+    const int64_t d_eff = std::max<int64_t>(1, std::min(d_, n - 1));
+    Selection out;
+    if (importance_) {
+      const RandomStream rows(ctx.key, Purpose::kRowSample);
+      for (int64_t s = 0; s < d_eff; ++s)
+        out.pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
+      const MatrixF q_pilot = view.qf(out.pilot, Eigen::all);
+      MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
+      for (int64_t r = 0; r < probs.rows(); ++r) {
+        probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
+        probs.row(r) /= probs.row(r).sum();
+      }
+      if (pilot_out) *pilot_out = probs * view.vf;  // exact rows B_J·V
+      std::vector<double> weights(n);
+      for (int64_t c = 0; c < n; ++c)
+        weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
+      if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
+        std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
+      out.columns = sample_without_replacement(weights, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
+    } else {
+      out.columns = sample_uniform_without_replacement(n, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
+    }
+    return out;
+  }
+
   int64_t d_;
   bool importance_;
   RowNorm rownorm_;
@@ -134,6 +187,7 @@ class Skeinformer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .weights = true,
     // The reference code's "w/o row normalization" ablation also skips pilot reuse.
     .ablations = {"skeinformer(pilot_reuse=0)", "skeinformer(rownorm=exact,pilot_reuse=0)"},
     .make =

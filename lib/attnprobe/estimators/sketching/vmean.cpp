@@ -24,6 +24,10 @@ class VMeanEstimator final : public Estimator {
     out.v = (upstream.colwise().sum() / static_cast<double>(view.k.rows())).replicate(view.k.rows(), 1);
     return out;
   }
+  // Uniform attention: Â_ij = 1/keys.
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    return [keys = view.v.rows()](int64_t, int64_t rows) { return MatrixD::Constant(rows, keys, 1.0 / keys); };
+  }
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -34,6 +38,7 @@ class VMeanEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = nullptr,
+    .weights = true,
     .backward = "out",
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },
 });
