@@ -19,53 +19,59 @@
 #include <numeric>
 
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/sketching/skeinformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
-namespace {
 
-enum class RowNorm { kAdaptive, kSimple, kExact };
+SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params) {
+  const int64_t n = view.n();
+  const float scale = static_cast<float>(view.scale);
+  const int64_t d_eff = std::max<int64_t>(1, std::min(params.d, n - 1));
+  SkeinformerSample sample;
+  if (!params.importance) {
+    sample.columns = sample_uniform_without_replacement(n, d_eff, RandomStream(key, Purpose::kColumnSample));
+    return sample;
+  }
+  const RandomStream rows(key, Purpose::kRowSample);
+  for (int64_t s = 0; s < d_eff; ++s)
+    sample.pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
+  const MatrixF q_pilot = view.qf(sample.pilot, Eigen::all);
+  MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
+  for (int64_t r = 0; r < probs.rows(); ++r) {
+    probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
+    probs.row(r) /= probs.row(r).sum();
+  }
+  sample.pilot_out = probs * view.vf;  // exact rows B_J·V
+  std::vector<double> weights(n);
+  for (int64_t c = 0; c < n; ++c)
+    weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
+  if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
+    std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
+  sample.columns = sample_without_replacement(weights, d_eff, RandomStream(key, Purpose::kColumnSample));
+  return sample;
+}
+
+namespace {
 
 class Skeinformer final : public Estimator {
  public:
-  Skeinformer(int64_t d, bool importance, RowNorm rownorm, bool pilot_reuse)
-      : d_(d), importance_(importance), rownorm_(rownorm), pilot_reuse_(pilot_reuse) {}
+  explicit Skeinformer(SkeinformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), pv = view.pv();
     const float scale = static_cast<float>(view.scale);
-    const int64_t d_eff = std::max<int64_t>(1, std::min(d_, n - 1));
 
     // Steps 1-3: the columns J′ (and the pilot rows J when sampling by importance).
-    std::vector<int64_t> pilot, columns;
-    MatrixF pilot_out;
-    if (importance_) {
-      const RandomStream rows(ctx.key, Purpose::kRowSample);
-      for (int64_t s = 0; s < d_eff; ++s)
-        pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
-      const MatrixF q_pilot = view.qf(pilot, Eigen::all);
-      MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
-      for (int64_t r = 0; r < probs.rows(); ++r) {
-        probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
-        probs.row(r) /= probs.row(r).sum();
-      }
-      pilot_out = probs * view.vf;  // exact rows B_J·V
-      std::vector<double> weights(n);
-      for (int64_t c = 0; c < n; ++c)
-        weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
-      if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
-        std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
-      columns = sample_without_replacement(weights, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    } else {
-      columns = sample_uniform_without_replacement(n, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    }
+    const SkeinformerSample sample = skeinformer_sample(view, ctx.key, params_);
+    const std::vector<int64_t>& columns = sample.columns;
 
     // Steps 4-5 on the selected columns.
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
     const int64_t selected = static_cast<int64_t>(columns.size());
     MatrixF logits = scale * (view.qf * k_sel.transpose());  // n × |J′|
     out.resize(n, pv);
-    if (rownorm_ == RowNorm::kExact) {
+    if (params_.rownorm == RowNorm::kExact) {
       // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
       const int64_t block = 256;
       for (int64_t r0 = 0; r0 < n; r0 += block) {
@@ -88,7 +94,7 @@ class Skeinformer final : public Estimator {
         logits.row(i).array() = (logits.row(i).array() - shift).exp();
         const float s_i = logits.row(i).sum();
         const RowVectorF r_i = logits.row(i) * v_sel;
-        if (rownorm_ == RowNorm::kSimple) {
+        if (params_.rownorm == RowNorm::kSimple) {
           out.row(i) = r_i / s_i;
         } else {
           const float g = std::exp(log_g);
@@ -98,15 +104,12 @@ class Skeinformer final : public Estimator {
     }
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
-    if (importance_ && pilot_reuse_ && rownorm_ != RowNorm::kSimple)
-      for (size_t r = 0; r < pilot.size(); ++r) out.row(pilot[r]) = pilot_out.row(r);
+    if (params_.reuses_pilot())
+      for (size_t r = 0; r < sample.pilot.size(); ++r) out.row(sample.pilot[r]) = sample.pilot_out.row(r);
   }
 
  private:
-  int64_t d_;
-  bool importance_;
-  RowNorm rownorm_;
-  bool pilot_reuse_;
+  SkeinformerParams params_;
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -136,15 +139,7 @@ class Skeinformer final : public Estimator {
     .target = nullptr,
     // The reference code's "w/o row normalization" ablation also skips pilot reuse.
     .ablations = {"skeinformer(pilot_reuse=0)", "skeinformer(rownorm=exact,pilot_reuse=0)"},
-    .make =
-        [](const Spec& spec) {
-          const std::string& rn = spec.get_choice("rownorm");
-          return std::make_unique<Skeinformer>(spec.get_int("d"), spec.get_choice("colsample") == "importance",
-                                               rn == "adaptive" ? RowNorm::kAdaptive
-                                               : rn == "simple" ? RowNorm::kSimple
-                                                                : RowNorm::kExact,
-                                               spec.get_int("pilot_reuse") == 1);
-        },
+    .make = [](const Spec& spec) { return std::make_unique<Skeinformer>(SkeinformerParams::from_spec(spec)); },
 });
 
 }  // namespace
