@@ -14,7 +14,7 @@ TEST_CASE("diagnostics of uniform and of one-hot attention", "[diagnostics]") {
         make_head_view(SliceId{0, 0, 0, n}, 0.5, MatrixD::Zero(n, p), MatrixD::Random(n, p), MatrixD::Random(n, p));
     const HeadDiagnostics d = diagnose_head(view);
     CHECK(d.entropy == Approx(std::log(300.0)).epsilon(1e-12));
-    CHECK(d.effective_support == 270);  // exactly 0.9·300 keys of mass 1/300 each
+    CHECK(d.effective_support == 270);                // exactly 0.9·300 keys of mass 1/300 each
     CHECK(d.stable_rank == Approx(1).epsilon(1e-9));  // rank one
     // Σ_j |i − j| / n averaged over i: (n² − 1)/(3n) = 99.9989
     CHECK(d.mean_distance == Approx((300.0 * 300 - 1) / (3 * 300)).epsilon(1e-12));
