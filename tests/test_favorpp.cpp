@@ -178,11 +178,11 @@ TEST_CASE("favorpp decodes its spec strictly", "[favorpp]") {
   CHECK(params_of("favorpp(a=-0.05)").gerf.a == -0.05);
   CHECK_FALSE(params_of("favorpp(a=-0.05)").gerf.optimal_a);
   CHECK(params_of("favorpp(variant=sderf)").gerf.variant == GerfVariant::kSderf);
-  CHECK_THROWS_AS(params_of("favorpp(a=0.125)"), InputError);
-  CHECK_THROWS_AS(parse_spec("favorpp(a=abc)"), InputError);
-  CHECK_THROWS_AS(params_of("favorpp(s=0)"), InputError);
-  CHECK_THROWS_AS(params_of("favorpp(s=-1)"), InputError);                  // a = opt
-  CHECK_THROWS_AS(params_of("favorpp(s=-1,a=0,variant=arf)"), InputError);  // not oprf
+  CHECK_THROWS_AS(params_of("favorpp(a=0.125)"), UsageError);
+  CHECK_THROWS_AS(parse_spec("favorpp(a=abc)"), UsageError);
+  CHECK_THROWS_AS(params_of("favorpp(s=0)"), UsageError);
+  CHECK_THROWS_AS(params_of("favorpp(s=-1)"), UsageError);                  // a = opt
+  CHECK_THROWS_AS(params_of("favorpp(s=-1,a=0,variant=arf)"), UsageError);  // not oprf
   CHECK(params_of("favorpp(s=-1,a=0)").gerf.sign == -1);
 }
 

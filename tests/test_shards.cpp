@@ -136,7 +136,7 @@ TEST_CASE("the deal keeps every shard within 15% of the mean estimated cost", "[
   }
 }
 
-TEST_CASE("--shard takes I/N with 0 <= I < N", "[shards]") {
+TEST_CASE("shard options take I/N with 0 <= I < N", "[shards]") {
   CHECK(ShardSpec::parse("2/3").index == 2);
   CHECK(ShardSpec::parse("0/1").count == 1);
   for (const char* bad : {"3/3", "-1/3", "1", "a/3", "1/0", "1/3/4"})

@@ -90,9 +90,19 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   std::vector<std::unique_ptr<Estimator>> backward_estimators;
   if (gradients)
     for (const EstimatorSetting& s : plan.settings) backward_estimators.push_back(s.spec.make());
-  std::map<std::string, std::unique_ptr<Estimator>> reference_estimators;
-  for (const EstimatorSetting& s : plan.settings)
-    if (!reference_estimators.count(s.reference)) reference_estimators[s.reference] = parse_spec(s.reference).make();
+  // References: the CPU version always (its float64 path), and the device's version where one exists
+  // and states a float64-accumulated reference itself (e.g. CUDA softmax's fp64 kernel), tried first.
+  std::map<std::string, std::unique_ptr<Estimator>> reference_estimators, device_references;
+  for (const EstimatorSetting& s : plan.settings) {
+    if (reference_estimators.count(s.reference)) continue;
+    const Spec ref = parse_spec(s.reference);
+    reference_estimators[s.reference] = ref.make();
+    if (options.device != Device::kCpu) {
+      const std::vector<Device> on = devices_of(ref.def());
+      if (std::find(on.begin(), on.end(), options.device) != on.end())
+        device_references[s.reference] = make_estimator(ref, options.device);
+    }
+  }
 
   // The longest prefix needed per (layer, head, batch item): read once, shorter lengths are views.
   std::map<std::tuple<int, int, int>, int64_t> longest;
@@ -171,7 +181,10 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       const std::string& ref = plan.settings[task.setting].reference;
       if (references.count(ref)) continue;
       const Estimator& estimator = *reference_estimators.at(ref);
-      std::optional<MatrixD> output = estimator.reference(view, &pool);
+      std::optional<MatrixD> output;
+      if (const auto device = device_references.find(ref); device != device_references.end())
+        output = device->second->reference(view, &pool);
+      if (!output) output = estimator.reference(view, &pool);
       if (!output) {  // a deterministic estimator without a float64 path: its float32 result
         MatrixF out;
         estimator.estimate(view, EstimateContext{RandomKey{0}, &pool}, out);

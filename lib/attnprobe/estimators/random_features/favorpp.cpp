@@ -39,16 +39,16 @@ FavorppParams FavorppParams::from_spec(const Spec& spec) {
   if (!params.gerf.optimal_a) {
     params.gerf.a = spec.get_real("a");
     if (!(params.gerf.a < 0.125))
-      throw InputError(
+      throw UsageError(
           fmt::format("favorpp: a = {} must be below 1/8 (the features' second moment is infinite "
                       "from 1/8 on)",
                       params.gerf.a));
   }
   params.gerf.arf_reference = spec.get_int("arf_ref") == 1;
   params.gerf.sign = static_cast<int>(spec.get_int("s"));
-  if (params.gerf.sign == 0) throw InputError("favorpp: s must be 1 (positive features) or -1 (trigonometric)");
+  if (params.gerf.sign == 0) throw UsageError("favorpp: s must be 1 (positive features) or -1 (trigonometric)");
   if (params.gerf.sign == -1 && (params.gerf.variant != GerfVariant::kOprf || params.gerf.optimal_a))
-    throw InputError("favorpp: s=-1 needs variant=oprf and a numeric a (its optimal A is not derived here)");
+    throw UsageError("favorpp: s=-1 needs variant=oprf and a numeric a (its optimal A is not derived here)");
   return params;
 }
 

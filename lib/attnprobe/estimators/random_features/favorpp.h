@@ -14,7 +14,7 @@ struct FavorppParams {
   int64_t features = 64;  ///< M
   bool orthogonal = true;
   GerfOptions gerf;
-  /// Decodes favorpp(M, ortho, a, variant, arf_ref, s); InputError for a ≥ 1/8, s = 0, or s = −1 with a
+  /// Decodes favorpp(M, ortho, a, variant, arf_ref, s); UsageError (a spec error) for a ≥ 1/8, s = 0, or s = −1 with a
   /// variant other than oprf or with a = opt.
   static FavorppParams from_spec(const Spec& spec);
 };

@@ -19,7 +19,7 @@ double optimal_a_per_direction(double x) {
 
 void check_a(double a) {
   if (!(a < 0.125) || !std::isfinite(a))
-    throw InputError(fmt::format("favorpp: a = {} must be below 1/8 (the feature second moment is infinite)", a));
+    throw UsageError(fmt::format("favorpp: a = {} must be below 1/8 (the feature second moment is infinite)", a));
 }
 
 // Rows W_m = B·ω_m and offsets c_m = A‖ω_m‖² + (p/4)·log(1 − 4A) − ½·log M of a one-A map.

@@ -52,7 +52,7 @@ ScatterbrainParams ScatterbrainParams::from_spec(const Spec& spec) {
   params.kind = kind == "hyp" ? SbFeatures::kHyp : kind == "pos" ? SbFeatures::kPos : SbFeatures::kOprf;
   params.orthogonal = spec.get_int("ortho") == 1;
   if (params.sparse == SbSupport::kBlock && params.width == 0)
-    throw InputError("scatterbrain: sparse=block needs w >= 1 (the query block size)");
+    throw UsageError("scatterbrain: sparse=block needs w >= 1 (the query block size)");
   return params;
 }
 

@@ -22,7 +22,7 @@ struct ScatterbrainParams {
   int rounds = 2;      ///< smyrf: hashing rounds
   SbFeatures kind = SbFeatures::kHyp;
   bool orthogonal = true;
-  /// Decodes scatterbrain(M, sparse, w, ext, rounds, features, ortho); InputError for sparse=block, w=0.
+  /// Decodes scatterbrain(M, sparse, w, ext, rounds, features, ortho); UsageError (a spec error) for sparse=block, w=0.
   static ScatterbrainParams from_spec(const Spec& spec);
 };
 
