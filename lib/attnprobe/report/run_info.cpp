@@ -44,6 +44,8 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       {"threads", info.threads},
       {"seed", info.seed},
       {"resumed", info.resumed},
+      {"plan", info.plan},
+      {"pid", info.pid},
       {"started", info.started},
       {"finished", info.finished.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(info.finished)},
       {"rows_written", info.rows_written},

@@ -14,6 +14,8 @@ struct RunInfo {
   int threads = 0;
   unsigned long long seed = 0;
   bool resumed = false;
+  std::string plan;      ///< fingerprint of the grid (seed, settings, slices, metrics): what --resume must match
+  long long pid = 0;     ///< the process writing the CSV (named when a second writer is refused)
   std::string started;   ///< ISO 8601 UTC
   std::string finished;  ///< "" while running
   long long rows_written = 0;
