@@ -2,7 +2,7 @@
 """Plot an attnprobe sweep: one panel per metric, error against sequence length (--x n) or
 against the samples knob (--x samples), one line per estimator setting, mean ± standard error.
 
-Reads only the long trial CSV (DESIGN.md section 5). Per slice (layer, head, batch item) the
+Reads only the long trial CSV (docs/csv.md). Per slice (layer, head, batch item) the
 trials are averaged first; the line is the mean over slices and the error bar its standard error,
 so slices are the replicates (with one slice, the trials are).
 

@@ -1,4 +1,4 @@
-"""Reading attnprobe's long trial CSV (DESIGN.md section 5) for the plot scripts.
+"""Reading attnprobe's long trial CSV (docs/csv.md) for the plot scripts.
 
 The aggregation every figure uses: per slice (dump, layer, head, batch item) the trials are
 averaged first; a point is the mean over slices and its error bar the standard error over slices,

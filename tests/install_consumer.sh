@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, builds tests/consumer against it with
-# find_package(attnprobe CONFIG), and runs it and the installed CLI.
+# find_package(attnprobe CONFIG), and runs it and the installed CLI (and imports the installed
+# Python package when there is one).
 set -euo pipefail
 build=$1 consumer=$2
 work=$(mktemp -d)
@@ -10,3 +11,10 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" >/dev/null
 "$work/build/consumer"
+# The Python package, where the build made one: importable from the prefix's site-packages alone
+# (its module finds the installed libattnprobe through its RPATH).
+for site in "$work"/prefix/lib/python3*/site-packages; do
+  [ -d "$site/attnprobe" ] || continue
+  (cd "$work" && PYTHONPATH="$site" /usr/bin/python3 -c \
+    "import attnprobe, os; assert attnprobe.__file__.startswith('$site'); assert attnprobe.estimators()")
+done

@@ -49,12 +49,14 @@ TEST_CASE("device Philox draws the host's numbers", "[gpu]") {
 #include "attnprobe/gpu/kernels.h"
 
 namespace {
-// Awkward shapes: n not a multiple of any tile, p not a power of two.
+// Awkward shapes: n not a multiple of any tile (and one that is), p not a power of two, p = 128
+// at the kernels' limit.
 struct Shape {
   int64_t n;
   int p;
 };
-const Shape kShapes[] = {{97, 50}, {97, 64}, {1025, 50}, {1025, 64}, {1025, 128}};
+const Shape kShapes[] = {{97, 50},    {97, 64},   {97, 128},  {1025, 50}, {1025, 64},
+                         {1025, 128}, {4096, 50}, {4096, 64}, {4096, 128}};
 
 HeadView parity_slice(const Shape& s) { return synth_slice(s.n, s.p, 0.3, 11); }
 
@@ -67,6 +69,24 @@ MatrixF run_on(const std::string& spec, const HeadView& view, Device device) {
 
 double error(const MatrixD& reference, const MatrixF& estimate) {
   return (reference - estimate.cast<double>()).norm() / reference.norm();
+}
+
+MatrixF exact_device(const HeadView& view, gpu::AttentionPrecision precision, bool causal) {
+  MatrixF out(view.n(), view.pv());
+  gpu::exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.n(), view.p(), view.pv(),
+                       static_cast<float>(view.scale), precision, causal, out.data());
+  return out;
+}
+
+// softmax over keys j ≤ i of each row, in float64 (n × pv).
+MatrixD causal_attention_f64(const HeadView& view) {
+  MatrixD out(view.n(), view.pv());
+  for (int64_t i = 0; i < view.n(); ++i) {
+    const Eigen::VectorXd logits = view.k.topRows(i + 1) * view.q.row(i).transpose() * view.scale;
+    const Eigen::VectorXd weights = (logits.array() - logits.maxCoeff()).exp();
+    out.row(i) = weights.transpose() * view.v.topRows(i + 1) / weights.sum();
+  }
+  return out;
 }
 }  // namespace
 #endif
@@ -148,11 +168,32 @@ TEST_CASE("device kernels match float64 where the comparison is exact", "[gpu]")
   for (const Shape& shape : kShapes) {
     const HeadView view = parity_slice(shape);
     INFO("seed 12345, n " << shape.n << " p " << shape.p);
-    // The fp64-accumulation mode of the exact kernel is a reference in its own right.
-    MatrixF fp64(view.n(), view.pv());
-    gpu::exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.n(), view.p(), view.pv(),
-                         static_cast<float>(view.scale), true, fp64.data());
-    CHECK(error(exact_attention_f64(view.q, view.k, view.v, view.scale), fp64) < 1e-6);
+    // Every precision of the exact kernels, plain and causal (the softmax estimator is tf32x3).
+    const MatrixD reference = exact_attention_f64(view.q, view.k, view.v, view.scale);
+    const double cpu_f32 = error(reference, run_on("softmax", view, Device::kCpu));
+    for (bool causal : {false, true}) {
+      // The causal reference: float64 on the host, each row's softmax over keys j ≤ i (n ≤ 1025
+      // only; at 4096 the fp64 kernel, checked against it at the smaller sizes, stands in).
+      MatrixD causal_ref;
+      if (causal) {
+        causal_ref = exact_device(view, gpu::AttentionPrecision::kFp64, true).cast<double>();
+        if (view.n() <= 1025) {
+          const MatrixD host = causal_attention_f64(view);
+          INFO("causal fp64 kernel vs host float64: " << error(host, causal_ref.cast<float>()));
+          CHECK(error(host, causal_ref.cast<float>()) < 1e-6);  // observed ≤ 4.9e-8 (H100, seed 12345)
+          causal_ref = host;
+        }
+      }
+      const MatrixD& ref = causal ? causal_ref : reference;
+      const double fp64 = error(ref, exact_device(view, gpu::AttentionPrecision::kFp64, causal));
+      const double tf32x3 = error(ref, exact_device(view, gpu::AttentionPrecision::kTf32x3, causal));
+      const double tf32 = error(ref, exact_device(view, gpu::AttentionPrecision::kTf32, causal));
+      INFO((causal ? "causal" : "full") << ": cpu f32 " << cpu_f32 << ", gpu fp64 " << fp64 << ", tf32x3 " << tf32x3
+                                        << ", tf32 " << tf32);
+      if (!causal) CHECK(fp64 < 1e-6);      // a reference in its own right; observed ≤ 5.0e-8
+      CHECK(tf32x3 <= 2 * cpu_f32 + 1e-6);  // observed ≤ 1.01e-6 against bounds 1.29e-6..1.50e-6
+      CHECK(tf32 < 1e-3);  // TF32 keeps 10 mantissa bits: observed ≤ 8.9e-5 here, 4.2e-4 on N(0,1) inputs
+    }
     // yoso: identical codes, so the float64 evaluation of those codes is the reference.
     const std::string yoso = "yoso(m=16,tau=8,hash=gauss,norm=none)";
     const RandomKey key = make_random_key(12345, yoso, 0);

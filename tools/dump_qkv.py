@@ -7,7 +7,7 @@ projection (rotary position embeddings), the module that returns the rotated pai
 tuple element: "module.name:0" for Q, ":1" for K). The dump then holds what the attention really
 multiplies, so `attnprobe` measures the estimators on the model's own attention.
 
-Layout written (DESIGN.md section 2): /layer_NN/{q,k,v} [B, H, N, P], attributes scale and causal,
+Layout written (docs/dumps.md): /layer_NN/{q,k,v} [B, H, N, P], attributes scale and causal,
 root attributes model, source and created_by; float16 or float32, gzip with byte shuffle.
 
 Recipe for your own model (Python):

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DATTNPROBE_SANITIZE=ON -DATTNPROBE_CUDA=OFF >/dev/null
+  -DATTNPROBE_SANITIZE=ON -DATTNPROBE_CUDA=OFF -DATTNPROBE_PYTHON=OFF >/dev/null
 cmake --build build-asan --target attnprobe attnprobe_tests -j "$jobs"
 cd build-asan
 # detect_leaks: leaks are reported too; abort_on_error off so CTest sees a failing exit code, not a core dump.

@@ -17,6 +17,7 @@ struct InfoOptions {
   DumpOptions dump;
   bool check = true;
   bool entropy = false;
+  bool diagnostics = false;
 };
 
 int run_info(const InfoOptions& o) {
@@ -58,6 +59,21 @@ int run_info(const InfoOptions& o) {
                        fmt::format("{:.3f}", std::log(h.mean_tokens))});
     fmt::print("\n{}", format_table(table));
   }
+  if (o.diagnostics) {
+    std::vector<SliceRef> slices;
+    for (const LayerInfo& l : dump.layers())
+      for (int h = 0; h < l.heads; ++h)
+        for (int b = 0; b < l.batch; ++b) slices.push_back(SliceRef{l.number, h, b, l.lengths[b]});
+    const std::vector<DiagnosticRow> rows = diagnose_slices(dump, slices, 0);
+    std::vector<std::vector<std::string>> table = {{"layer", "head", "batch", "n"}};
+    for (const std::string& name : diagnostic_names()) table[0].push_back(name);
+    for (size_t r = 0; r < rows.size(); r += diagnostic_names().size()) {
+      table.push_back({rows[r].layer.text(), rows[r].head.text(), rows[r].batch.text(), rows[r].n.text()});
+      for (size_t d = 0; d < diagnostic_names().size(); ++d)
+        table.back().push_back(fmt::format("{:.4g}", rows[r + d].value));
+    }
+    fmt::print("\nhead diagnostics (attnprobe diagnose --help explains each):\n{}", format_table(table));
+  }
   return 0;
 }
 
@@ -67,6 +83,9 @@ Action add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
   app.add_option("dump", o->path, "the HDF5 dump")->required();
   app.add_flag("!--no-check", o->check, "only print the structure; do not read every slice to check values");
+  app.add_flag("--diagnostics", o->diagnostics,
+               "also print each slice's head diagnostics: entropy, 90% support, max logit, stable rank, mean "
+               "attention distance, spread of q and k norms (O(n^2 p) per slice; `attnprobe diagnose` writes a CSV)");
   app.add_flag("--entropy", o->entropy,
                "also print the mean attention entropy per layer and head (ln n = uniform; lower = more peaked)");
   add_dump_options(app, o->dump);

@@ -74,7 +74,11 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
                  "deterministic spec")
       ->capture_default_str();
-  cmd.add_option("--metrics", o.metrics, "all, or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows")
+  cmd.add_option(
+         "--metrics", o.metrics,
+         "all (every per-trial metric), or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows; "
+         "add 'case' (or bias_fro_rel,var_fro_rel,bias_spec_rel) for the bias/variance split of each "
+         "random setting over its trials, written with trial -1")
       ->capture_default_str();
   cmd.add_flag("--dry-run", o.dry_run, "validate and print the size of the grid, run nothing");
   cmd.add_flag("-q,--quiet", o.quiet, "no progress bar");
@@ -150,13 +154,20 @@ int run_eval(const RunCommandOptions& o) {
 
   // One line per setting: each metric's mean ± standard error over the slices (summarize --over).
   std::vector<std::vector<std::string>> table = {{"estimator", "reference"}};
-  for (Metric m : plan.metrics) table[0].push_back(metric_name(m));
+  std::map<std::string, size_t> column_of;  // a deterministic setting has no case-level metrics: "-"
+  for (Metric m : plan.metrics) {
+    column_of[metric_name(m)] = table[0].size();
+    table[0].push_back(metric_name(m));
+  }
   std::map<std::pair<std::string, std::string>, size_t> row_of;
   for (const SummaryRow& s : pool_over_slices(all_rows)) {
     auto [it, added] = row_of.emplace(std::pair(s.key.spec, s.key.reference), table.size());
-    if (added) table.push_back({s.key.spec, s.key.reference});
-    table[it->second].push_back(s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_)
-                                            : fmt::format("{:.4g}", s.mean));
+    if (added) {
+      table.push_back({s.key.spec, s.key.reference});
+      table.back().resize(table[0].size(), "-");
+    }
+    table[it->second][column_of.at(s.metric)] =
+        s.count > 1 ? fmt::format("{:.4g} ± {:.2g}", s.mean, s.stderr_) : fmt::format("{:.4g}", s.mean);
   }
   const bool one_length =
       !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),

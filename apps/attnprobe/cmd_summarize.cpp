@@ -6,6 +6,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/report/slopes.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
 #include "commands.h"
@@ -18,7 +19,30 @@ struct SummarizeOptions {
   std::string over;
   std::string output;
   bool table = false;
+  bool slopes = false;
 };
+
+int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
+  const std::vector<SlopeRow> slopes = fit_slopes(per_case);
+  if (slopes.empty())
+    throw UsageError("--slopes needs each case at two or more sample counts (sweep with --samples 8..128:x2)");
+  if (o.table) {
+    std::vector<std::vector<std::string>> rows = {
+        {"layer", "head", "batch", "n", "spec", "reference", "metric", "points", "slope", "stderr"}};
+    for (const SlopeRow& s : slopes)
+      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), s.key.spec,
+                      s.key.reference, s.metric, std::to_string(s.points), fmt::format("{:.3f}", s.slope),
+                      fmt::format("{:.3f}", s.stderr_)});
+    fmt::print("{}", format_table(rows));
+    if (o.output.empty()) return 0;
+  }
+  const std::string text = slopes_csv_text(slopes);
+  if (o.output.empty() || o.output == "-")
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  else
+    write_file_atomically(o.output, text);
+  return 0;
+}
 
 int run_summarize(const SummarizeOptions& o) {
   std::vector<TrialRow> trials;
@@ -42,6 +66,7 @@ int run_summarize(const SummarizeOptions& o) {
     throw UsageError("the input is already a summary; add --over layer,head,... to aggregate it further");
   }
 
+  if (o.slopes) return print_slopes(result, o);
   if (o.table) {
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
@@ -70,10 +95,16 @@ Action add_summarize(CLI::App& app) {
                  "aggregate across these columns (any of layer,head,batch,n): each slice's mean counts once, and the "
                  "standard error treats slices as the replicates");
   app.add_option("-o,--output", o->output, "write the summary CSV here (default: standard output)");
+  app.add_flag("--slopes", o->slopes,
+               "fit log(mean error) against log(samples) per case and metric (over the sweep's --samples): "
+               "a Monte-Carlo estimator falls as -1/2 for norms (spec_rel, fro_rel) and -1 for squared errors "
+               "(mse, nmse); flatter means bias. Columns: the case key but samples, metric, points, slope, "
+               "stderr, intercept, min_samples, max_samples");
   app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
   app.footer(
       "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
-      "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n\n"
+      "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n"
+      "  attnprobe summarize out/sweep.csv --over layer,head,batch --slopes --table\n\n"
       "Columns: " +
       csv_header(summary_columns()) + " (std with n-1; stderr = std/sqrt(count)).");
   return [o] { return run_summarize(*o); };

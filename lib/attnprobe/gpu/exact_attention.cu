@@ -1,11 +1,16 @@
-// Exact attention on the GPU (mirrors exact/exact_attention.cpp): flash-style, one thread per query
-// row, keys and values staged through shared memory in tiles, online softmax (running max m, sum l,
-// output rescaled by exp(m_old − m_new)), so the n × keys matrix is never formed. Acc = float is the
-// fast path; Acc = double is the fp64-accumulation reference mode.
+// Exact attention on the GPU (mirrors exact/exact_attention.cpp), in four precisions
+// (AttentionPrecision): the tensor-core kernels of flash_attention_tc.cu (TF32, and 3×TF32 for
+// fp32-level error), and here the simple flash-style kernel, one thread per query row, keys and
+// values staged through shared memory in tiles, online softmax (running max m, sum l, output
+// rescaled by exp(m_old − m_new)), so the n × keys matrix is never formed. Acc = double is the
+// fp64-accumulation reference mode; Acc = float sums every key in sequence, so its error grows with
+// the number of keys (1.3e-6 at n = 4096 on the H100 against 1.4e-7 for the CPU's blocked float32).
 #include <cmath>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/cuda_check.cuh"
+#include "attnprobe/gpu/device_kernels.h"
+#include "attnprobe/gpu/flash_attention_tc.h"
 #include "attnprobe/gpu/kernels.h"
 
 namespace attnprobe::gpu {
@@ -17,7 +22,7 @@ constexpr int kThreads = 128;  // query rows per block
 
 template <typename Acc>
 __global__ void flash_attention_kernel(const float* q, const float* k, const float* v, int n, int keys, int p, int pv,
-                                       float scale, float* out) {
+                                       float scale, bool causal, float* out) {
   extern __shared__ float tile[];
   float* k_tile = tile;
   float* v_tile = tile + kKeyTile * p;
@@ -36,7 +41,8 @@ __global__ void flash_attention_kernel(const float* q, const float* k, const flo
       v_tile[idx] = v[static_cast<int64_t>(t0) * pv + idx];
     __syncthreads();
     if (active) {
-      for (int j = 0; j < rows; ++j) {
+      const int last = causal ? min(rows, i - t0 + 1) : rows;  // causal: keys j ≤ i only
+      for (int j = 0; j < last; ++j) {
         Acc logit = 0;
         for (int c = 0; c < p; ++c) logit += query[c] * static_cast<Acc>(k_tile[j * p + c]);
         if (logit > running_max) {
@@ -57,28 +63,73 @@ __global__ void flash_attention_kernel(const float* q, const float* k, const flo
 }
 }  // namespace
 
-void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
-                     float scale, bool fp64, float* out) {
+const char* precision_name(AttentionPrecision precision) {
+  switch (precision) {
+    case AttentionPrecision::kFp64:
+      return "fp64";
+    case AttentionPrecision::kFp32:
+      return "fp32";
+    case AttentionPrecision::kTf32x3:
+      return "tf32x3";
+    case AttentionPrecision::kTf32:
+      return "tf32";
+  }
+  return "?";
+}
+
+Scratch::~Scratch() {
+  if (data_) cudaFree(data_);
+}
+
+void* Scratch::get(size_t bytes) {
+  if (bytes > bytes_) {
+    if (data_) check_cuda(cudaFree(data_), "cudaFree");
+    data_ = nullptr;
+    bytes_ = 0;
+    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc(scratch)");
+    bytes_ = bytes;
+  }
+  return data_;
+}
+
+void exact_attention_device(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p,
+                            int64_t pv, float scale, bool causal, AttentionPrecision precision, Scratch& scratch,
+                            float* out, cudaStream_t stream) {
   if (p > kMaxDim || pv > kMaxDim)
     throw InputError("CUDA exact attention supports head dims up to 128 (got " + std::to_string(p) + ", " +
                      std::to_string(pv) + ")");
-  DeviceBuffer<float> dq(q, n * p), dk(k, keys * p), dv(v, keys * pv), dout(n * pv);
+  if (causal && keys != n) throw std::runtime_error("causal attention needs as many keys as queries");
+  if (precision == AttentionPrecision::kTf32 || precision == AttentionPrecision::kTf32x3) {
+    flash_attention_tc(q, k, v, n, keys, p, pv, scale, causal, precision == AttentionPrecision::kTf32x3, scratch, out,
+                       stream);
+    return;
+  }
   const size_t shared = static_cast<size_t>(kKeyTile) * (p + pv) * sizeof(float);
-  if (fp64)
-    flash_attention_kernel<double><<<blocks_for(n, kThreads), kThreads, shared>>>(
-        dq.get(), dk.get(), dv.get(), static_cast<int>(n), static_cast<int>(keys), static_cast<int>(p),
-        static_cast<int>(pv), scale, dout.get());
+  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
+  if (precision == AttentionPrecision::kFp64)
+    flash_attention_kernel<double>
+        <<<blocks_for(n, kThreads), kThreads, shared, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
   else
-    flash_attention_kernel<float><<<blocks_for(n, kThreads), kThreads, shared>>>(
-        dq.get(), dk.get(), dv.get(), static_cast<int>(n), static_cast<int>(keys), static_cast<int>(p),
-        static_cast<int>(pv), scale, dout.get());
-  check_launch("flash_attention_kernel");
+    flash_attention_kernel<float>
+        <<<blocks_for(n, kThreads), kThreads, shared, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
+  check_cuda(cudaGetLastError(), "flash_attention_kernel");
+}
+
+void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
+                     float scale, AttentionPrecision precision, bool causal, float* out) {
+  DeviceBuffer<float> dq(q, n * p), dk(k, keys * p), dv(v, keys * pv), dout(n * pv);
+  thread_local Scratch scratch;  // kept between calls (padded copies, split partials); one per calling thread
+  exact_attention_device(dq.get(), dk.get(), dv.get(), n, keys, p, pv, scale, causal, precision, scratch, dout.get(),
+                         nullptr);
+  check_launch("exact_attention");
   dout.download(out);
 }
 
 }  // namespace attnprobe::gpu
 
-// The CUDA version of `softmax` (estimators/exact/softmax.cpp): the flash-style kernel above.
+// The CUDA version of `softmax` (estimators/exact/softmax.cpp): 3×TF32 on the tensor cores, fp32-level
+// error (the parity test holds it to twice the CPU's), where the simple fp32 kernel's sequential sums
+// err 9× the CPU's at n = 4096 (PERF.md).
 namespace attnprobe::gpu {
 namespace {
 
@@ -87,7 +138,7 @@ class CudaSoftmax final : public Estimator {
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     out.resize(view.n(), view.pv());
     exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
-                    static_cast<float>(view.scale), false, out.data());
+                    static_cast<float>(view.scale), AttentionPrecision::kTf32x3, false, out.data());
   }
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * (p + pv); }
 };

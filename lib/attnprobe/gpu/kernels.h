@@ -9,10 +9,20 @@
 
 namespace attnprobe::gpu {
 
-/// out (n × pv) = softmax(scale·Q·Kᵀ)·V, flash-style (online softmax over key tiles, never n × keys).
-/// q: n × p, k: keys × p, v: keys × pv; p, pv ≤ 256. fp64: accumulate in double (the reference mode).
+/// How exact attention computes on the device.
+enum class AttentionPrecision {
+  kFp64,    ///< one thread per row, float64 accumulation (the reference mode; slow)
+  kFp32,    ///< one thread per row, float32 on CUDA cores (sequential sums: error grows with keys)
+  kTf32x3,  ///< tensor cores, each product split into three TF32 ones (hi·hi + hi·lo + lo·hi): fp32-level error
+  kTf32,    ///< tensor cores, TF32 inputs (10-bit mantissa), fp32 accumulation (error: PERF.md)
+};
+/// "fp64", "fp32", "tf32x3", "tf32".
+const char* precision_name(AttentionPrecision precision);
+
+/// out (n × pv) = softmax(scale·Q·Kᵀ)·V, flash-style (online softmax over key tiles, never n × keys);
+/// causal: key j only for query j ≤ i (needs keys == n). q: n × p, k: keys × p, v: keys × pv; p, pv ≤ 128.
 void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
-                     float scale, bool fp64, float* out);
+                     float scale, AttentionPrecision precision, bool causal, float* out);
 
 /// out (n × pv): every row the column mean of v (keys × pv), accumulated in double.
 void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, float* out);

@@ -9,54 +9,134 @@
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/gpu/cuda_check.cuh"
+#include "attnprobe/gpu/device_kernels.h"
 #include "attnprobe/gpu/kernels.h"
 
 namespace attnprobe::gpu {
 
 namespace {
-// out(i, m) = x_i·ω_m − (subtract_norm ? ‖x_i‖²/2 : 0)
-__global__ void feature_logits_kernel(const double* x, const double* omegas, int n, int p, int features,
-                                      bool subtract_norm, double* out) {
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(n) * features) return;
-  const int m = static_cast<int>(idx % features);
-  const int64_t i = idx / features;
-  double dot = 0, norm2 = 0;
-  for (int c = 0; c < p; ++c) {
-    const double xc = x[i * p + c];
-    dot += xc * omegas[static_cast<int64_t>(m) * p + c];
-    norm2 += xc * xc;
+constexpr int kWarps = 8;          // feature kernels: one warp per row at a time
+constexpr int kRowsPerBlock = 64;  // rows per block: ω is staged once per 64 rows (8 re-staged it 8× as often, run 6)
+constexpr int kChunk = 256;        // keys per block of the key summary
+constexpr int kSub = 32;           // keys staged in shared memory at a time
+
+// One warp per row x_i: logits(i, m) = x_i·ω_m − (subtract_norm ? ‖x_i‖²/2 : 0) for m < M. Query rows
+// (subtract_norm false) are finished here: out(i, m) = exp(logit − max_m logit). Key rows keep the
+// logit, and their row maximum goes to row_max (the slice maximum is taken next). ω is staged
+// transposed (ωᵀ: p × M) in shared memory, so the lanes of a warp read consecutive features.
+__global__ void features_kernel(const double* x, const double* omegas, int rows, int p, int features,
+                                bool subtract_norm, double* out, double* row_max) {
+  extern __shared__ double omega_t[];  // p × features
+  for (int idx = threadIdx.x; idx < p * features; idx += blockDim.x) {
+    const int m = idx / p, c = idx % p;
+    omega_t[c * features + m] = omegas[idx];
   }
-  out[idx] = subtract_norm ? dot - 0.5 * norm2 : dot;
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < kRowsPerBlock; r += kWarps) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + r;
+    if (i >= rows) return;
+    const double* xi = x + i * p;
+    double norm2 = 0;
+    if (subtract_norm)
+      for (int c = 0; c < p; ++c) norm2 += xi[c] * xi[c];
+    double best = -INFINITY;
+    for (int m = lane; m < features; m += 32) {
+      double dot = 0;
+      for (int c = 0; c < p; ++c) dot += xi[c] * omega_t[c * features + m];
+      const double logit = subtract_norm ? dot - 0.5 * norm2 : dot;
+      out[i * features + m] = logit;
+      best = fmax(best, logit);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) best = fmax(best, __shfl_xor_sync(0xffffffffu, best, offset));
+    if (subtract_norm) {
+      if (lane == 0) row_max[i] = best;
+    } else {
+      for (int m = lane; m < features; m += 32) out[i * features + m] = exp(out[i * features + m] - best);
+    }
+  }
 }
 
-__global__ void row_max_kernel(const double* x, int rows, int cols, double* max) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+// max over rows of row_max, into *slice_max (one block).
+__global__ void slice_max_kernel(const double* row_max, int rows, double* slice_max) {
+  __shared__ double warp_max[32];
   double best = -INFINITY;
-  for (int c = 0; c < cols; ++c) best = fmax(best, x[static_cast<int64_t>(r) * cols + c]);
-  max[r] = best;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) best = fmax(best, row_max[r]);
+  for (int offset = 16; offset > 0; offset /= 2) best = fmax(best, __shfl_xor_sync(0xffffffffu, best, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) best = fmax(best, warp_max[w]);
+    *slice_max = fmax(best, warp_max[0]);
+  }
 }
 
-// x(r, c) = exp(x(r, c) − shift(r)) (shift per row) or exp(x − shift(0)) (one shift)
-__global__ void shifted_exp_kernel(double* x, int rows, int cols, const double* shift, bool per_row) {
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(rows) * cols) return;
-  x[idx] = exp(x[idx] - shift[per_row ? idx / cols : 0]);
+// partial(chunk, m, c) = Σ_{j in chunk} exp(klogit(j, m) − slice_max)·[v_j, 1](c), c ≤ pv (column pv
+// sums the features alone). Each thread owns 4 features × 4 columns, keys staged kSub at a time.
+__global__ void key_summary_kernel(const double* klogits, const double* v, const double* slice_max, int keys,
+                                   int features, int pv, double* partial) {
+  extern __shared__ double staged[];  // kf: kSub × features, then [v, 1]: kSub × (pv + 1)
+  double* kf = staged;
+  double* vv = staged + kSub * features;
+  const int cols = pv + 1, mt = (features + 3) / 4, ct = (cols + 3) / 4;
+  const double shift = *slice_max;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int last = static_cast<int>(min(static_cast<int64_t>(kChunk), keys - first));
+  const int rounds = (mt * ct + blockDim.x - 1) / blockDim.x;  // the same for every thread (barriers below)
+  for (int round = 0; round < rounds; ++round) {
+    const int tile = round * blockDim.x + threadIdx.x;
+    const bool active = tile < mt * ct;
+    const int m0 = (tile / ct) * 4, c0 = (tile % ct) * 4;
+    double acc[4][4] = {};
+    for (int s = 0; s < last; s += kSub) {
+      const int count = min(kSub, last - s);
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < count * features; idx += blockDim.x)
+        kf[idx] = exp(klogits[(first + s) * features + idx] - shift);
+      for (int idx = threadIdx.x; idx < count * cols; idx += blockDim.x) {
+        const int j = idx / cols, c = idx % cols;
+        vv[idx] = c < pv ? v[(first + s + j) * pv + c] : 1.0;
+      }
+      __syncthreads();
+      if (active)
+        for (int j = 0; j < count; ++j) {
+          double a[4], b[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            a[r] = m0 + r < features ? kf[j * features + m0 + r] : 0.0;
+            b[r] = c0 + r < cols ? vv[j * cols + c0 + r] : 0.0;
+          }
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[r][e] += a[r] * b[e];
+        }
+    }
+    if (active)
+      for (int r = 0; r < 4; ++r)
+        for (int e = 0; e < 4; ++e)
+          if (m0 + r < features && c0 + e < cols)
+            partial[(static_cast<int64_t>(blockIdx.x) * features + m0 + r) * cols + c0 + e] = acc[r][e];
+  }
 }
 
-// kv(m, c) = Σ_j kf(j, m)·v(j, c) for c < pv, and column pv holds Σ_j kf(j, m)
-__global__ void key_summary_kernel(const double* kf, const double* v, int keys, int features, int pv, double* kv) {
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(features) * (pv + 1)) return;
-  const int c = static_cast<int>(idx % (pv + 1));
-  const int64_t m = idx / (pv + 1);
+// kv(m, c) = Σ_chunks partial(chunk, m, c): one block per entry, deterministic order.
+__global__ void sum_partials_kernel(const double* partial, int chunks, int entries, double* kv) {
+  __shared__ double warp_sums[8];
+  const int e = blockIdx.x;
   double sum = 0;
-  for (int j = 0; j < keys; ++j)
-    sum += kf[static_cast<int64_t>(j) * features + m] * (c < pv ? v[static_cast<int64_t>(j) * pv + c] : 1.0);
-  kv[idx] = sum;
+  for (int b = threadIdx.x; b < chunks; b += blockDim.x) sum += partial[static_cast<int64_t>(b) * entries + e];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];
+    kv[e] = total;
+  }
 }
 
+// out(i, c) = Σ_m qf(i, m)·kv(m, c) / Σ_m qf(i, m)·kv(m, pv)
 __global__ void ratio_kernel(const double* qf, const double* kv, int n, int features, int pv, float* out) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * pv) return;
@@ -72,33 +152,51 @@ __global__ void ratio_kernel(const double* qf, const double* kv, int n, int feat
 }
 }  // namespace
 
-void performer(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
-               int64_t keys, int64_t p, int64_t pv, int64_t features, float* out) {
+void performer_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
+                      int64_t keys, int64_t p, int64_t pv, int64_t features, Scratch& scratch, float* out,
+                      cudaStream_t stream) {
   const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv),
             mi = static_cast<int>(features);
+  const size_t omega_shared = static_cast<size_t>(p) * features * sizeof(double);
+  const size_t summary_shared = static_cast<size_t>(kSub) * (features + pv + 1) * sizeof(double);
+  if (omega_shared > 200 * 1024 || summary_shared > 200 * 1024)
+    throw InputError("CUDA performer: M·p = " + std::to_string(features * p) + " exceeds its shared memory");
+  static bool attributes_set = false;
+  if (!attributes_set) {
+    check_cuda(cudaFuncSetAttribute(features_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+               "cudaFuncSetAttribute(features_kernel)");
+    check_cuda(cudaFuncSetAttribute(key_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+               "cudaFuncSetAttribute(key_summary_kernel)");
+    attributes_set = true;
+  }
+  const int chunks = static_cast<int>((keys + kChunk - 1) / kChunk);
+  const int64_t entries = features * (pv + 1);
+  // scratch: qf (n × M), key logits (keys × M), key row maxima, slice max, partials, kv
+  const size_t doubles = n * features + keys * features + keys + 1 + chunks * entries + entries;
+  double* qf = static_cast<double*>(scratch.get(doubles * sizeof(double)));
+  double *kl = qf + n * features, *row_max = kl + keys * features, *slice_max = row_max + keys;
+  double *partial = slice_max + 1, *kv = partial + chunks * entries;
+  features_kernel<<<blocks_for(n, kRowsPerBlock), kWarps * 32, omega_shared, stream>>>(q_scaled, omegas, ni, pi, mi,
+                                                                                       false, qf, nullptr);
+  features_kernel<<<blocks_for(keys, kRowsPerBlock), kWarps * 32, omega_shared, stream>>>(k_scaled, omegas, ki, pi, mi,
+                                                                                          true, kl, row_max);
+  slice_max_kernel<<<1, 1024, 0, stream>>>(row_max, ki, slice_max);
+  const int tiles = static_cast<int>(((features + 3) / 4) * ((pv + 4) / 4));  // 4 × 4 (feature, column) tiles
+  const int summary_threads = std::min(1024, (tiles + 31) / 32 * 32);
+  key_summary_kernel<<<chunks, summary_threads, summary_shared, stream>>>(kl, v, slice_max, ki, mi, pvi, partial);
+  sum_partials_kernel<<<static_cast<unsigned>(entries), 256, 0, stream>>>(partial, chunks, static_cast<int>(entries),
+                                                                          kv);
+  ratio_kernel<<<blocks_for(n * pv, 256), 256, 0, stream>>>(qf, kv, ni, mi, pvi, out);
+  check_cuda(cudaGetLastError(), "performer kernels");
+}
+
+void performer(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
+               int64_t keys, int64_t p, int64_t pv, int64_t features, float* out) {
   DeviceBuffer<double> dq(q_scaled, n * p), dk(k_scaled, keys * p), dv(v, keys * pv), dw(omegas, features * p);
-  DeviceBuffer<double> qf(n * features), kf(keys * features), row_max(std::max(n, keys)), kv(features * (pv + 1));
   DeviceBuffer<float> dout(n * pv);
-  feature_logits_kernel<<<blocks_for(n * features, 256), 256>>>(dq.get(), dw.get(), ni, pi, mi, false, qf.get());
-  check_launch("feature_logits_kernel(q)");
-  row_max_kernel<<<blocks_for(n, 128), 128>>>(qf.get(), ni, mi, row_max.get());
-  check_launch("row_max_kernel(q)");
-  shifted_exp_kernel<<<blocks_for(n * features, 256), 256>>>(qf.get(), ni, mi, row_max.get(), true);
-  check_launch("shifted_exp_kernel(q)");
-  feature_logits_kernel<<<blocks_for(keys * features, 256), 256>>>(dk.get(), dw.get(), ki, pi, mi, true, kf.get());
-  check_launch("feature_logits_kernel(k)");
-  row_max_kernel<<<blocks_for(keys, 128), 128>>>(kf.get(), ki, mi, row_max.get());
-  check_launch("row_max_kernel(k)");
-  std::vector<double> maxima(keys);  // one shift for the whole slice: the max over all keys
-  check_cuda(cudaMemcpy(maxima.data(), row_max.get(), keys * sizeof(double), cudaMemcpyDeviceToHost), "download");
-  const double slice_max = *std::max_element(maxima.begin(), maxima.end());
-  DeviceBuffer<double> shift(&slice_max, 1);
-  shifted_exp_kernel<<<blocks_for(keys * features, 256), 256>>>(kf.get(), ki, mi, shift.get(), false);
-  check_launch("shifted_exp_kernel(k)");
-  key_summary_kernel<<<blocks_for(features * (pv + 1), 128), 128>>>(kf.get(), dv.get(), ki, mi, pvi, kv.get());
-  check_launch("key_summary_kernel");
-  ratio_kernel<<<blocks_for(n * pv, 256), 256>>>(qf.get(), kv.get(), ni, mi, pvi, dout.get());
-  check_launch("ratio_kernel");
+  thread_local Scratch scratch;
+  performer_device(dq.get(), dk.get(), dv.get(), dw.get(), n, keys, p, pv, features, scratch, dout.get(), nullptr);
+  check_launch("performer");
   dout.download(out);
 }
 

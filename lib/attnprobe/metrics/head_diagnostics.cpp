@@ -1,19 +1,143 @@
 #include "attnprobe/metrics/head_diagnostics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
+
+#include "attnprobe/sweep/runner.h"
 
 namespace attnprobe {
 
+namespace {
+
+constexpr int64_t kRowBlock = 256;
+constexpr int kPowerIterations = 30;
+
+// Rows [r0, r0 + rows) of A = softmax(s·QKᵀ) in float64, row-major; `max_logit` gets the block's
+// largest s·q_i·k_j.
+MatrixD attention_rows(const HeadView& view, int64_t r0, int64_t rows, double* max_logit = nullptr) {
+  MatrixD a = view.scale * (view.q.middleRows(r0, rows) * view.k.transpose());
+  if (max_logit) *max_logit = a.maxCoeff();
+  for (int64_t i = 0; i < a.rows(); ++i) {
+    a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+    a.row(i) /= a.row(i).sum();
+  }
+  return a;
+}
+
+double row_entropy(const Eigen::Ref<const Eigen::RowVectorXd>& row) {
+  return -(row.array() * (row.array() > 0).select(row.array().log(), 0.0)).sum();
+}
+
+double norm_cv(const MatrixD& x) {
+  const Eigen::VectorXd norms = x.rowwise().norm();
+  const double mean = norms.mean();
+  return mean == 0 ? 0 : std::sqrt((norms.array() - mean).square().mean()) / mean;
+}
+
+// Runs f(b, r0, rows) for every row block b, in parallel over `pool` when given. Callers keep one
+// result per block and reduce them in block order, so the result does not depend on the threads.
+void for_each_block(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t, int64_t)>& f) {
+  const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+  auto one = [&](int64_t b) { f(b, b * kRowBlock, std::min(kRowBlock, n - b * kRowBlock)); };
+  if (pool)
+    pool->parallel_for(blocks, one);
+  else
+    for (int64_t b = 0; b < blocks; ++b) one(b);
+}
+
+}  // namespace
+
 double mean_attention_entropy(const HeadView& view) {
   double total = 0;
-  for (int64_t i = 0; i < view.n(); ++i) {
-    Eigen::RowVectorXd logits = view.scale * (view.q.row(i) * view.k.transpose());
-    logits.array() -= logits.maxCoeff();
-    const double z = logits.array().exp().sum();
-    const Eigen::RowVectorXd prob = logits.array().exp() / z;
-    total += -(prob.array() * (logits.array() - std::log(z))).sum();
+  for (int64_t r0 = 0; r0 < view.n(); r0 += kRowBlock) {
+    const MatrixD a = attention_rows(view, r0, std::min(kRowBlock, view.n() - r0));
+    for (int64_t i = 0; i < a.rows(); ++i) total += row_entropy(a.row(i));
   }
   return total / view.n();
+}
+
+const std::vector<std::string>& diagnostic_names() {
+  static const std::vector<std::string> kNames = {"entropy",       "effective_support", "max_logit", "stable_rank",
+                                                  "mean_distance", "q_norm_cv",         "k_norm_cv"};
+  return kNames;
+}
+
+std::vector<double> diagnostic_values(const HeadDiagnostics& d) {
+  return {d.entropy, d.effective_support, d.max_logit, d.stable_rank, d.mean_distance, d.q_norm_cv, d.k_norm_cv};
+}
+
+HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
+  const int64_t n = view.n(), blocks = (n + kRowBlock - 1) / kRowBlock;
+  struct RowStats {
+    double entropy = 0, support = 0, distance = 0, fro2 = 0, max_logit = 0;
+  };
+  std::vector<RowStats> parts(blocks);
+  for_each_block(n, pool, [&](int64_t b, int64_t r0, int64_t rows) {
+    RowStats& s = parts[b];
+    const MatrixD a = attention_rows(view, r0, rows, &s.max_logit);
+    std::vector<double> sorted(a.cols());
+    for (int64_t i = 0; i < a.rows(); ++i) {
+      s.entropy += row_entropy(a.row(i));
+      std::copy(a.row(i).begin(), a.row(i).end(), sorted.begin());
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      double mass = 0;
+      int64_t keys = 0;
+      // 0.9 less a rounding margin: 270 weights of 1/300 sum to 0.8999999999999999 in float64.
+      while (mass < 0.9 - 1e-12 && keys < a.cols()) mass += sorted[keys++];
+      s.support += static_cast<double>(keys);
+      for (int64_t j = 0; j < a.cols(); ++j) s.distance += a(i, j) * std::abs(static_cast<double>(r0 + i - j));
+      s.fro2 += a.row(i).squaredNorm();
+    }
+  });
+  HeadDiagnostics d;
+  double fro2 = 0;
+  d.max_logit = -std::numeric_limits<double>::infinity();
+  for (const RowStats& s : parts) {
+    d.entropy += s.entropy / n;
+    d.effective_support += s.support / n;
+    d.mean_distance += s.distance / n;
+    fro2 += s.fro2;
+    d.max_logit = std::max(d.max_logit, s.max_logit);
+  }
+  // ‖A‖₂² by power iteration on AᵀA (x ← Aᵀ(A x) / ‖·‖) from the all-ones direction: attention
+  // rows sum to one, so that start is never orthogonal to the top singular vector.
+  Eigen::VectorXd x = Eigen::VectorXd::Ones(n) / std::sqrt(static_cast<double>(n));
+  double sigma2 = 0;
+  std::vector<Eigen::VectorXd> products(blocks);
+  for (int it = 0; it < kPowerIterations; ++it) {
+    for_each_block(n, pool, [&](int64_t b, int64_t r0, int64_t rows) {
+      const MatrixD a = attention_rows(view, r0, rows);
+      products[b] = a.transpose() * (a * x);
+    });
+    Eigen::VectorXd y = Eigen::VectorXd::Zero(n);
+    for (const Eigen::VectorXd& p : products) y += p;
+    sigma2 = y.norm();
+    if (sigma2 == 0) break;
+    x = y / sigma2;
+  }
+  d.stable_rank = sigma2 > 0 ? fro2 / sigma2 : 0;
+  d.q_norm_cv = norm_cv(view.q);
+  d.k_norm_cv = norm_cv(view.k);
+  return d;
+}
+
+std::vector<DiagnosticRow> diagnose_slices(const Dump& dump, const std::vector<SliceRef>& slices, int threads,
+                                           const std::function<void(int64_t)>& progress) {
+  ThreadPool pool(threads);
+  std::vector<DiagnosticRow> rows;
+  const std::string label = dump_label(dump.path());
+  for (size_t s = 0; s < slices.size(); ++s) {
+    const SliceRef& slice = slices[s];
+    const HeadView view = dump.read_slice(slice.layer, slice.head, slice.batch, slice.n);
+    const std::vector<double> values = diagnostic_values(diagnose_head(view, &pool));
+    for (size_t d = 0; d < values.size(); ++d)
+      rows.push_back(DiagnosticRow{label, slice.layer, slice.head, slice.batch, slice.n, view.p(),
+                                   diagnostic_names()[d], values[d]});
+    if (progress) progress(static_cast<int64_t>(s + 1));
+  }
+  return rows;
 }
 
 DumpInspection inspect_dump(const Dump& dump, bool entropy) {

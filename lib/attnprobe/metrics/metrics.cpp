@@ -19,8 +19,24 @@ const std::vector<Metric>& all_metrics() {
   return kAll;
 }
 
+const std::vector<Metric>& case_metrics() {
+  static const std::vector<Metric> kCase = {Metric::kBiasFroRel, Metric::kVarFroRel, Metric::kBiasSpecRel};
+  return kCase;
+}
+
+bool is_case_metric(Metric metric) {
+  const auto& c = case_metrics();
+  return std::find(c.begin(), c.end(), metric) != c.end();
+}
+
 const char* metric_name(Metric metric) {
   switch (metric) {
+    case Metric::kBiasFroRel:
+      return "bias_fro_rel";
+    case Metric::kVarFroRel:
+      return "var_fro_rel";
+    case Metric::kBiasSpecRel:
+      return "bias_spec_rel";
     case Metric::kSpec:
       return "spec";
     case Metric::kSpecRel:
@@ -44,19 +60,29 @@ const char* metric_name(Metric metric) {
 }
 
 std::vector<Metric> parse_metrics(const std::string& text) {
-  if (trim(text) == "all") return all_metrics();
-  std::vector<Metric> out;
+  std::vector<Metric> known = all_metrics();
+  known.insert(known.end(), case_metrics().begin(), case_metrics().end());
   std::vector<std::string> names;
-  for (Metric m : all_metrics()) names.push_back(metric_name(m));
+  for (Metric m : known) names.push_back(metric_name(m));
+  std::vector<Metric> out;
+  auto add = [&](Metric m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
   for (const std::string& raw : split(text, ',')) {
     const std::string name = trim(raw);
+    if (name == "all" || name == "case") {
+      for (Metric m : name == "all" ? all_metrics() : case_metrics()) add(m);
+      continue;
+    }
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
       throw UsageError(
-          fmt::format("unknown metric '{}' in --metrics: use 'all' or a list of {}", name, join(names, ",")));
-    Metric m = all_metrics()[it - names.begin()];
-    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+          fmt::format("unknown metric '{}' in --metrics: use 'all' (per trial), 'case' (per case), or a list of {}",
+                      name, join(names, ",")));
+    add(known[it - names.begin()]);
   }
+  // Per-trial metrics first: rows of a case list its trials, then its case row.
+  std::stable_partition(out.begin(), out.end(), [](Metric m) { return !is_case_metric(m); });
   return out;
 }
 
@@ -130,6 +156,50 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kZeroRows:
         values.push_back(static_cast<double>(zero_rows) / n);
         break;
+      case Metric::kBiasFroRel:
+      case Metric::kVarFroRel:
+      case Metric::kBiasSpecRel:
+        throw std::logic_error("a case-level metric asked of one trial (CaseAccumulator computes it)");
+    }
+  }
+  return values;
+}
+
+void CaseAccumulator::add(const MatrixF& estimate) {
+  const MatrixD x = estimate.cast<double>();
+  if (count_ == 0) {
+    mean_ = x;
+    m2_ = MatrixD::Zero(x.rows(), x.cols());
+    count_ = 1;
+    return;
+  }
+  ++count_;
+  const MatrixD delta = x - mean_;
+  mean_ += delta / static_cast<double>(count_);
+  m2_.array() += delta.array() * (x - mean_).array();
+}
+
+std::vector<double> CaseAccumulator::metrics(const MatrixD& reference, const ReferenceNorms& norms,
+                                             const std::vector<Metric>& which) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> values;
+  for (Metric m : which) {
+    if (count_ < 2) {  // a bias and a spread need two trials
+      values.push_back(nan);
+      continue;
+    }
+    switch (m) {
+      case Metric::kBiasFroRel:
+        values.push_back(norms.fro > 0 ? (mean_ - reference).norm() / norms.fro : nan);
+        break;
+      case Metric::kVarFroRel:
+        values.push_back(norms.fro > 0 ? m2_.sum() / (count_ - 1) / (norms.fro * norms.fro) : nan);
+        break;
+      case Metric::kBiasSpecRel:
+        values.push_back(norms.spec > 0 ? spectral_norm(mean_ - reference) / norms.spec : nan);
+        break;
+      default:
+        throw std::logic_error("a per-trial metric asked of a case");
     }
   }
   return values;

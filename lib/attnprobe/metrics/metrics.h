@@ -8,12 +8,30 @@
 
 namespace attnprobe {
 
-enum class Metric { kSpec, kSpecRel, kFro, kFroRel, kMse, kNmse, kMaxAbs, kAngle, kZeroRows };
+enum class Metric {
+  kSpec,
+  kSpecRel,
+  kFro,
+  kFroRel,
+  kMse,
+  kNmse,
+  kMaxAbs,
+  kAngle,
+  kZeroRows,  // one value per trial
+  kBiasFroRel,
+  kVarFroRel,
+  kBiasSpecRel,  // one value per case (trial −1)
+};
 
-/// All metrics, in CSV order.
+/// The per-trial metrics, in CSV order: what `--metrics all` selects.
 const std::vector<Metric>& all_metrics();
+/// The case-level metrics (docs/metrics.md): computed from all T ≥ 2 trials of a case and written
+/// with trial −1; selected by name or by the word `case` in `--metrics`.
+const std::vector<Metric>& case_metrics();
+bool is_case_metric(Metric metric);
 const char* metric_name(Metric metric);
-/// Parses "spec,angle" or "all"; throws UsageError listing valid names.
+/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones) or a mix such as
+/// "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);
 
 /// Largest singular value. Computed from the smaller Gram matrix (p × p for a tall n × p matrix)
@@ -31,5 +49,23 @@ ReferenceNorms reference_norms(const MatrixD& reference);
 /// norm is 0 (the ratio is undefined; the absolute metric says all there is to say).
 std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNorms& norms, const MatrixF& estimate,
                                     const std::vector<Metric>& which);
+
+/// The running mean R̄ and sum of squared deviations of a case's trial estimates (Welford, float64,
+/// per element), so the case-level metrics never keep T estimates. Fold the trials in trial order:
+/// the result is then the same for any thread count.
+class CaseAccumulator {
+ public:
+  void add(const MatrixF& estimate);
+  int64_t count() const { return count_; }
+  /// The case-level metrics in `which` against the reference: bias_fro_rel = ‖R̄ − R*‖_F/‖R*‖_F,
+  /// var_fro_rel = Σ_t ‖R_t − R̄‖_F² / (T − 1) / ‖R*‖_F², bias_spec_rel = ‖R̄ − R*‖₂/‖R*‖₂. So the
+  /// trials' mean nmse = bias_fro_rel² + var_fro_rel·(T − 1)/T.
+  std::vector<double> metrics(const MatrixD& reference, const ReferenceNorms& norms,
+                              const std::vector<Metric>& which) const;
+
+ private:
+  MatrixD mean_, m2_;
+  int64_t count_ = 0;
+};
 
 }  // namespace attnprobe

@@ -13,17 +13,6 @@
 
 namespace attnprobe {
 
-namespace {
-
-template <class Row>
-std::string csv_text(const std::vector<Column<Row>>& columns, const std::vector<Row>& rows) {
-  std::string text = csv_header(columns) + "\n";
-  for (const Row& r : rows) text += csv_line(columns, r);
-  return text;
-}
-
-}  // namespace
-
 TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(path) {
   bool need_header = true;
   if (append && std::filesystem::exists(path) && std::filesystem::file_size(path) > 0) {

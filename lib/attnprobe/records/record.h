@@ -53,12 +53,24 @@ struct TrialRow {
   double value = 0;
 };
 
+/// The `trial` of a case-level row (bias and variance over all the case's trials; docs/metrics.md).
+inline constexpr int64_t kCaseTrial = -1;
+
 /// One trial of one case: what `--resume` checks off.
 struct TrialId {
   CaseKey key;
   int64_t trial = 0;
   uint64_t seed = 0;
   auto operator<=>(const TrialId&) const = default;
+};
+
+/// One diagnostic of one slice at one length (`attnprobe diagnose`): long, like the trial CSV.
+struct DiagnosticRow {
+  std::string dump;
+  Coordinate layer, head, batch, n;
+  int64_t p = 0;
+  std::string diagnostic;
+  double value = 0;
 };
 
 struct SummaryRow {

@@ -54,7 +54,9 @@ Coordinate to_coordinate(const std::string& text) {
 
 using KeyColumn = Column<CaseKey>;
 
-const std::vector<KeyColumn>& key_columns() {
+}  // namespace
+
+const std::vector<KeyColumn>& case_key_columns() {
   static const std::vector<KeyColumn> kColumns = {
       {"dump", [](const CaseKey& k) { return k.dump; }, [](CaseKey& k, const std::string& t) { k.dump = t; }},
       {"layer", [](const CaseKey& k) { return k.layer.text(); },
@@ -78,15 +80,7 @@ const std::vector<KeyColumn>& key_columns() {
   return kColumns;
 }
 
-// The key columns as columns of a row type that holds a `key`.
-template <class Row>
-std::vector<Column<Row>> lifted_key_columns() {
-  std::vector<Column<Row>> columns;
-  for (const KeyColumn& c : key_columns())
-    columns.push_back({c.name, [get = c.get](const Row& r) { return get(r.key); },
-                       [set = c.set](Row& r, const std::string& t) { set(r.key, t); }});
-  return columns;
-}
+namespace {
 
 template <class Row>
 Column<Row> real_column(std::string name, double Row::*field) {
@@ -129,22 +123,25 @@ const std::vector<Column<SummaryRow>>& summary_columns() {
   return kColumns;
 }
 
-template <class Row>
-std::string csv_header(const std::vector<Column<Row>>& columns) {
-  std::string out;
-  for (const Column<Row>& c : columns) out += (out.empty() ? "" : ",") + c.name;
-  return out;
-}
-
-template <class Row>
-std::string csv_line(const std::vector<Column<Row>>& columns, const Row& row) {
-  std::string out;
-  for (size_t i = 0; i < columns.size(); ++i) {
-    if (i) out += ',';
-    out += csv_field(columns[i].get(row));
-  }
-  out += '\n';
-  return out;
+const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
+  // The slice columns reuse the case key's text forms, so they cannot drift apart. Written only
+  // (plots read it; nothing in attnprobe does), so the columns have no setters.
+  static const std::vector<Column<DiagnosticRow>> kColumns = [] {
+    std::vector<Column<DiagnosticRow>> c;
+    for (const KeyColumn& k : case_key_columns()) {
+      if (k.name == "estimator") break;  // dump, layer, head, batch, n, p
+      c.push_back({k.name,
+                   [get = k.get](const DiagnosticRow& r) {
+                     return get(CaseKey{
+                         .dump = r.dump, .layer = r.layer, .head = r.head, .batch = r.batch, .n = r.n, .p = r.p});
+                   },
+                   nullptr});
+    }
+    c.push_back({"diagnostic", [](const DiagnosticRow& r) { return r.diagnostic; }, nullptr});
+    c.push_back({"value", [](const DiagnosticRow& r) { return format_real(r.value); }, nullptr});
+    return c;
+  }();
+  return kColumns;
 }
 
 template <class Row>
@@ -161,10 +158,6 @@ void parse_row(const std::vector<Column<Row>>& columns, const std::vector<std::s
   }
 }
 
-template std::string csv_header(const std::vector<Column<TrialRow>>&);
-template std::string csv_header(const std::vector<Column<SummaryRow>>&);
-template std::string csv_line(const std::vector<Column<TrialRow>>&, const TrialRow&);
-template std::string csv_line(const std::vector<Column<SummaryRow>>&, const SummaryRow&);
 template void parse_row(const std::vector<Column<TrialRow>>&, const std::vector<std::string>&, const std::string&,
                         TrialRow&);
 template void parse_row(const std::vector<Column<SummaryRow>>&, const std::vector<std::string>&, const std::string&,

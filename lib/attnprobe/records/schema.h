@@ -18,18 +18,61 @@ struct Column {
   std::function<void(Row&, const std::string&)> set;
 };
 
+/// dump,layer,head,batch,n,p,estimator,spec,samples,reference: the case key, shared by every layout.
+const std::vector<Column<CaseKey>>& case_key_columns();
+
+/// The case-key columns as columns of a row type that holds a `key`; `skip` names columns to leave out.
+template <class Row>
+std::vector<Column<Row>> lifted_key_columns(const std::vector<std::string>& skip = {}) {
+  std::vector<Column<Row>> columns;
+  for (const Column<CaseKey>& c : case_key_columns()) {
+    bool skipped = false;
+    for (const std::string& name : skip) skipped = skipped || name == c.name;
+    if (skipped) continue;
+    columns.push_back({c.name, [get = c.get](const Row& r) { return get(r.key); },
+                       [set = c.set](Row& r, const std::string& t) { set(r.key, t); }});
+  }
+  return columns;
+}
+
 /// dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value
 const std::vector<Column<TrialRow>>& trial_columns();
 /// dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
 const std::vector<Column<SummaryRow>>& summary_columns();
 
+/// Quotes a field when it contains a comma, quote or newline (RFC 4180).
+std::string csv_field(const std::string& text);
+
 /// The header line (without newline) of a layout.
 template <class Row>
-std::string csv_header(const std::vector<Column<Row>>& columns);
+std::string csv_header(const std::vector<Column<Row>>& columns) {
+  std::string out;
+  for (const Column<Row>& c : columns) out += (out.empty() ? "" : ",") + c.name;
+  return out;
+}
 
 /// One CSV line (with newline) of a row: every column's text, quoted where needed.
 template <class Row>
-std::string csv_line(const std::vector<Column<Row>>& columns, const Row& row);
+std::string csv_line(const std::vector<Column<Row>>& columns, const Row& row) {
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i) out += ',';
+    out += csv_field(columns[i].get(row));
+  }
+  out += '\n';
+  return out;
+}
+
+/// A whole CSV text: the header, then one line per row.
+template <class Row>
+std::string csv_text(const std::vector<Column<Row>>& columns, const std::vector<Row>& rows) {
+  std::string text = csv_header(columns) + "\n";
+  for (const Row& r : rows) text += csv_line(columns, r);
+  return text;
+}
+
+/// dump,layer,head,batch,n,p,diagnostic,value (written only: its columns have no setters)
+const std::vector<Column<DiagnosticRow>>& diagnostic_columns();
 
 /// Sets every column of `row` from `fields` (in the table's order). Throws InputError naming
 /// `where` and the column on a malformed field.
@@ -37,8 +80,6 @@ template <class Row>
 void parse_row(const std::vector<Column<Row>>& columns, const std::vector<std::string>& fields,
                const std::string& where, Row& row);
 
-/// Quotes a field when it contains a comma, quote or newline (RFC 4180).
-std::string csv_field(const std::string& text);
 /// Splits one CSV line into fields (RFC 4180 quoting); throws InputError on a broken quote.
 std::vector<std::string> parse_csv_line(const std::string& line);
 

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -18,8 +20,9 @@ std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::
   for (const TrialRow& r : rows) seen[TrialId{r.key, r.trial, r.seed}].insert(r.metric);
   std::set<TrialId> done;
   for (const auto& [id, names] : seen) {
-    bool all = true;
-    for (Metric m : metrics) all = all && names.count(metric_name(m));
+    bool all = true;  // a trial needs every per-trial metric asked for; a case row (trial −1) every case metric
+    for (Metric m : metrics)
+      if (is_case_metric(m) == (id.trial == kCaseTrial)) all = all && names.count(metric_name(m));
     if (all) done.insert(id);
   }
   return done;
@@ -35,6 +38,28 @@ struct Reference {
 struct Task {
   size_t setting = 0;
   int trial = 0;
+  bool write = true;  ///< false: already in the output; run only to feed the case accumulator
+};
+
+// The case-level metrics of one setting on one slice. Trials finish in any order on the pool; each
+// estimate is folded into the accumulator in trial order (a finished trial waits in `pending` for
+// its predecessors), so the float64 sums do not depend on the thread count and at most about one
+// estimate per thread is held at a time.
+struct CaseState {
+  std::mutex mutex;
+  int next_trial = 0;
+  std::map<int, MatrixF> pending;
+  CaseAccumulator accumulator;
+
+  void add(int trial, MatrixF estimate) {
+    std::lock_guard<std::mutex> lock(mutex);
+    pending.emplace(trial, std::move(estimate));
+    for (auto it = pending.find(next_trial); it != pending.end(); it = pending.find(next_trial)) {
+      accumulator.add(it->second);
+      pending.erase(it);
+      ++next_trial;
+    }
+  }
 };
 
 }  // namespace
@@ -57,6 +82,9 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     auto& n = longest[{s.layer, s.head, s.batch}];
     n = std::max(n, s.n);
   }
+  std::vector<Metric> trial_list, case_list;
+  for (Metric m : plan.metrics) (is_case_metric(m) ? case_list : trial_list).push_back(m);
+
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
 
@@ -75,14 +103,21 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                      .samples = s.samples,
                      .reference = s.reference};
     };
+    // Case-level metrics (trial −1) for settings with at least two trials whose case row is not yet
+    // in the output; their finished trials are run again, silently, to rebuild the accumulator.
+    std::vector<std::unique_ptr<CaseState>> cases(plan.settings.size());
+    if (!case_list.empty())
+      for (size_t i = 0; i < plan.settings.size(); ++i)
+        if (plan.settings[i].trials >= 2 &&
+            !options.done.count(TrialId{key_of(plan.settings[i]), kCaseTrial, plan.seed}))
+          cases[i] = std::make_unique<CaseState>();
     std::vector<Task> tasks;
     for (size_t i = 0; i < plan.settings.size(); ++i)
       for (int t = 0; t < plan.settings[i].trials; ++t) {
-        if (options.done.count(TrialId{key_of(plan.settings[i]), t, plan.seed})) {
-          ++stats.tasks_skipped;
-          continue;
-        }
-        tasks.push_back(Task{i, t});
+        const bool done = options.done.count(TrialId{key_of(plan.settings[i]), t, plan.seed}) > 0;
+        if (done) ++stats.tasks_skipped;
+        if (done && !cases[i]) continue;
+        tasks.push_back(Task{i, t, !done});
       }
     const int64_t slice_tasks = plan.tasks_per_slice();
     if (tasks.empty()) {
@@ -129,18 +164,29 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         throw std::logic_error(fmt::format("estimator {} returned {}x{} for a {}x{} slice", setting.canonical,
                                            out.rows(), out.cols(), view.n(), view.pv()));
       const Reference& ref = references.at(setting.reference);
-      values[i] = compute_metrics(ref.output, ref.norms, out, plan.metrics);
+      if (task.write) values[i] = compute_metrics(ref.output, ref.norms, out, trial_list);
+      if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));
     });
 
     std::vector<TrialRow> rows;
     for (size_t i = 0; i < tasks.size(); ++i) {
       const EstimatorSetting& setting = plan.settings[tasks[i].setting];
       const CaseKey key = key_of(setting);
-      for (size_t m = 0; m < plan.metrics.size(); ++m)
-        rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(plan.metrics[m]), values[i][m]});
+      if (tasks[i].write)
+        for (size_t m = 0; m < trial_list.size(); ++m)
+          rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m]), values[i][m]});
+      // After a setting's last trial: its case row.
+      const bool last = i + 1 == tasks.size() || tasks[i + 1].setting != tasks[i].setting;
+      if (last && cases[tasks[i].setting]) {
+        const Reference& ref = references.at(setting.reference);
+        const std::vector<double> case_values =
+            cases[tasks[i].setting]->accumulator.metrics(ref.output, ref.norms, case_list);
+        for (size_t m = 0; m < case_list.size(); ++m)
+          rows.push_back(TrialRow{key, kCaseTrial, plan.seed, metric_name(case_list[m]), case_values[m]});
+      }
     }
     sink(rows);
-    stats.tasks_run += static_cast<int64_t>(tasks.size());
+    stats.tasks_run += std::count_if(tasks.begin(), tasks.end(), [](const Task& t) { return t.write; });
     stats.rows += static_cast<int64_t>(rows.size());
     tasks_done += slice_tasks;
     if (options.progress) options.progress(tasks_done, tasks_total);

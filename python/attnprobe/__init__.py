@@ -1,0 +1,575 @@
+"""attnprobe: how far randomized estimators of softmax attention are from exact attention.
+
+The same library as the ``attnprobe`` command line, from Python: the same estimators, random
+draws, metrics, CSV schema and regression gate, and your own estimator measured beside them.
+
+    >>> import attnprobe
+    >>> q, k, v, scale, causal = attnprobe.load("data/synth-demo.h5", layer=0, head=0, batch=0, length=256)
+    >>> exact = attnprobe.exact(q, k, v, scale)                   # float64 n x pv
+    >>> approx = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0)
+    >>> attnprobe.metrics(exact, approx)["spec_rel"]
+    >>> df = attnprobe.sweep("data/synth-demo.h5", ["performer(M=64)"], lengths=[256], trials=4,
+    ...                      custom={"mine": my_estimator})       # rows with spec "py:mine" too
+    >>> attnprobe.check(attnprobe.summarize(df), "baseline.csv").passed
+
+Matrices are 2-D, one token per row (q, k: n x p, v: n x pv), numpy arrays of any float dtype or
+torch tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
+option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
+Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
+read_csv, write_csv, case_id, random_key. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core
+from ._core import InputError
+
+__version__ = _core.__version__
+
+__all__ = [
+    "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
+    "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
+]
+
+_CAUSAL_MESSAGE = ("causal=True: attnprobe does not apply masks yet; attention is measured full (bidirectional), "
+                   "as the CLI does (docs/README.md, 'Contract items not implemented yet')")
+
+
+class EstimatorError(RuntimeError):
+    """A custom estimator of :func:`sweep` failed: it raised, or returned a non-array, the wrong shape or
+    NaN/Inf. ``case`` is the canonical case id (``layer=..;head=..;batch=..;n=..;spec=py:NAME``);
+    ``trial`` and ``seed`` say which call. Rows of slices finished before it stay in ``output``."""
+
+    def __init__(self, message: str, case: str, trial: Optional[int], seed: int):
+        super().__init__(message)
+        self.case, self.trial, self.seed = case, trial, seed
+
+
+# ---- inputs -------------------------------------------------------------------------------------------
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    """numpy view of an array-like: torch tensors (detached; moved to the CPU; bfloat16 → float32),
+    DLPack producers, ``__array__`` objects. No copy where the layout allows."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            t = t.float()
+        return t.numpy()
+    if hasattr(x, "__dlpack__") and hasattr(np, "from_dlpack"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, BufferError, RuntimeError):
+            pass
+    if hasattr(x, "__array__"):
+        return np.asarray(x)
+    raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def _matrices(q, k, v):
+    return _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
+
+
+def _no_causal(causal: bool) -> None:
+    if causal:
+        raise ValueError(_CAUSAL_MESSAGE)
+
+
+def _threads(threads: int) -> int:
+    if int(threads) < 0:
+        raise ValueError("threads must be >= 0 (0 = all cores)")
+    return int(threads)
+
+
+class Slice(_core.Slice):
+    """One slice (q, k, v, scale) converted once into what estimators read (float64 and float32
+    copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
+    ``attnprobe bench`` times, without the per-call conversion (~1 ms at 4096 x 64). Pass it as ``q``
+    to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v and scale out).
+    Attributes: ``n``, ``p``, ``pv``, ``scale``, and ``q``, ``k``, ``v`` (float64 copies).
+
+        >>> s = attnprobe.Slice(q, k, v, scale)
+        >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
+    """
+
+    def __init__(self, q, k, v, scale: Optional[float] = None):
+        q, k, v = _matrices(q, k, v)
+        super().__init__(q, k, v, None if scale is None else float(scale))
+
+
+def _slice_only(q, k, v, scale) -> bool:
+    if not isinstance(q, _core.Slice):
+        return False
+    if k is not None or v is not None or scale is not None:
+        raise ValueError("with a Slice, leave k, v and scale out: the slice carries them")
+    return True
+
+
+# ---- the registry, dumps, one slice -------------------------------------------------------------------
+
+def estimators() -> list:
+    """The registered estimators, as ``attnprobe list`` shows them: a list of dicts with ``name``,
+    ``family``, ``summary``, ``params`` (each: name, kind, default, min/max or choices, help),
+    ``defaults``, ``spec`` (the default's canonical spec), ``target`` (what it estimates, the
+    reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
+    ``weights``, ``devices`` and ``variants`` (the settings the baseline gate runs).
+
+        >>> [e["spec"] for e in attnprobe.estimators() if e["family"] == "random-features"]
+        ['lara(C=64,proposal=segment,weights=decoupled,beta=1,mode=sample,noise=scaled)', 'performer(M=64,ortho=1)', 'ra(S=1,variant=unbiased,noise=scaled)']
+    """
+    return _core.estimators()
+
+
+def _dump_options(q_path=None, k_path=None, v_path=None, layout=None, num_heads=0):
+    return _core.dump_options(q_path or "", k_path or "", v_path or "", layout or "", int(num_heads or 0))
+
+
+def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, length: Optional[int] = None, *,
+         q_path: Optional[str] = None, k_path: Optional[str] = None, v_path: Optional[str] = None,
+         layout: Optional[str] = None, num_heads: int = 0):
+    """One slice of a dump: ``(q, k, v, scale, causal)``.
+
+    q, k (n x p) and v (n x pv) are float64 numpy arrays exactly as the CLI reads them (the first
+    ``length`` tokens of batch item ``batch``; default its full valid length); ``scale`` is the
+    layer's attribute or 1/sqrt(p); ``causal`` is the layer's attribute (informational: attention is
+    measured full). ``q_path``/``k_path``/``v_path``, ``layout`` and ``num_heads`` are the CLI's
+    --q-path/--k-path/--v-path, --layout and --num-heads (docs/dumps.md).
+
+        >>> q, k, v, scale, causal = attnprobe.load("data/synth-demo.h5", 0, 1, 0, length=128)
+        >>> q.shape, scale
+        ((128, 32), 0.17677669529663687)
+    """
+    return _core.load(os.fspath(dump), int(layer), int(head), int(batch), None if length is None else int(length),
+                      _dump_options(q_path, k_path, v_path, layout, num_heads))
+
+
+def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, dtype=np.float64,
+          threads: int = 0) -> np.ndarray:
+    """Exact attention softmax(scale * q kᵀ) v, n x pv.
+
+    ``dtype=np.float64`` (default) is the reference every metric compares against (row blocks,
+    max-subtracted); ``np.float32`` the blocked online-softmax kernel the ``softmax`` estimator uses.
+    ``scale`` defaults to 1/sqrt(p). The result does not depend on ``threads`` (0 = all cores).
+
+        >>> out = attnprobe.exact(q, k, v, scale)
+    """
+    _no_causal(causal)
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise ValueError(f"dtype must be float64 or float32, got {dt}")
+    if _slice_only(q, k, v, scale):
+        return _core.exact_slice(q, dt == np.float64, _threads(threads))
+    q, k, v = _matrices(q, k, v)
+    return _core.exact(q, k, v, None if scale is None else float(scale), dt == np.float64, _threads(threads))
+
+
+_CASE_FIELDS = ("layer", "head", "batch")
+
+
+def _case_fields(case, n: int) -> tuple:
+    if case is None:
+        return 0, 0, 0
+    if isinstance(case, Mapping) or hasattr(case, "get"):
+        get = case.get
+    else:
+        raise TypeError("case must be a mapping with layer, head, batch (and optionally n), e.g. a sweep row")
+    missing = [f for f in _CASE_FIELDS if get(f, None) is None]
+    if missing:
+        raise ValueError(f"case lacks {', '.join(missing)}: give layer, head, batch (and optionally n)")
+    if get("n", None) is not None and int(get("n")) != n:
+        raise ValueError(f"case has n={int(get('n'))} but q has {n} rows: pass the slice of that length")
+    return tuple(int(get(f)) for f in _CASE_FIELDS)
+
+
+def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
+             trial: int = 0, case=None, *, threads: int = 0, device: str = "cpu") -> np.ndarray:
+    """One estimate (float32, n x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
+    :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
+
+    ``case`` is the case the draws belong to: a mapping with ``layer``, ``head``, ``batch`` (and
+    optionally ``n``, which must be q's row count), e.g. a row of a :func:`sweep` DataFrame; then the
+    result is bit for bit what ``attnprobe sweep --seed SEED`` computed for that case and trial.
+    ``case=None`` means layer 0, head 0, batch 0. ``threads`` (0 = all cores) never changes the
+    result; ``device="cuda"`` runs the estimator's CUDA version where one exists. ``q`` may be a
+    :class:`Slice` (then leave k, v and scale out): converted once, it is the fastest way to call
+    many estimates on one slice.
+
+        >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 1, 0, 0, length=256)
+        >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0, trial=3,
+        ...                          case={"layer": 1, "head": 0, "batch": 0})
+        >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est)["spec_rel"]   # = the CSV's value
+    """
+    _no_causal(causal)
+    if _slice_only(q, k, v, scale):
+        layer, head, batch = _case_fields(case, q.n)
+        return _core.estimate_slice(str(spec), q, int(seed), int(trial), layer, head, batch, _threads(threads),
+                                    str(device))
+    q, k, v = _matrices(q, k, v)
+    layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
+    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), int(seed), int(trial), layer,
+                          head, batch, _threads(threads), str(device))
+
+
+def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
+              threads: int = 0) -> np.ndarray:
+    """What a sweep compares against when ``spec`` is the reference (a deterministic estimator, e.g.
+    ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n x pv. ``reference("softmax", ...)``
+    equals ``exact(...)``.
+    """
+    _no_causal(causal)
+    if _slice_only(q, k, v, scale):
+        return _core.reference_slice(str(spec), q, _threads(threads))
+    q, k, v = _matrices(q, k, v)
+    return _core.reference(str(spec), q, k, v, None if scale is None else float(scale), _threads(threads))
+
+
+def metric_names() -> list:
+    """The metric names, in CSV order: spec, spec_rel, fro, fro_rel, mse, nmse, maxabs, angle, zero_rows."""
+    return _core.metric_names()
+
+
+def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) -> dict:
+    """The error metrics of ``estimate`` against ``reference`` (both n x pv) as a dict, with the same
+    definitions and numbers as the CSV (docs/metrics.md): the reference in float64, the estimate in
+    float32 (an estimator's output; a float64 estimate is rounded to float32 first, as the CSV's are).
+    ``names``: a list or comma-separated string of metric names; default all.
+
+        >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 0, 1, 0, length=128)
+        >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0)
+        >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est, ["spec_rel", "angle"])
+        {'spec_rel': 1.1594110446831278, 'angle': 0.7832526028333101}
+    """
+    text = "all" if names is None else names if isinstance(names, str) else ",".join(names)
+    return dict(_core.metrics(_as_array(reference, "reference"), _as_array(estimate, "estimate"), text))
+
+
+def case_id(layer: int, head: int, batch: int, n: int, spec: str) -> str:
+    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL``."""
+    return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec))
+
+
+def random_key(seed: int, case: str, trial: int) -> int:
+    """The 64-bit Philox key of (seed, case id, trial) (docs/randomness.md); a custom estimator's seed."""
+    return _core.random_key(int(seed), str(case), int(trial))
+
+
+# ---- DataFrames ⇄ the CSV schema ------------------------------------------------------------------------
+
+_TEXT_COLUMNS = {"dump": str, "estimator": str, "spec": str, "reference": str, "metric": str}
+_REAL_COLUMNS = {"value", "mean", "std", "stderr", "median", "min", "max"}
+_COORDINATES = {"layer", "head", "batch", "n"}
+
+
+def _frame(text: str):
+    import pandas as pd
+
+    # round_trip: pandas' default float parser can be one unit in the last place off.
+    return pd.read_csv(io.StringIO(text), dtype=_TEXT_COLUMNS, keep_default_na=False, float_precision="round_trip",
+                       na_values={c: ["nan"] for c in _REAL_COLUMNS} | {"samples": [""]})
+
+
+def read_csv(path: Union[str, os.PathLike]):
+    """A trial or summary CSV (from the CLI or :func:`sweep`) as a DataFrame, read exactly as
+    :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN)."""
+    with open(os.fspath(path), encoding="utf-8") as f:
+        return _frame(f.read())
+
+
+def write_csv(table, path: Union[str, os.PathLike]) -> None:
+    """Writes trial rows or a summary (a DataFrame in either schema) as the CLI writes its CSVs:
+    the schema's columns in order, numbers as the shortest text that reads back exactly, empty
+    ``samples`` for estimators without a knob. ``read_csv(path)`` gives the table back.
+
+        >>> attnprobe.write_csv(attnprobe.summarize(df), "baseline.csv")   # commit it; gate with check()
+    """
+    import csv
+
+    summary, fields = _rows(table)
+    with open(os.fspath(path), "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(_core.column_names(summary))
+        writer.writerows(fields)
+
+
+def _layout(df) -> bool:
+    """True for a summary DataFrame, False for trial rows; ValueError naming missing columns otherwise."""
+    columns = set(df.columns)
+    summary = "mean" in columns and "value" not in columns
+    missing = [c for c in _core.column_names(summary) if c not in columns]
+    if missing:
+        raise ValueError(f"the DataFrame is not an attnprobe {'summary' if summary else 'trial'} table: "
+                         f"it lacks the column(s) {', '.join(missing)} (columns: {', '.join(_core.column_names(summary))})")
+    return summary
+
+
+def _real_text(x) -> str:
+    """The CSV's number format (format_real in C++): the shortest text that reads back exactly, 'nan',
+    'inf', '-inf', and integral values without '.0' (fmt's "{}" writes 2.0 as "2"; Python's repr as "2.0")."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _field(column: str):
+    if column in _REAL_COLUMNS:
+        return _real_text
+    if column == "samples":
+        return lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x)) or x == "" else str(int(x))
+    if column in _COORDINATES:
+        return lambda x: x if isinstance(x, str) else str(int(x))
+    if column in ("p", "trial", "count", "seed"):
+        return lambda x: str(int(x))
+    return str
+
+
+def _rows(table) -> tuple:
+    """(is_summary, rows as lists of text fields in the schema's column order) of a DataFrame or a CSV path."""
+    import pandas as pd
+
+    if isinstance(table, (str, os.PathLike)):
+        table = read_csv(table)
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame or a CSV path, got {type(table).__name__}")
+    summary = _layout(table)
+    columns = [table[c].map(_field(c)).tolist() for c in _core.column_names(summary)]
+    return summary, [list(r) for r in zip(*columns)]
+
+
+# ---- sweeps ------------------------------------------------------------------------------------------------
+
+def _list_text(value, what: str) -> str:
+    if value is None:
+        return "all"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    return ",".join(str(int(x)) for x in value)
+
+
+def _int_list(value, what: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return list(_core.parse_int_list(value, what))
+    if isinstance(value, (int, np.integer)):
+        return [int(value)]
+    return [int(x) for x in value]
+
+
+def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
+    """The callable the C++ runner calls for estimator py:NAME: calls fn(q, k, v, scale, causal, seed)
+    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case."""
+    spec = "py:" + name
+
+    def fail(what, q, v, key, layer, head, batch, n, cause=None):
+        case = _core.case_id(layer, head, batch, n, spec)
+        trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
+        error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
+                               f"(its seed argument was {key})", case, trial, key)
+        raise error from cause
+
+    def call(q, k, v, scale, key, layer, head, batch, n):
+        try:
+            out = fn(q, k, v, scale, False, key)
+        except Exception as e:  # noqa: BLE001 - any failure of the user's code is reported with its case
+            fail(f"raised {type(e).__name__}: {e}", q, v, key, layer, head, batch, n, e)
+        if not (isinstance(out, np.ndarray) or hasattr(out, "detach") or hasattr(out, "__array__")
+                or hasattr(out, "__dlpack__")):
+            fail(f"returned a {type(out).__name__}, not a numpy array or torch tensor", q, v, key, layer, head,
+                 batch, n)
+        try:
+            array = _as_array(out, "the result")
+        except Exception as e:  # noqa: BLE001
+            fail(f"returned something that is not an array ({e})", q, v, key, layer, head, batch, n, e)
+        if array.shape != v.shape:
+            fail(f"returned shape {tuple(array.shape)}, expected {tuple(v.shape)} (n x pv)", q, v, key, layer, head,
+                 batch, n)
+        if array.dtype.kind not in "fiu":
+            fail(f"returned dtype {array.dtype}, expected floating point", q, v, key, layer, head, batch, n)
+        result = np.ascontiguousarray(array, dtype=np.float32)
+        if not np.isfinite(result).all():
+            bad = np.argwhere(~np.isfinite(result))[0]
+            fail(f"returned a non-finite value ({result[tuple(bad)]} at row {bad[0]}, column {bad[1]}; "
+                 f"in float32)", q, v, key, layer, head, batch, n)
+        return result
+
+    return call
+
+
+def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] = (), *,
+          samples=None, layers="all", heads="all", batch="all", lengths=None, trials: int = 8, seed: int = 0,
+          threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
+          custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
+          resume: bool = False, overwrite: bool = False, q_path: Optional[str] = None, k_path: Optional[str] = None,
+          v_path: Optional[str] = None, layout: Optional[str] = None, num_heads: int = 0):
+    """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
+
+    Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
+    layer x head x batch item x length x trial, each estimate compared with its reference (the
+    estimator's target, or ``reference``), one row per (case, trial, metric) with the columns
+    ``dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value``.
+
+    Arguments (the CLI's options; lists may be Python lists or the CLI's text, e.g. "64..1024:x2"):
+      dump        the HDF5 dump (docs/dumps.md); q_path/k_path/v_path, layout, num_heads as the CLI's
+      estimators  spec strings, e.g. ["vmean", "yoso(m=32,tau=8)"] (attnprobe.estimators() lists them)
+      samples     values of each estimator's samples knob (m, d, M, S, C, L); None: the spec's own
+      layers, heads, batch   "all", an int, a list, or text such as "0..3"
+      lengths     prefix lengths; None: each batch item's full valid length
+      trials      trials per random setting (deterministic estimators run once); seed: the key seed
+      threads     worker threads (0 = all cores): the rows do not depend on it
+      device      "cpu" or "cuda"; reference: "auto", "softmax" or any deterministic spec
+      metrics     "all", or names (list or "spec,angle")
+      custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
+      output      also write the CSV (and NAME.run.json) there, flushed per slice; an existing file
+                  is refused unless resume=True (keep its finished trials) or overwrite=True
+
+    Your own estimator: ``fn(q, k, v, scale, causal, seed)`` gets one slice (q, k: n x p, v: n x pv,
+    float64 numpy arrays; ``causal`` is False; ``seed`` is the 64-bit key of (sweep seed, case,
+    trial), so reruns and filtered reruns repeat) and returns n x pv (numpy or torch). Draw with a
+    local generator, e.g. ``torch.Generator().manual_seed(seed)`` or ``np.random.default_rng(seed)``.
+    Custom calls run one at a time; built-ins run on all threads beside them. A function that raises
+    or returns a non-array, a wrong shape or NaN/Inf raises :class:`EstimatorError` naming the case;
+    rows of the slices finished before it stay in ``output``.
+
+    Example (one Performer of your own, beside the built-in, gated against a baseline)::
+
+        import attnprobe, torch
+
+        def my_performer(q, k, v, scale, causal, seed, features=64):
+            g = torch.Generator().manual_seed(seed % 2**63)
+            q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+            w = torch.randn(features, q.shape[1], generator=g, dtype=q.dtype)
+            def phi(x):
+                x = x * scale ** 0.5
+                return torch.exp(x @ w.T - (x * x).sum(1, keepdim=True) / 2) / features ** 0.5
+            qf, kf = phi(q), phi(k)
+            return (qf @ (kf.T @ v)) / (qf @ kf.sum(0)).unsqueeze(1)
+
+        df = attnprobe.sweep("data/synth-demo.h5", ["performer(M=64)"], custom={"mine": my_performer},
+                             layers=0, lengths=[256], trials=8, seed=0)
+        summary = attnprobe.summarize(df)            # mean, stderr, ... per case and metric
+        report = attnprobe.check(df, "my_baseline.csv")
+        assert report.passed, report
+
+    Equivalent CLI: ``attnprobe sweep data/synth-demo.h5 -e 'performer(M=64)' --layers 0 --lengths 256
+    --trials 8 --seed 0 -o out.csv`` (the CLI cannot run Python estimators).
+    """
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other")
+    specs = [estimators] if isinstance(estimators, str) else list(estimators)
+    custom = dict(custom or {})
+    for name, fn in custom.items():
+        if not callable(fn):
+            raise TypeError(f"custom[{name!r}] must be callable fn(q, k, v, scale, causal, seed)")
+    specs += ["py:" + str(name) for name in custom]
+    args = _core.SweepArgs()
+    args.dump = os.fspath(dump)
+    args.options = _dump_options(q_path, k_path, v_path, layout, num_heads)
+    args.estimators = specs
+    args.samples = _int_list(samples, "samples")
+    args.layers, args.heads, args.batch = (_list_text(layers, "layers"), _list_text(heads, "heads"),
+                                           _list_text(batch, "batch"))
+    args.lengths = _int_list(lengths, "lengths")
+    args.trials = int(trials)
+    args.seed = int(seed)
+    args.threads = _threads(threads)
+    args.device = str(device)
+    args.reference = str(reference)
+    args.metrics = metrics if isinstance(metrics, str) else ",".join(metrics)
+    args.output = "" if output is None else os.fspath(output)
+    args.mode = "resume" if resume else "overwrite" if overwrite else "create"
+    args.command_line = ["python:attnprobe.sweep", args.dump] + [f"-e {s}" for s in specs] + [
+        f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
+        f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
+        f"--metrics {args.metrics}"]
+    wrappers = {str(name): _custom_wrapper(str(name), fn, args.seed, args.trials) for name, fn in custom.items()}
+    text = _core.sweep(args, wrappers)
+    return read_csv(args.output) if text is None else _frame(text)
+
+
+# ---- summaries and the gate ----------------------------------------------------------------------------------
+
+def summarize(rows, over: Union[None, str, Sequence[str]] = None):
+    """Per (case, metric) statistics of trial rows, as ``attnprobe summarize``: a DataFrame with
+    ``...,metric,count,mean,std,stderr,median,min,max`` (std with n-1, stderr = std/sqrt(count)).
+
+    ``rows``: a DataFrame from :func:`sweep`/:func:`read_csv` or a CSV path. ``over``: columns among
+    layer, head, batch, n to pool (they become "all"; each slice's mean counts once) — a summary
+    DataFrame can be pooled further this way.
+
+        >>> attnprobe.summarize(df, over=["layer", "head", "batch"])
+    """
+    summary, fields = _rows(rows)
+    cols = [] if over is None else [c.strip() for c in over.split(",")] if isinstance(over, str) else list(over)
+    return _frame(_core.summarize(summary, fields, cols))
+
+
+class CheckReport:
+    """The result of :func:`check`: ``passed`` (no regression and no missing case), the counts
+    ``regressions``, ``missing``, ``improvements``, ``new``, ``compared``, the ``comparisons``
+    DataFrame (verdict, case columns, metric, base_mean, base_se, new_mean, new_se, z, threshold;
+    regressions and missing cases first), ``options`` and ``json`` (what ``check --json`` writes)."""
+
+    def __init__(self, text: str):
+        import pandas as pd
+
+        data = json.loads(text)
+        self.json = text
+        self.options = data["options"]
+        self.failed = bool(data["failed"])
+        self.passed = not self.failed
+        self.compared, self.regressions, self.missing = data["compared"], data["regressions"], data["missing"]
+        self.improvements, self.new = data["improvements"], data["new"]
+        self.comparisons = pd.DataFrame(data["comparisons"])
+
+    def failures(self):
+        """The comparisons that fail the gate (regressions and missing cases)."""
+        if self.comparisons.empty:
+            return self.comparisons
+        return self.comparisons[self.comparisons["verdict"].isin(["regression", "missing"])]
+
+    def __str__(self) -> str:
+        o = self.options
+        lines = [f"check: {self.compared} comparisons, {self.regressions} regressions, {self.missing} missing cases, "
+                 f"{self.improvements} improvements, {self.new} new (z = {o['z']}, atol = {o['atol']}, "
+                 f"rtol = {o['rtol']})"]
+        for _, c in self.failures().iterrows():
+            lines.append(f"  {c['verdict']}: L{c['layer']} H{c['head']} B{c['batch']} n={c['n']} {c['spec']} vs "
+                         f"{c['reference']} {c['metric']}: baseline {c['base_mean']:.4g} ± {c['base_se']:.2g}, new "
+                         + ("(missing)" if c["verdict"] == "missing" else f"{c['new_mean']:.4g} ± {c['new_se']:.2g}"))
+        lines.append("check: passed" if self.passed else "check: FAILED")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def check(new, baseline, z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3,
+          metrics: Union[None, str, Sequence[str]] = None) -> CheckReport:
+    """The regression gate of ``attnprobe check``: for every case and metric of ``baseline``, a
+    regression is ``mean_new - mean_base > z*sqrt(se_new² + se_base²) + atol + rtol*|mean_base|``
+    (every metric is an error: larger is worse); a baseline case missing from ``new`` fails.
+
+    ``new`` and ``baseline``: trial rows or summaries, as DataFrames or CSV paths (trial rows are
+    summarised first). ``metrics`` gates only those. Returns a :class:`CheckReport`; ``.passed`` is
+    what CI asserts (the CLI's exit code 0).
+
+        >>> report = attnprobe.check(df, "data/baselines/my-estimator.csv")
+        >>> assert report.passed, report
+    """
+    names = [] if metrics is None else [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) \
+        else list(metrics)
+    new_summary, new_rows = _rows(new)
+    base_summary, base_rows = _rows(baseline)
+    return CheckReport(_core.check(new_summary, new_rows, base_summary, base_rows, float(z), float(atol), float(rtol),
+                                   names))

@@ -1,0 +1,666 @@
+// attnprobe._core: the pybind11 bindings of libattnprobe (docs/python.md). Deliberately thin: it
+// converts numpy arrays to the library's row-major Eigen matrices and back, releases the GIL while
+// the library works, and maps the library's errors to Python exceptions (UsageError → ValueError,
+// InputError → attnprobe.InputError, a subclass of OSError). Argument coercion (torch tensors,
+// dtypes), DataFrames and the documentation live in the pure-Python layer, python/attnprobe/.
+//
+// Numbers: every function calls the same library code as the CLI with the same keys, so
+// estimate(spec, case=...) draws what `sweep` draws for that case and metrics() computes the CSV's
+// values. Matrices: q, k are n × p, v n × pv, outputs n × pv, all row-major (C order) float64 or
+// float32 numpy arrays; the library's outputs are handed to numpy without a copy.
+//
+// Custom estimators (sweep(custom=...)): each name is registered once as estimator `py:NAME`
+// (family "python") whose instances call a Python callable, so the one trial runner runs them beside
+// the built-ins with the same cases, keys, references and metrics. Which callable a `py:NAME`
+// instance calls is decided per sweep through a thread-local table set by the sweeping thread
+// (run_sweep builds its estimators on that thread), so concurrent sweeps do not see each other's.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/io/dump.h"
+#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/report/check.h"
+#include "attnprobe/report/run_info.h"
+#include "attnprobe/report/summary.h"
+#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/sweep/plan.h"
+#include "attnprobe/sweep/runner.h"
+#include "attnprobe/sweep/sweep_run.h"
+#include "attnprobe/version.h"
+
+namespace py = pybind11;
+
+namespace attnprobe::python {
+
+namespace {
+
+// ---- numpy ↔ Eigen -------------------------------------------------------------------------------
+
+template <class Scalar>
+using StridedMap = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                              Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+// Whether `a` can be read in place as a strided matrix of Scalar (positive, element-aligned strides).
+template <class Scalar>
+bool mappable(const py::array& a) {
+  if (!py::isinstance<py::array_t<Scalar>>(a)) return false;
+  for (int d = 0; d < 2; ++d)
+    if (a.strides(d) < 0 || a.strides(d) % static_cast<py::ssize_t>(sizeof(Scalar)) != 0) return false;
+  return true;
+}
+
+template <class Scalar>
+StridedMap<Scalar> map_of(const py::array& a) {
+  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
+  return StridedMap<Scalar>(static_cast<const Scalar*>(a.data()), a.shape(0), a.shape(1),
+                            Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(a.strides(0) / item, a.strides(1) / item));
+}
+
+// A prepared() array as a float64 matrix, read in place (one pass, no numpy temporary). Needs no
+// GIL: the caller's handle keeps the array alive and its data do not move.
+MatrixD to_matrix_d(const py::array& a) {
+  if (mappable<double>(a)) return map_of<double>(a);
+  return map_of<float>(a).cast<double>();
+}
+
+// Checks that `a` is a 2-D float array and returns it in a form the functions below read without
+// the GIL: itself when it is float64 or float32 with element-aligned positive strides, else a
+// float64 C-order copy made by numpy (float16, long double, negative strides). Needs the GIL.
+py::array prepared(const py::array& a, const char* name) {
+  if (a.ndim() != 2)
+    throw UsageError(fmt::format("{} must be a 2-D array (tokens × dim), got {} dimension{}", name, a.ndim(),
+                                 a.ndim() == 1 ? "" : "s"));
+  const char kind = a.dtype().kind();
+  if (kind != 'f')
+    throw UsageError(fmt::format("{} must hold floating-point numbers (float16/32/64), got dtype {}", name,
+                                 std::string(py::str(a.dtype()))));
+  if (mappable<double>(a) || mappable<float>(a)) return a;
+  return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+// numpy arrays that own a library matrix (moved, not copied): the capsule frees it with the array.
+template <class Matrix>
+py::array to_numpy(Matrix&& m) {
+  using Scalar = typename std::decay_t<Matrix>::Scalar;
+  auto* owned = new std::decay_t<Matrix>(std::move(m));
+  py::capsule base(owned, [](void* p) { delete static_cast<std::decay_t<Matrix>*>(p); });
+  const auto rows = static_cast<py::ssize_t>(owned->rows()), cols = static_cast<py::ssize_t>(owned->cols());
+  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
+  return py::array_t<Scalar>({rows, cols}, {cols * item, item}, owned->data(), base);
+}
+
+// ---- thread pools --------------------------------------------------------------------------------
+
+// A pool per thread count, reused across calls (starting threads costs ~0.1 ms a call). A pool runs one
+// parallel_for at a time, so a caller that finds it busy (another Python thread) gets a fresh one.
+class PoolLease {
+ public:
+  explicit PoolLease(int threads) {
+    static std::mutex table_mutex;
+    static std::map<int, std::pair<std::unique_ptr<std::mutex>, std::unique_ptr<ThreadPool>>> pools;
+    const int count = threads <= 0 ? hardware_threads() : threads;
+    std::lock_guard<std::mutex> lock(table_mutex);
+    auto& entry = pools[count];
+    if (!entry.first) entry = {std::make_unique<std::mutex>(), std::make_unique<ThreadPool>(count)};
+    if (entry.first->try_lock()) {
+      held_ = entry.first.get();
+      pool_ = entry.second.get();
+    } else {
+      own_ = std::make_unique<ThreadPool>(count);
+      pool_ = own_.get();
+    }
+  }
+  ~PoolLease() {
+    if (held_) held_->unlock();
+  }
+  ThreadPool* get() const { return pool_; }
+
+ private:
+  std::mutex* held_ = nullptr;
+  ThreadPool* pool_ = nullptr;
+  std::unique_ptr<ThreadPool> own_;
+};
+
+// ---- inputs --------------------------------------------------------------------------------------
+
+double default_scale(std::optional<double> scale, int64_t p) {
+  if (!scale) return 1.0 / std::sqrt(static_cast<double>(p));  // as a dump without a scale attribute
+  require_usage(std::isfinite(*scale) && *scale > 0, "scale must be a positive finite number, got {}", *scale);
+  return *scale;
+}
+
+// A prepared() array into `dst` (float64) and `dstf` (float32), in their memory when the shape is
+// unchanged, in blocks of rows so that the float32 pass reads what the float64 pass just wrote from
+// cache rather than from memory.
+void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf) {
+  constexpr int64_t kBlockRows = 64;
+  const int64_t rows = a.shape(0), cols = a.shape(1);
+  dst.resize(rows, cols);
+  dstf.resize(rows, cols);
+  for (int64_t r = 0; r < rows; r += kBlockRows) {
+    const int64_t b = std::min(kBlockRows, rows - r);
+    if (mappable<double>(a))
+      dst.middleRows(r, b) = map_of<double>(a).middleRows(r, b);
+    else
+      dst.middleRows(r, b) = map_of<float>(a).middleRows(r, b).cast<double>();
+    dstf.middleRows(r, b) = dst.middleRows(r, b).cast<float>();
+  }
+}
+
+// Slices up to this many float64 elements (q, k, v together) are built in memory kept per thread.
+constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16 of float32): n = 32768 at p = 64
+
+// Checks shapes and builds the slice the library works on (float64 as given, float32 copies), in a
+// per-thread view reused from call to call: on the VMs this was measured on, first-touching fresh
+// pages costs ~1 ms per 2 MiB, as much as a whole performer(M=64) call at n = 4096 spends on its own
+// arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
+// handles keep the arrays alive. The returned view is valid until this thread's next call.
+void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
+               SliceId id) {
+  const int64_t n = q.shape(0), p = q.shape(1);
+  require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
+  require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
+                k.shape(1), n, p);
+  require_usage(v.shape(0) == n && v.shape(1) >= 1, "v is {}x{} but q has {} tokens: v needs one row per key",
+                v.shape(0), v.shape(1), n);
+  id.n = n;
+  view.id = id;
+  view.scale = default_scale(scale, p);
+  assign_matrix(q, view.q, view.qf);
+  assign_matrix(k, view.k, view.kf);
+  assign_matrix(v, view.v, view.vf);
+}
+
+const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
+                          SliceId id) {
+  thread_local HeadView view;
+  if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
+  fill_view(view, q, k, v, scale, id);
+  return view;
+}
+
+/// attnprobe.Slice: q, k, v and the scale converted once (float64 and float32 copies), for many
+/// estimate() calls on one slice without rebuilding it: what `bench` times.
+struct Slice {
+  HeadView view;
+};
+
+// A placeholder for the q, k, v arguments when a Slice carries them.
+py::array no_array() { return py::array_t<double>(std::vector<py::ssize_t>{0, 0}); }
+
+// ---- custom (Python) estimators -------------------------------------------------------------------
+
+// The custom estimators of one sweep: name → the Python wrapper (borrowed: the sweep's dict owns it
+// for the sweep's whole duration), and a lock that lets one of them run at a time, so a function that
+// seeds a global generator (torch.manual_seed) cannot be interleaved with another trial's call.
+// Lock order: `calls` first, then the GIL (a thread never waits for `calls` while holding the GIL).
+struct CustomTable {
+  std::map<std::string, PyObject*> wrappers;
+  std::mutex calls;
+};
+// The table of the sweep running on this thread; run_sweep builds its estimators on the calling thread.
+thread_local CustomTable* current_custom = nullptr;
+
+constexpr const char* kCustomPrefix = "py:";
+
+// Calls wrapper(q, k, v, scale, seed, layer, head, batch, n) with the GIL held; the wrapper (Python
+// layer) calls the user's function, checks and converts its result to a C-contiguous float32 n × pv
+// array and raises an exception naming the case otherwise.
+class PythonEstimator : public Estimator {
+ public:
+  PythonEstimator(std::string name, CustomTable* table)
+      : name_(std::move(name)), wrapper_(table->wrappers.at(name_)), table_(table) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    std::lock_guard<std::mutex> one_at_a_time(table_->calls);
+    py::gil_scoped_acquire gil;
+    py::object wrapper = py::reinterpret_borrow<py::object>(wrapper_);
+    py::object result = wrapper(to_numpy(MatrixD(view.q)), to_numpy(MatrixD(view.k)), to_numpy(MatrixD(view.v)),
+                                view.scale, ctx.key.value, view.id.layer, view.id.head, view.id.batch, view.id.n);
+    const auto array = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
+    if (!array || array.ndim() != 2 || array.shape(0) != view.n() || array.shape(1) != view.pv())
+      throw std::logic_error(
+          fmt::format("custom estimator {}{}: its wrapper returned no n × pv float32 array", kCustomPrefix, name_));
+    out = Eigen::Map<const MatrixF>(array.data(), view.n(), view.pv());
+  }
+
+ private:
+  std::string name_;
+  PyObject* wrapper_;
+  CustomTable* table_;
+};
+
+void register_custom(const std::string& name) {
+  require_usage(!name.empty() && name.find_first_of("(),= \t\n") == std::string::npos,
+                "custom estimator name '{}' must be non-empty without spaces, parentheses, commas or '='", name);
+  const std::string full = kCustomPrefix + name;
+  if (find_estimator(full)) return;
+  register_estimator(EstimatorDef{
+      .name = full,
+      .family = "python",
+      .summary = "a Python callable fn(q, k, v, scale, causal, seed) given to attnprobe.sweep(custom=...)",
+      .random = true,
+      .make = [name, full](const Spec&) -> std::unique_ptr<Estimator> {
+        if (!current_custom || !current_custom->wrappers.count(name))
+          throw UsageError(fmt::format(
+              "estimator '{}' is a Python callable: pass it to attnprobe.sweep(custom={{'{}': fn}})", full, name));
+        return std::make_unique<PythonEstimator>(name, current_custom);
+      }});
+}
+
+// ---- the functions ---------------------------------------------------------------------------------
+
+py::list estimators_list() {
+  py::list out;
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->family == "python") continue;  // sweep(custom=...)'s, not the library's
+    const Spec spec = parse_spec(def->name);
+    py::list params;
+    py::dict defaults;
+    for (const ParamDef& p : def->params) {
+      py::dict param;
+      param["name"] = p.name;
+      param["kind"] = p.kind == ParamKind::kInt ? "int" : p.kind == ParamKind::kReal ? "real" : "choice";
+      param["default"] = p.default_value;
+      if (p.kind == ParamKind::kChoice) {
+        param["choices"] = p.choices;
+      } else {
+        param["min"] = p.min;
+        param["max"] = p.max;
+      }
+      param["help"] = p.help;
+      params.append(param);
+      defaults[py::str(p.name)] = p.default_value;
+    }
+    std::vector<std::string> devices;
+    for (Device d : devices_of(*def)) devices.push_back(device_name(d));
+    py::dict e;
+    e["name"] = def->name;
+    e["family"] = def->family;
+    e["summary"] = def->summary;
+    e["params"] = params;
+    e["defaults"] = defaults;
+    e["spec"] = spec.canonical();
+    e["target"] = spec.target();
+    e["samples_knob"] = def->samples_knob.empty() ? py::object(py::none()) : py::object(py::str(def->samples_knob));
+    e["random"] = spec.random();
+    e["causal"] = def->causal;
+    e["weights"] = def->weights;
+    e["devices"] = devices;
+    e["variants"] = variants(*def);
+    out.append(e);
+  }
+  return out;
+}
+
+DumpOptions dump_options(const std::string& q_path, const std::string& k_path, const std::string& v_path,
+                         const std::string& layout, int num_heads) {
+  return DumpOptions{q_path, k_path, v_path, layout, num_heads};
+}
+
+py::tuple load(const std::string& path, int layer, int head, int batch, std::optional<int64_t> length,
+               const DumpOptions& options) {
+  HeadView view;
+  std::optional<int> causal;
+  {
+    py::gil_scoped_release release;
+    const Dump dump = Dump::open(path, options);
+    const LayerInfo& info = dump.layer(layer);
+    require_input(head >= 0 && head < info.heads, "head {} does not exist in layer {} of '{}' (valid: 0..{})", head,
+                  layer, path, info.heads - 1);
+    require_input(batch >= 0 && batch < info.batch, "batch item {} does not exist in layer {} of '{}' (valid: 0..{})",
+                  batch, layer, path, info.batch - 1);
+    const int64_t valid = info.lengths[batch];
+    const int64_t n = length.value_or(valid);
+    require_input(n >= 1 && n <= valid,
+                  "length {} is not in 1..{} (the valid tokens of layer {} batch item {} of '{}')", n, valid, layer,
+                  batch, path);
+    view = dump.read_slice(layer, head, batch, n);
+    causal = info.causal;
+  }
+  return py::make_tuple(to_numpy(std::move(view.q)), to_numpy(std::move(view.k)), to_numpy(std::move(view.v)),
+                        view.scale, causal.value_or(0) != 0);
+}
+
+py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, bool float64,
+                int threads) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
+  MatrixD out64;
+  MatrixF out32;
+  {
+    py::gil_scoped_release release;
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
+    PoolLease pool(threads);
+    if (float64)
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
+    else
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get());
+  }
+  return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
+}
+
+RandomKey key_of(uint64_t seed, const SliceId& id, const std::string& canonical, int64_t trial) {
+  require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
+  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n}, canonical),
+                         static_cast<uint32_t>(trial));
+}
+
+py::array estimate_view(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
+                        std::optional<double> scale, uint64_t seed, int64_t trial, int layer, int head, int batch,
+                        int threads, const std::string& device) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
+  const Spec spec = parse_spec(spec_text);
+  require_usage(spec.def().family != "python",
+                "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
+  MatrixF out;
+  {
+    py::gil_scoped_release release;
+    const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
+    const SliceId id{layer, head, batch, view.n()};
+    PoolLease pool(threads);
+    estimator->estimate(view, EstimateContext{key_of(seed, id, spec.canonical(), trial), pool.get()}, out);
+  }
+  return to_numpy(std::move(out));
+}
+
+// What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
+// estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
+py::array reference(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
+                    std::optional<double> scale, int threads) {
+  if (!given) {
+    q = prepared(q, "q");
+    k = prepared(k, "k");
+    v = prepared(v, "v");
+  }
+  const Spec spec = parse_spec(spec_text);
+  require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
+                spec.canonical());
+  MatrixD out;
+  {
+    py::gil_scoped_release release;
+    const std::unique_ptr<Estimator> estimator = spec.make();
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
+    PoolLease pool(threads);
+    std::optional<MatrixD> output = estimator->reference(view, pool.get());
+    if (!output) {
+      MatrixF f;
+      estimator->estimate(view, EstimateContext{RandomKey{0}, pool.get()}, f);
+      output = f.cast<double>();
+    }
+    out = std::move(*output);
+  }
+  return to_numpy(std::move(out));
+}
+
+std::vector<std::pair<std::string, double>> metrics(py::array reference, py::array estimate, const std::string& names) {
+  reference = prepared(reference, "reference");
+  estimate = prepared(estimate, "estimate");
+  require_usage(reference.shape(0) == estimate.shape(0) && reference.shape(1) == estimate.shape(1),
+                "reference is {}x{} but estimate is {}x{}: they must have the same shape", reference.shape(0),
+                reference.shape(1), estimate.shape(0), estimate.shape(1));
+  const std::vector<Metric> which = parse_metrics(names);
+  std::vector<double> values;
+  {
+    py::gil_scoped_release release;
+    const MatrixD ref = to_matrix_d(reference);
+    // The CSV's metrics compare the float64 reference with the estimator's float32 output.
+    const MatrixF est =
+        mappable<float>(estimate) ? MatrixF(map_of<float>(estimate)) : to_matrix_d(estimate).cast<float>();
+    values = compute_metrics(ref, reference_norms(ref), est, which);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < which.size(); ++i) out.emplace_back(metric_name(which[i]), values[i]);
+  return out;
+}
+
+struct SweepArgs {
+  std::string dump;
+  DumpOptions options;
+  std::vector<std::string> estimators;
+  std::vector<int64_t> samples;
+  std::string layers, heads, batch;
+  std::vector<int64_t> lengths;
+  int trials = 8;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string device, reference, metrics;
+  std::string output, mode;  ///< mode: create | resume | overwrite
+  std::vector<std::string> command_line;
+};
+
+// Runs a sweep; returns the trial CSV text when there is no output file (else None: the caller
+// reads the file, which holds the rows kept by a resume too).
+py::object sweep(const SweepArgs& a, const py::dict& custom) {
+  CustomTable table;
+  for (auto [name, wrapper] : custom) {
+    register_custom(py::cast<std::string>(name));
+    table.wrappers[py::cast<std::string>(name)] = wrapper.ptr();
+  }
+  std::string text;
+  {
+    py::gil_scoped_release release;
+    current_custom = &table;
+    struct Reset {
+      ~Reset() { current_custom = nullptr; }
+    } reset;
+    const Dump dump = Dump::open(a.dump, a.options);
+    SweepRequest request;
+    request.estimators = a.estimators;
+    request.samples = a.samples;
+    request.layers = a.layers;
+    request.heads = a.heads;
+    request.batch = a.batch;
+    request.lengths = a.lengths;
+    request.trials = a.trials;
+    request.seed = a.seed;
+    request.reference = a.reference;
+    request.metrics = parse_metrics(a.metrics);
+    SweepPlan plan = plan_sweep(dump, request);
+    RunOptions options;
+    options.threads = a.threads;
+    options.device = parse_device(a.device);
+    if (a.output.empty()) {
+      std::vector<TrialRow> rows;
+      run_sweep(dump, plan, options,
+                [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
+      text = trial_csv_text(rows);
+    } else {
+      RunInfo info;
+      info.command_line = a.command_line;
+      info.dump = a.dump;
+      info.threads = a.threads > 0 ? a.threads : hardware_threads();
+      info.device = a.device;
+      info.seed = a.seed;
+      const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
+                              : a.mode == "overwrite" ? OutputMode::kOverwrite
+                                                      : OutputMode::kCreate;
+      SweepRun run(dump, std::move(plan), a.output, mode, options, info);
+      run.run();
+    }
+  }
+  if (a.output.empty()) return py::str(text);
+  return py::none();
+}
+
+// Rows handed over from pandas as text fields in the schema's column order (the Python layer formats
+// them), parsed by the schema's own column table.
+template <class Row>
+std::vector<Row> parse_rows(const std::vector<Column<Row>>& columns, const std::vector<std::vector<std::string>>& rows,
+                            const std::string& what) {
+  std::vector<Row> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) parse_row(columns, rows[i], fmt::format("{} row {}", what, i), out[i]);
+  return out;
+}
+
+std::vector<SummaryRow> summary_of(bool summary, const std::vector<std::vector<std::string>>& rows,
+                                   const std::string& what) {
+  if (summary) return parse_rows(summary_columns(), rows, what);
+  return summarize_trials(parse_rows(trial_columns(), rows, what));
+}
+
+std::string summarize(bool summary, const std::vector<std::vector<std::string>>& rows,
+                      const std::vector<std::string>& over) {
+  std::vector<SummaryRow> result;
+  {
+    py::gil_scoped_release release;
+    result = summary ? parse_rows(summary_columns(), rows, "summary")
+                     : summarize_trials(parse_rows(trial_columns(), rows, "trial"));
+    if (!over.empty()) {
+      result = summarize_over(result, over);
+    } else {
+      require_usage(!summary, "the input is already a summary; give over=[...] to aggregate it further");
+    }
+  }
+  return summary_csv_text(result);
+}
+
+std::string check(bool new_summary, const std::vector<std::vector<std::string>>& new_rows, bool base_summary,
+                  const std::vector<std::vector<std::string>>& base_rows, double z, double atol, double rtol,
+                  const std::vector<std::string>& metric_names) {
+  require_usage(z >= 0 && atol >= 0 && rtol >= 0, "z, atol and rtol must be >= 0");
+  CheckOptions options{z, atol, rtol, metric_names};
+  py::gil_scoped_release release;
+  const CheckReport report = check_regressions(summary_of(base_summary, base_rows, "baseline"),
+                                               summary_of(new_summary, new_rows, "new"), options);
+  return check_report_json(report, options);
+}
+
+std::vector<std::string> column_names(bool summary) {
+  std::vector<std::string> names;
+  if (summary)
+    for (const auto& c : summary_columns()) names.push_back(c.name);
+  else
+    for (const auto& c : trial_columns()) names.push_back(c.name);
+  return names;
+}
+
+}  // namespace
+
+}  // namespace attnprobe::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace attnprobe;
+  using namespace attnprobe::python;
+  m.doc() = "attnprobe's C++ core (use the attnprobe package, not this module)";
+  static py::exception<InputError> input_error(m, "InputError", PyExc_OSError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const UsageError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const InputError& e) {
+      input_error(e.what());
+    }
+  });
+  m.attr("__version__") = kVersion;
+  m.def("version", &attnprobe_version);
+
+  m.def("estimators", &estimators_list);
+  m.def("canonical", [](const std::string& spec) { return parse_spec(spec).canonical(); });
+  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec) {
+    return case_id(SliceRef{layer, head, batch, n}, parse_spec(spec).canonical());
+  });
+  m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
+    require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
+    return make_random_key(seed, case_text, static_cast<uint32_t>(trial)).value;
+  });
+  m.def("dump_options", &dump_options);
+  py::class_<DumpOptions>(m, "DumpOptions");
+  m.def("load", &load);
+  py::class_<Slice>(m, "Slice")
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale) {
+             q = prepared(q, "q");
+             k = prepared(k, "k");
+             v = prepared(v, "v");
+             auto slice = std::make_unique<Slice>();
+             py::gil_scoped_release release;
+             fill_view(slice->view, q, k, v, scale, SliceId{});
+             return slice;
+           }),
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none())
+      .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
+      .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
+      .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
+      .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })
+      .def_property_readonly("k", [](const Slice& s) { return to_numpy(MatrixD(s.view.k)); })
+      .def_property_readonly("v", [](const Slice& s) { return to_numpy(MatrixD(s.view.v)); });
+  m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
+    return exact(nullptr, q, k, v, scale, float64, threads);
+  });
+  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, float64, threads);
+  });
+  m.def("estimate",
+        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, uint64_t seed,
+           int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
+          return estimate_view(spec, nullptr, q, k, v, scale, seed, trial, layer, head, batch, threads, device);
+        });
+  m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
+                             int batch, int threads, const std::string& device) {
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, seed, trial, layer, head,
+                         batch, threads, device);
+  });
+  m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
+                        int threads) { return reference(spec, nullptr, q, k, v, scale, threads); });
+  m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, threads);
+  });
+  m.def("metrics", &metrics);
+  m.def("metric_names", [] {
+    std::vector<std::string> names;
+    for (Metric metric : all_metrics()) names.push_back(metric_name(metric));
+    return names;
+  });
+  m.def("column_names", &column_names);
+
+  py::class_<SweepArgs>(m, "SweepArgs")
+      .def(py::init<>())
+      .def_readwrite("dump", &SweepArgs::dump)
+      .def_readwrite("options", &SweepArgs::options)
+      .def_readwrite("estimators", &SweepArgs::estimators)
+      .def_readwrite("samples", &SweepArgs::samples)
+      .def_readwrite("layers", &SweepArgs::layers)
+      .def_readwrite("heads", &SweepArgs::heads)
+      .def_readwrite("batch", &SweepArgs::batch)
+      .def_readwrite("lengths", &SweepArgs::lengths)
+      .def_readwrite("trials", &SweepArgs::trials)
+      .def_readwrite("seed", &SweepArgs::seed)
+      .def_readwrite("threads", &SweepArgs::threads)
+      .def_readwrite("device", &SweepArgs::device)
+      .def_readwrite("reference", &SweepArgs::reference)
+      .def_readwrite("metrics", &SweepArgs::metrics)
+      .def_readwrite("output", &SweepArgs::output)
+      .def_readwrite("mode", &SweepArgs::mode)
+      .def_readwrite("command_line", &SweepArgs::command_line);
+  m.def("sweep", &sweep);
+  m.def("summarize", &summarize);
+  m.def("check", &check);
+  m.def("hardware_threads", &hardware_threads);
+  m.def("parse_int_list", [](const std::string& text, const std::string& what) { return parse_int_list(text, what); });
+}

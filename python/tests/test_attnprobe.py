@@ -1,0 +1,328 @@
+"""pytest of the Python package (run by CTest as python_package, see python/tests/run_pytest.py).
+
+What it shows: estimate(case=...) and metrics() reproduce the CLI's sweep bit for bit for every
+variant of every registered estimator; sweep()'s DataFrame and CSV equal the CLI's; exact() matches
+a numpy softmax; custom Python estimators are measured, summarised and gated like the built-ins, and
+their failures name the case; torch tensors work without a copy. Fixed seeds throughout.
+"""
+import math
+import os
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import attnprobe
+
+SOURCE = os.environ.get("ATTNPROBE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BINARY = os.environ.get("ATTNPROBE", os.path.join(SOURCE, "build", "attnprobe"))
+DUMP = os.path.join(SOURCE, "data", "synth-demo.h5")
+
+# One slice of the bundled dump for the CLI comparisons (layer 1, head 1, batch item 1, 96 tokens).
+SLICE = dict(layers="1", heads="1", batch="1", lengths="96")
+SEED = 7
+
+
+def cli(*args):
+    return subprocess.run([BINARY, *args], check=True, capture_output=True, text=True)
+
+
+def all_variants():
+    return [spec for e in attnprobe.estimators() for spec in e["variants"]]
+
+
+@pytest.fixture(scope="module")
+def cli_csv(tmp_path_factory):
+    """The CLI's sweep of every variant of every estimator on SLICE (2 trials each)."""
+    path = tmp_path_factory.mktemp("cli") / "all.csv"
+    args = ["sweep", DUMP, "--layers", SLICE["layers"], "--heads", SLICE["heads"], "--batch", SLICE["batch"],
+            "--lengths", SLICE["lengths"], "--trials", "2", "--seed", str(SEED), "--threads", "2", "-q", "-o",
+            str(path)]
+    for spec in all_variants():
+        args += ["-e", spec]
+    cli(*args)
+    return path
+
+
+def same(a, b):
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_registry_walk_covers_every_estimator():
+    # The Python registry is the CLI's: the same estimators, each with the variants the baseline gate runs.
+    assert all_variants() == cli("list", "--variants").stdout.split()
+    assert {e["name"] for e in attnprobe.estimators()} == {attnprobe._core.canonical(s).split("(")[0]
+                                                           for s in all_variants()}
+
+
+def test_estimate_and_metrics_equal_the_cli_bit_for_bit(cli_csv):
+    rows = attnprobe.read_csv(cli_csv)
+    q, k, v, scale, causal = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    references = {}
+    groups = rows.groupby(["spec", "reference", "trial"], sort=False)
+    checked = set()
+    for (spec, ref, trial), group in groups:
+        if ref not in references:
+            references[ref] = attnprobe.reference(ref, q, k, v, scale)
+        case = group.iloc[0]
+        est = attnprobe.estimate(spec, q, k, v, scale, seed=SEED, trial=int(trial), case=case, threads=3)
+        values = attnprobe.metrics(references[ref], est, list(group["metric"]))
+        for metric, value in zip(group["metric"], group["value"]):
+            assert same(values[metric], value), (spec, trial, metric, values[metric], value)
+        checked.add(spec)
+    assert checked == set(all_variants())  # every variant of every registered estimator was compared
+
+
+def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
+    specs = ["vmean", "performer(M=16)", "yoso(m=8,tau=4)", "nystrom(L=8)"]
+    common = dict(layers="0,1", heads="0", batch="0..1", lengths="64,128", samples=None, trials=3, seed=5)
+    args = ["sweep", DUMP, "--layers", "0,1", "--heads", "0", "--batch", "0..1", "--lengths", "64,128", "--trials",
+            "3", "--seed", "5", "-q", "-o", str(tmp_path / "cli.csv")]
+    for s in specs:
+        args += ["-e", s]
+    cli(*args)
+    df = attnprobe.sweep(DUMP, specs, output=tmp_path / "py.csv", threads=2, **common)
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    assert (tmp_path / "py.run.json").exists()
+    expected = pd.read_csv(tmp_path / "cli.csv", float_precision="round_trip",
+                           dtype={c: str for c in ["dump", "estimator", "spec", "reference", "metric"]})
+    pd.testing.assert_frame_equal(df, expected, check_exact=True)
+    in_memory = attnprobe.sweep(DUMP, specs, threads=1, **common)  # no output file, one thread
+    pd.testing.assert_frame_equal(in_memory, expected, check_exact=True)
+    # summarize() equals the CLI's summarize.
+    cli("summarize", str(tmp_path / "cli.csv"), "-o", str(tmp_path / "sum.csv"))
+    pd.testing.assert_frame_equal(attnprobe.summarize(df), attnprobe.read_csv(tmp_path / "sum.csv"), check_exact=True)
+    # write_csv() writes what the CLI writes, byte for byte.
+    attnprobe.write_csv(df, tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    attnprobe.write_csv(attnprobe.summarize(df), tmp_path / "sum2.csv")
+    assert (tmp_path / "sum2.csv").read_bytes() == (tmp_path / "sum.csv").read_bytes()
+    cli("summarize", str(tmp_path / "cli.csv"), "--over", "layer,head,batch", "-o", str(tmp_path / "over.csv"))
+    pd.testing.assert_frame_equal(attnprobe.summarize(df, over="layer,head,batch"),
+                                  attnprobe.read_csv(tmp_path / "over.csv"), check_exact=True)
+
+
+def test_exact_float64_matches_numpy_softmax():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(300, 24)), rng.normal(size=(300, 24)), rng.normal(size=(300, 20))
+    scale = 0.3
+    s = scale * q @ k.T
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    expected = (p / p.sum(axis=1, keepdims=True)) @ v
+    out = attnprobe.exact(q, k, v, scale)
+    assert out.dtype == np.float64 and out.shape == (300, 20)
+    assert np.abs(out - expected).max() < 1e-12  # observed 2.3e-15
+    out32 = attnprobe.exact(q, k, v, scale, dtype=np.float32)
+    assert out32.dtype == np.float32
+    assert np.abs(out32 - expected).max() < 1e-5  # observed 1.1e-6 (float32 kernel)
+    # Default scale is 1/sqrt(p), as for a dump without a scale attribute.
+    assert np.array_equal(attnprobe.exact(q, k, v), attnprobe.exact(q, k, v, 1 / math.sqrt(24)))
+
+
+def test_threads_and_input_dtype_do_not_change_results():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 1, 0, length=200)
+    a = attnprobe.estimate("skeinformer(d=16)", q, k, v, scale, seed=3, trial=1, threads=1)
+    b = attnprobe.estimate("skeinformer(d=16)", q, k, v, scale, seed=3, trial=1, threads=4)
+    assert np.array_equal(a, b)
+    # Fortran order, a strided view and float32 input: the same float32 slice reaches the estimator.
+    q32, k32, v32 = (np.asfortranarray(x.astype(np.float32)) for x in (q, k, v))
+    c = attnprobe.estimate("performer(M=16)", q32, k32, v32, scale, seed=3)
+    wide = np.zeros((v.shape[0], 2 * v.shape[1]))
+    wide[:, ::2] = v
+    d = attnprobe.estimate("performer(M=16)", q.astype(np.float32), k, wide[:, ::2], scale, seed=3)
+    assert np.array_equal(c, d)
+    # Another case, another draw; case=None is layer 0, head 0, batch 0.
+    e = attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, case={"layer": 0, "head": 0, "batch": 0})
+    f = attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, case={"layer": 0, "head": 1, "batch": 0})
+    assert np.array_equal(attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3), e)
+    assert not np.array_equal(e, f)
+
+
+def test_slice_gives_the_same_results():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 0, 0, length=150)
+    s = attnprobe.Slice(q, k, v, scale)
+    assert (s.n, s.p, s.pv, s.scale) == (150, 32, 32, scale) and np.array_equal(s.v, v)
+    case = {"layer": 1, "head": 0, "batch": 0}
+    for spec in ["performer(M=16)", "yoso(m=8)", "lara(C=8)"]:
+        assert np.array_equal(attnprobe.estimate(spec, s, seed=4, trial=2, case=case),
+                              attnprobe.estimate(spec, q, k, v, scale, seed=4, trial=2, case=case))
+    assert np.array_equal(attnprobe.exact(s), attnprobe.exact(q, k, v, scale))
+    assert np.array_equal(attnprobe.reference("yoso-e", s), attnprobe.reference("yoso-e", q, k, v, scale))
+    with pytest.raises(ValueError, match="leave k, v and scale out"):
+        attnprobe.estimate("vmean", s, k, v)
+
+
+def test_metrics_names_order_and_dtypes():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=64)
+    ref = attnprobe.exact(q, k, v, scale)
+    est = attnprobe.estimate("vmean", q, k, v, scale)
+    m = attnprobe.metrics(ref, est, "angle,spec")
+    assert list(m) == ["angle", "spec"]
+    assert list(attnprobe.metrics(ref, est)) == attnprobe.metric_names()
+    # A float64 estimate is rounded to float32 first, as the CSV's estimates are.
+    assert attnprobe.metrics(ref, est.astype(np.float64)) == attnprobe.metrics(ref, est)
+    assert attnprobe.metrics(ref, ref.astype(np.float32))["spec_rel"] < 1e-6  # observed 1.9e-8
+
+
+# ---- custom estimators ----------------------------------------------------------------------------------
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - Debian's python3-torch is a dependency (tools/install_deps.sh)
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="python3-torch is not installed")
+
+
+def exact_softmax(q, k, v, scale, causal, seed):
+    s = scale * q @ k.T
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+def torch_performer(features):
+    """A plain positive-random-feature Performer in torch, drawing with a generator keyed by seed."""
+
+    def fn(q, k, v, scale, causal, seed):
+        g = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+        w = torch.randn(features, q.shape[1], generator=g, dtype=q.dtype)
+
+        def phi(x):
+            x = x * math.sqrt(scale)
+            logits = x @ w.T - (x * x).sum(1, keepdim=True) / 2
+            return torch.exp(logits - logits.max())
+
+        qf, kf = phi(q), phi(k)
+        return (qf @ (kf.T @ v)) / (qf @ kf.sum(0)).unsqueeze(1)
+
+    return fn
+
+
+CUSTOM_SLICE = dict(layers=0, heads="0,1", batch=0, lengths=[128], seed=11)
+
+
+def test_custom_exact_softmax_scores_zero_error():
+    df = attnprobe.sweep(DUMP, ["vmean"], custom={"exact": exact_softmax}, trials=2, **CUSTOM_SLICE)
+    mine = df[df["spec"] == "py:exact"]
+    assert set(mine["estimator"]) == {"py:exact"} and set(mine["reference"]) == {"softmax"}
+    assert len(mine) == 2 * 2 * len(attnprobe.metric_names())  # 2 heads x 2 trials x metrics
+    spec_rel = mine[mine["metric"] == "spec_rel"]["value"]
+    assert spec_rel.max() < 1e-6  # observed 2.1e-8: float32 rounding of the output only
+    assert (df[(df["spec"] == "vmean") & (df["metric"] == "spec_rel")]["value"] > 0.1).all()  # observed min 0.98
+    summary = attnprobe.summarize(df)
+    assert set(summary["spec"]) == {"vmean", "py:exact"}
+
+
+@needs_torch
+def test_degraded_custom_estimator_is_caught_by_check(tmp_path):
+    baseline = attnprobe.summarize(
+        attnprobe.sweep(DUMP, ["performer(M=64)"], custom={"mine": torch_performer(64)}, trials=8, **CUSTOM_SLICE))
+    baseline_path = tmp_path / "baseline.csv"
+    attnprobe.write_csv(baseline, baseline_path)
+    again = attnprobe.sweep(DUMP, ["performer(M=64)"], custom={"mine": torch_performer(64)}, trials=8, **CUSTOM_SLICE)
+    report = attnprobe.check(again, baseline_path)
+    assert report.passed and report.regressions == 0, report  # same function, same seeds: identical numbers
+    worse = attnprobe.sweep(DUMP, ["performer(M=64)"], custom={"mine": torch_performer(4)}, trials=8, **CUSTOM_SLICE)
+    report = attnprobe.check(worse, baseline_path, metrics="spec_rel,fro_rel")
+    assert not report.passed and report.regressions >= 2, report  # observed 3 (of 4: head 0 spec_rel is within 4 se)
+    assert set(report.failures()["spec"]) == {"py:mine"}
+    assert "FAILED" in str(report)
+
+
+def test_custom_seed_is_the_case_key():
+    seen = []
+
+    def record(q, k, v, scale, causal, seed):
+        seen.append((q.shape, seed))
+        return np.zeros_like(v)
+
+    attnprobe.sweep(DUMP, [], custom={"rec": record}, trials=3, threads=2, **CUSTOM_SLICE)
+    keys = {attnprobe.random_key(11, attnprobe.case_id(0, h, 0, 128, "py:rec"), t) for h in (0, 1) for t in range(3)}
+    assert {s for _, s in seen} == keys and len(seen) == 6
+
+
+@pytest.mark.parametrize("result, message", [
+    ("raise", "raised ZeroDivisionError"),
+    ("shape", "returned shape (64, 3), expected (64, 32)"),
+    ("nan", "non-finite value"),
+    ("list", "returned a list"),
+])
+def test_custom_errors_name_the_case(tmp_path, result, message):
+    def broken(q, k, v, scale, causal, seed):
+        if q.shape[0] < 64:  # the first slice (n = 32) works; n = 64 fails
+            return exact_softmax(q, k, v, scale, causal, seed)
+        if result == "raise":
+            return 1 / 0
+        if result == "shape":
+            return np.zeros((64, 3))
+        if result == "nan":
+            out = np.zeros_like(v)
+            out[5, 2] = np.nan
+            return out
+        return [[0.0] * v.shape[1]] * v.shape[0]
+
+    output = tmp_path / "partial.csv"
+    with pytest.raises(attnprobe.EstimatorError) as info:
+        attnprobe.sweep(DUMP, ["vmean"], custom={"broken": broken}, layers=0, heads=0, batch=0, lengths=[32, 64],
+                        trials=2, seed=1, threads=1, output=output)
+    error = info.value
+    assert message in str(error)
+    assert "layer=0;head=0;batch=0;n=64;spec=py:broken" in str(error) and error.trial == 0
+    # The finished slice (n = 32) is in the CSV, whole; resuming with a working function completes it.
+    partial = attnprobe.read_csv(output)
+    assert set(partial["n"]) == {32} and len(partial) == 3 * len(attnprobe.metric_names())
+    done = attnprobe.sweep(DUMP, ["vmean"], custom={"broken": exact_softmax}, layers=0, heads=0, batch=0,
+                           lengths=[32, 64], trials=2, seed=1, output=output, resume=True)
+    fresh = attnprobe.sweep(DUMP, ["vmean"], custom={"broken": exact_softmax}, layers=0, heads=0, batch=0,
+                            lengths=[32, 64], trials=2, seed=1)
+    pd.testing.assert_frame_equal(done, fresh, check_exact=True)
+
+
+# ---- torch in, errors, documentation ----------------------------------------------------------------------
+
+@needs_torch
+def test_torch_tensors_in_and_out():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 0, 1, length=128)
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    assert np.shares_memory(attnprobe._as_array(tq, "q"), q)  # read in place, no copy
+    assert np.array_equal(attnprobe.estimate("yoso(m=8)", tq, tk, tv, scale, seed=2),
+                          attnprobe.estimate("yoso(m=8)", q, k, v, scale, seed=2))
+    tq32 = tq.float().requires_grad_()
+    assert np.array_equal(attnprobe.exact(tq32, tk.float(), tv.float(), scale),
+                          attnprobe.exact(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), scale))
+    bf = attnprobe.exact(tq.bfloat16(), tk.bfloat16(), tv.bfloat16(), scale)  # numpy lacks bfloat16: via float32
+    assert np.abs(bf - attnprobe.exact(q, k, v, scale)).max() < 0.01  # observed 7.6e-4 (bfloat16 inputs)
+    df = attnprobe.sweep(DUMP, [], custom={"t": lambda q, k, v, s, c, seed: torch.from_numpy(
+        exact_softmax(q, k, v, s, c, seed)).float()}, layers=1, heads=0, batch=1, lengths=[64], trials=1)
+    assert df[df["metric"] == "spec_rel"]["value"].max() < 1e-6  # observed 1.0e-8
+
+
+def test_errors_carry_the_cli_messages():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=32)
+    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
+        attnprobe.estimate("nope", q, k, v)
+    with pytest.raises(ValueError, match="has no parameter 'x'"):
+        attnprobe.estimate("yoso(x=1)", q, k, v)
+    with pytest.raises(ValueError, match="causal=True"):
+        attnprobe.estimate("vmean", q, k, v, causal=True)
+    with pytest.raises(ValueError, match="keys must match queries"):
+        attnprobe.estimate("vmean", q, k[:10], v)
+    with pytest.raises(ValueError, match="2-D array"):
+        attnprobe.exact(q[0], k, v)
+    with pytest.raises(OSError, match="cannot read 'missing.h5'") as info:
+        attnprobe.load("missing.h5", 0, 0, 0)
+    assert isinstance(info.value, attnprobe.InputError)
+    with pytest.raises(attnprobe.InputError, match="length 5000"):
+        attnprobe.sweep(DUMP, ["vmean"], lengths=[5000])
+    with pytest.raises(ValueError, match="unknown estimator 'py:nothing'"):
+        attnprobe.sweep(DUMP, ["py:nothing"])
+    attnprobe.sweep(DUMP, [], custom={"once": exact_softmax}, layers=0, heads=0, batch=0, lengths=[16], trials=1)
+    with pytest.raises(ValueError, match="is a Python callable: pass it to attnprobe.sweep"):
+        attnprobe.sweep(DUMP, ["py:once"], layers=0, heads=0, batch=0, lengths=[16])
+
+
+def test_help_teaches_with_an_example():
+    doc = attnprobe.sweep.__doc__
+    assert "Example" in doc and "custom=" in doc and "attnprobe.check" in doc
+    assert "case" in attnprobe.estimate.__doc__

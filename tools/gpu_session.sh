@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One whole device session (run on the lent GPU machine from the repository root, after
+# tools/gpu_pack.sh packed .devrun here; `bash .devrun/tools/gpu_session.sh`): the device's ceilings, the [gpu] parity tests, the
+# kernel-level bench (device-resident, CUDA events), `attnprobe bench --device cuda` (per call,
+# with transfers) and a sweep of the bundled dumps on the GPU against 2 CPU threads. Logs go to
+# $OUT (default ./out/gpu): session.log (all of the console), tests.log, kbench.csv, bench.csv,
+# sweep.txt (few files: the device tool brings back at most 8). STEPS picks steps (default all):
+#   STEPS="info ceilings tests kbench bench sweep" tools/gpu_session.sh
+set -uo pipefail
+root=$(pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+run=${DEVRUN:-$(cd "$here/.." && pwd)}
+out=${OUT:-$root/out/gpu}
+mkdir -p "$out"
+exec > >(tee -a "$out/session.log") 2>&1
+export LD_LIBRARY_PATH="$run/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+steps=${STEPS:-info ceilings tests kbench bench sweep}
+has() { [[ " $steps " == *" $1 "* ]]; }
+stamp() { echo "== $1 $(date +%T)"; }
+if has info; then
+  stamp info
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.sm,power.limit,driver_version --format=csv
+  nvcc --version | tail -1
+  nproc
+fi
+if has ceilings; then
+  stamp ceilings
+  timeout 120 python3 "$here/gpu_ceilings.py"
+fi
+if has tests; then
+  stamp tests
+  # The test binary runs the CLI at the path it was built with (a worktree here): point that path
+  # at this checkout and the carried binary.
+  wt=${ATTNPROBE_BUILD_SOURCE:-/work/wt-gpu}
+  if [ ! -e "$wt" ]; then mkdir -p "$(dirname "$wt")" && ln -s "$root" "$wt"; fi
+  mkdir -p "$wt/build-dev" && ln -sf "$run/bin/attnprobe" "$wt/build-dev/attnprobe"
+  timeout 200 "$run/bin/attnprobe_tests" "[gpu]" --durations yes ${TEST_ARGS:-} >"$out/tests.log" 2>&1
+  echo "tests rc $?"
+  grep -E "passed|failed|FAILED|with expansion|cpu .* gpu|seconds" "$out/tests.log" | tail -40
+fi
+if has kbench && [ -x "$run/bin/attnprobe_gpu_bench" ]; then
+  stamp kbench
+  timeout 300 "$run/bin/attnprobe_gpu_bench" ${KBENCH_ARGS:-} --csv "$out/kbench.csv"
+fi
+if has bench; then
+  stamp bench
+  timeout 240 "$run/bin/attnprobe" bench --device cuda --no-sgemm --threads 1 --repeat 3 \
+    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean -e "yoso-e" -e yoso -e performer \
+    --csv "$out/bench.csv"
+fi
+if has sweep; then
+  stamp sweep
+  # Every estimator with a CUDA version over every bundled dump, GPU vs 2 CPU threads (the float64
+  # references are computed on the CPU in both); then the two CSVs compared row by row.
+  est=(-e softmax -e vmean -e yoso-e -e yoso -e performer)
+  for dump in data/*.h5; do
+    name=$(basename "$dump" .h5)
+    for device in cuda cpu; do
+      start=$(date +%s.%N)
+      timeout 240 "$run/bin/attnprobe" sweep "$dump" "${est[@]}" --trials "${SWEEP_TRIALS:-4}" --threads 2 \
+        --device "$device" -q --overwrite -o "/tmp/sweep_${name}_$device.csv" >/dev/null
+      echo "sweep $name $device rc $? seconds $(awk "BEGIN{print $(date +%s.%N) - $start}")"
+    done
+    python3 "$here/compare_sweeps.py" "/tmp/sweep_${name}_cuda.csv" "/tmp/sweep_${name}_cpu.csv"
+  done | tee "$out/sweep.txt"
+fi
+stamp done
