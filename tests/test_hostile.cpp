@@ -322,6 +322,8 @@ TEST_CASE("check fails closed on empty, malformed and non-finite inputs and on b
       {"inf baseline mean", good + " --baseline " + with_row("infmean.csv", row_with("4", "inf", "0.1")),
        exit_code::kInput},
       {"count 0", good + " --baseline " + with_row("count0.csv", row_with("0", "0.5", "0.1")), exit_code::kInput},
+      {"hex float mean", good + " --baseline " + with_row("hexmean.csv", row_with("4", "0x1p3", "0.1")),
+       exit_code::kInput},
       {"negative mean in the new file",
        with_row("negmean.csv", row_with("4", "-0.5", "0.1")) + " --baseline " + summary, exit_code::kInput},
       {"-inf in the new file", with_row("neginf.csv", row_with("4", "-inf", "0.1")) + " --baseline " + summary,

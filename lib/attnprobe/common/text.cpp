@@ -53,7 +53,8 @@ bool parse_int(std::string_view text, int64_t& out) {
 
 bool parse_real(std::string_view text, double& out) {
   std::string s = trim(text);
-  if (s.empty()) return false;
+  // Decimal only: strtod would also read hex floats (0x1p3), which nothing here writes.
+  if (s.empty() || s.find_first_of("xX") != std::string::npos) return false;
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);

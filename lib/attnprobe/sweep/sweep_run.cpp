@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,11 +33,28 @@ nlohmann::json read_earlier_info(const std::string& path) {
   return nlohmann::json::parse(text.str(), nullptr, false);  // discarded (not thrown) when malformed
 }
 
+// The process holding a flock on the file `fd` refers to, from /proc/locks (Linux: "N: FLOCK
+// ADVISORY WRITE PID MAJOR:MINOR:INODE 0 EOF", major and minor in hex); 0 when it cannot be told.
+long long lock_holder(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  const std::string device = fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino);
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (std::getline(locks, line)) {
+    std::istringstream fields(line);
+    std::string id, kind, mode, access, where;
+    long long pid = 0;
+    if (fields >> id >> kind >> mode >> access >> pid >> where && kind == "FLOCK" && where == device) return pid;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string plan_fingerprint(const SweepPlan& plan, const std::string& dump_label) {
-  std::string text = fmt::format("seed={};dump={};metrics=", plan.seed, dump_label);
-  for (Metric m : plan.metrics) text += std::string(metric_name(m)) + ",";
+  // Metrics are left out: asking for more metrics on resume recomputes the trials that lack them.
+  std::string text = fmt::format("seed={};dump={}", plan.seed, dump_label);
   for (const EstimatorSetting& s : plan.settings) text += fmt::format(";{}|{}|{}", s.canonical, s.reference, s.trials);
   for (const SliceRef& s : plan.slices) text += fmt::format(";{},{},{},{}", s.layer, s.head, s.batch, s.n);
   return fmt::format("{:016x}", stable_hash(text));
@@ -118,10 +136,13 @@ void SweepRun::lock_output() {
                   std::strerror(errno));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
+      const long long holder = error == EWOULDBLOCK ? lock_holder(fd) : 0;
       ::close(fd);
       if (error != EWOULDBLOCK) throw InputError(fmt::format("cannot lock '{}': {}", csv_path_, std::strerror(error)));
+      // /proc/locks names the holder; else run.json (written a moment after the lock is taken).
       const nlohmann::json earlier = read_earlier_info(info_path_);
-      const std::string who = earlier.is_object() && earlier.contains("pid") && earlier["pid"].is_number_integer()
+      const std::string who = holder > 0 ? fmt::format("process {}", holder)
+                              : earlier.is_object() && earlier.contains("pid") && earlier["pid"].is_number_integer()
                                   ? fmt::format("process {}", earlier["pid"].get<long long>())
                                   : std::string("another process");
       throw InputError(
@@ -161,8 +182,8 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
   if (earlier.is_object() && earlier.contains("plan") && earlier["plan"].is_string() &&
       !earlier["plan"].get<std::string>().empty())
     require_usage(earlier["plan"].get<std::string>() == info_.plan,
-                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
-                  "trials or metrics differ from the earlier run's{}. Resume with the same command, or write to "
+                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items "
+                  "or trials differ from the earlier run's{}. Resume with the same command, or write to "
                   "another -o file.",
                   csv_path_, command);
   // Every row must be a case of this grid (a check that needs no run.json).

@@ -22,7 +22,8 @@ enum class OutputMode {
 };
 
 /// A stable hex fingerprint of what decides a sweep's rows: seed, dump label, settings (spec,
-/// reference, trials), slices and metrics. Threads and device are left out: they do not change rows.
+/// reference, trials) and slices. Threads and device are left out (they do not change rows), and so
+/// are metrics (a resume that asks for more recomputes the trials that lack them).
 std::string plan_fingerprint(const SweepPlan& plan, const std::string& dump_label);
 
 class SweepRun {
