@@ -352,7 +352,7 @@ def concurrency_cases(exe, dump, work, rounds):
     d = os.path.join(work, "conc")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    grid = ["-e", "yoso(m=8)", "-e", "performer(M=16)", "--lengths", "64,128,256", "--trials", "6", "-q",
+    grid = ["-e", "yoso(m=32)", "-e", "performer(M=64)", "--lengths", "64,128,256", "--trials", "200", "-q",
             "--threads", "1"]
     clean = os.path.join(d, "clean.csv")
     subprocess.run([exe, "sweep", dump] + grid + ["-o", clean], check=True)
@@ -378,7 +378,7 @@ def concurrency_cases(exe, dump, work, rounds):
             (f"round {i} {sig.name}", "clean" if same else ("silent" if code2 == 0 else "wrong"), code2,
              text2.strip().splitlines()[-1:]))
         GROUPS.setdefault("concurrent writers", []).append(
-            (f"round {i}", "clean" if (not still_running or (code == 3 and "in use by process" in text)) else
+            (f"round {i} ({'overlapped' if still_running else 'the first had finished: nothing to refuse'})", "clean" if (not still_running or (code == 3 and "in use by process" in text)) else
              ("silent" if code == 0 else "wrong"), code, text.strip().splitlines()[-1:]))
     return out
 
@@ -422,6 +422,9 @@ def main():
         for name, verdict, code, last in results:
             if verdict != "clean":
                 print(f"  {verdict:6} {group}: {name} (exit {code}) {last[0][:160] if last else ''}")
+    overlapped = sum(1 for r in GROUPS.get("concurrent writers", []) if "overlapped" in r[0])
+    print(f"concurrent writers: the second writer started while the first ran in {overlapped} of "
+          f"{len(GROUPS.get('concurrent writers', []))} rounds")
     return 1 if bad else 0
 
 

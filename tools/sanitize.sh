@@ -3,9 +3,8 @@
 # UndefinedBehaviorSanitizer into ./build-asan (-O1, CUDA off: the sanitizers check host code) and runs the
 # Catch2 tests under CTest; any report fails the run. Left out, and why:
 #   - baseline_gate, install_consumer, dump_qkv_python, clang_format: they test the release build's numbers,
-#     packaging, Python and formatting, not memory safety, and run in the normal job;
-#   - tests tagged [slow]: statistical tests whose many trials take minutes under the sanitizers; the code they
-#     run is covered by the faster tests of the same estimators.
+#     packaging, Python and formatting, not memory safety, and run in the normal job.
+# Every Catch2 test runs, the statistical ones included (their trials are few enough at -O1).
 # Usage: tools/sanitize.sh [ctest arguments, e.g. -R fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
