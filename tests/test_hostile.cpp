@@ -112,7 +112,7 @@ std::string dump_with(const std::string& name, const std::function<void(hid_t gr
 }  // namespace
 
 // 1. A thread count the machine cannot start is refused or clamped with a message, never a hang.
-TEST_CASE("--threads beyond what can be started is refused, not a hang", "[hostile][threads]") {
+TEST_CASE("a --threads count beyond what can be started is refused, not a hang", "[hostile][threads]") {
   const auto r = run_bounded("eval " + hostile_dump() + " -e softmax --length 16 --threads 100000", 60);
   INFO(r.output);
   CHECK(r.exit_code == exit_code::kUsage);
@@ -214,7 +214,7 @@ TEST_CASE("out-of-range and ambiguous layer names are input errors naming them",
 }
 
 // 4. One seed type end to end.
-TEST_CASE("negative or too large seeds are usage errors; 2^64-1 works end to end", "[hostile][seed]") {
+TEST_CASE("negative or too large seeds are usage errors and 2^64-1 works end to end", "[hostile][seed]") {
   for (const char* seed : {"-1", "18446744073709551616", "1e3", "x"}) {
     const auto r = run_bounded("sweep " + hostile_dump() + " -e vmean --seed " + std::string(seed) + " -q -o " +
                                temp_path("seed-bad.csv"));
@@ -257,7 +257,7 @@ TEST_CASE("a second writer of the same CSV is refused while the first runs", "[h
   first.run();
 }
 
-TEST_CASE("--resume with another seed, grid or estimator set is refused", "[hostile][resume]") {
+TEST_CASE("a --resume with another seed, grid or estimator set is refused", "[hostile][resume]") {
   const std::string base = " -e 'yoso(m=4)' --lengths 16,32 --trials 2 -q -o ";
   const std::string csv = temp_path("mixed.csv");
   REQUIRE(run_bounded("sweep " + hostile_dump() + base + csv + " --seed 1").exit_code == 0);
@@ -466,7 +466,7 @@ TEST_CASE("a tiny file declaring huge sizes is refused quickly, without exit 4",
   }
 }
 
-TEST_CASE("--max-memory refuses a case that needs more, with the figure and the limit", "[hostile][memory]") {
+TEST_CASE("the --max-memory limit refuses a case that needs more, with the figure and the limit", "[hostile][memory]") {
   const auto r = run_bounded("eval " + hostile_dump() + " -e 'performer(M=1048576)' --length 64 --max-memory 1G");
   INFO(r.output);
   CHECK(r.exit_code == exit_code::kInput);
