@@ -46,7 +46,7 @@ CaseValues run_case_sweep(const std::string& dump_path, const std::vector<std::s
 
 }  // namespace
 
-TEST_CASE("nmse splits into bias squared and variance; unbiased estimators show no bias", "[case-metrics]") {
+TEST_CASE("nmse splits into bias squared and variance, and unbiased estimators show no bias", "[case-metrics]") {
   SynthOptions options = synth_options(1, 1, 1, 64, 16, {0.3});
   const std::string dump = write_synth("case.h5", options);
   const int trials = 4096;

@@ -157,8 +157,8 @@ TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
 }
 
 TEST_CASE("an estimator without a CUDA version is a usage error naming those with one", "[cli][gpu]") {
-  // skeinformer has no CUDA version: exit 2 before any GPU is looked for, in every build.
-  const auto r = run_attnprobe("eval " + demo_dump() + " -e skeinformer --device cuda -q");
+  // nystrom has no CUDA version: exit 2 before any GPU is looked for, in every build.
+  const auto r = run_attnprobe("eval " + demo_dump() + " -e nystrom --device cuda -q");
   INFO(r.output);
   CHECK(r.exit_code == 2);
   if (device_compiled(Device::kCuda))

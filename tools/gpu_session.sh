@@ -45,14 +45,15 @@ fi
 if has bench; then
   stamp bench
   timeout 240 "$run/bin/attnprobe" bench --device cuda --no-sgemm --threads 1 --repeat 3 \
-    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean -e "yoso-e" -e yoso -e performer \
+    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean -e "yoso-e" -e yoso -e performer -e linformer -e informer -e skeinformer \
     --csv "$out/bench.csv"
 fi
 if has sweep; then
   stamp sweep
   # Every estimator with a CUDA version over every bundled dump, GPU vs 2 CPU threads (the float64
-  # references are computed on the CPU in both); then the two CSVs compared row by row.
-  est=(-e softmax -e vmean -e yoso-e -e yoso -e performer)
+  # softmax reference on the device's fp64 kernel with --device cuda, on the CPU with --device cpu);
+  # then the two CSVs compared row by row.
+  est=(-e softmax -e vmean -e yoso-e -e yoso -e performer -e linformer -e linformer-jlt -e informer -e skeinformer)
   for dump in data/*.h5; do
     name=$(basename "$dump" .h5)
     for device in cuda cpu; do

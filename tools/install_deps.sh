@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev libhdf5-dev libcli11-dev libfmt-dev catch2   # build and test
   nlohmann-json3-dev clang-format git                          # run.json/check --json; the format test
   libopenblas0-pthread                                       # bench's sgemm floor (loaded at run time)
+  libopenmpi-dev openmpi-bin                                 # the MPI sweep runner (ATTNPROBE_MPI)
   python3 python3-matplotlib python3-numpy                   # plots/
   python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test
   python3-dev pybind11-dev python3-pandas python3-pytest      # the Python package (python/) and its tests

@@ -41,7 +41,8 @@ Action add_list(CLI::App& app) {
             domain = fmt::format("integer {}..{}", p.min, p.max);
             break;
           case ParamKind::kReal:
-            domain = fmt::format("real {}..{}", p.min, p.max);
+            domain = p.choices.empty() ? fmt::format("real {}..{}", p.min, p.max)
+                                       : fmt::format("{} or real {}..{}", join(p.choices, "|"), p.min, p.max);
             break;
           case ParamKind::kChoice:
             domain = join(p.choices, "|");

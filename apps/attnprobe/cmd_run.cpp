@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <numeric>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
@@ -14,6 +15,8 @@
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
 #include "attnprobe/sweep/budget.h"
+#include "attnprobe/sweep/mpi_sweep.h"
+#include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
 #include "commands.h"
 
@@ -36,6 +39,7 @@ struct RunCommandOptions {
   std::string reference = "auto";
   std::string metrics = "all";
   std::string output;
+  std::string shard;  // sweep: "I/N"
   bool resume = false, overwrite = false, dry_run = false, quiet = false;
 };
 
@@ -181,31 +185,76 @@ int run_eval(const RunCommandOptions& o) {
   return 0;
 }
 
+// `--dry-run --shard I/N`: every shard's unit count and estimated cost, then shard I's units.
+void print_shards(const SweepPlan& plan, const std::vector<int64_t>& costs, ShardSpec shard) {
+  const std::vector<std::vector<size_t>> deal = deal_units(costs, shard.count);
+  const double mean = static_cast<double>(std::accumulate(costs.begin(), costs.end(), int64_t{0})) / shard.count;
+  fmt::print(stderr, "shards (estimated cost in flops; the deal is largest unit first to the lightest shard):\n");
+  for (int i = 0; i < shard.count; ++i) {
+    int64_t cost = 0;
+    for (size_t u : deal[i]) cost += costs[u];
+    fmt::print(stderr, "  shard {}/{}: {} units, cost {:.4g} ({:.1f}% of the mean){}\n", i, shard.count, deal[i].size(),
+               static_cast<double>(cost), mean > 0 ? 100.0 * cost / mean : 100.0, i == shard.index ? "  <-" : "");
+  }
+  fmt::print(stderr, "units of shard {}:\n", shard.text());
+  for (size_t u : deal[shard.index]) {
+    const SliceRef& s = plan.slices[u];
+    fmt::print(stderr, "  #{} layer={} head={} batch={} n={}  cost {:.4g}\n", u, s.layer, s.head, s.batch, s.n,
+               static_cast<double>(costs[u]));
+  }
+}
+
 int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
+  const std::optional<MpiLaunch> launch = mpi_launch_from_environment();
+  if (const std::string why = mpi_refusal(launch, mpi_compiled()); !why.empty()) throw UsageError(why);
+  const bool under_mpi = launch && launch->size > 1;
+  if (under_mpi && !o.shard.empty())
+    throw UsageError("--shard and mpirun exclude each other: under mpirun the ranks share the whole grid");
+  const std::optional<ShardSpec> shard = o.shard.empty() ? std::nullopt : std::optional(ShardSpec::parse(o.shard));
+
   const Dump dump = Dump::open(o.dump, o.dump_options);
   SweepPlan plan = plan_sweep(dump, make_request(o, false));
-  check_budget(dump, plan, o);
-  if (o.dry_run) return 0;
+  check_budget(dump, plan, o);  // under --dry-run it prints the plan and what it needs
+  const std::vector<int64_t> costs = unit_costs(dump, plan);
+  if (o.dry_run) {
+    if (shard) print_shards(plan, costs, *shard);
+    return 0;
+  }
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
-  ProgressBar bar(progress_wanted(o));
-  RunOptions options;
-  options.threads = o.threads;
-  options.device = parse_device(o.device);
-  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  const OutputMode mode = o.resume ? OutputMode::kResume : o.overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
   RunInfo info;
   info.command_line = globals.argv;
   info.dump = o.dump;
   info.threads = o.threads > 0 ? o.threads : hardware_threads();
   info.device = o.device;
   info.seed = plan.seed;
-  SweepRun run(dump, std::move(plan), o.output,
-               o.resume      ? OutputMode::kResume
-               : o.overwrite ? OutputMode::kOverwrite
-                             : OutputMode::kCreate,
-               options, info);
+  RunOptions options;
+  options.threads = o.threads;
+  options.device = parse_device(o.device);
+
+  if (under_mpi) {
+    ProgressBar bar(progress_wanted(o) && launch->rank == 0);
+    options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+    const MpiSweepResult result = run_mpi_sweep(dump, plan, costs, o.output, mode, options, info);
+    bar.finish();
+    if (result.rank == 0)
+      fmt::print(stderr, "wrote {} rows ({} trials, {} ranks) to {}{}; run info in {}\n", result.stats.rows,
+                 result.stats.tasks_run, launch->size, o.output,
+                 result.stats.tasks_skipped ? fmt::format(", kept {} finished trials", result.stats.tasks_skipped) : "",
+                 run_info_path(o.output));
+    return 0;
+  }
+
+  ShardPlan part = plan_shard(dump, plan, costs, shard.value_or(ShardSpec{}));
+  info.plan = part.record;
+  const size_t units = part.plan.slices.size();
+  ProgressBar bar(progress_wanted(o));
+  options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  SweepRun run(dump, std::move(part.plan), o.output, mode, options, info);
   const RunStats stats = run.run();
   bar.finish();
-  fmt::print(stderr, "wrote {} rows ({} trials) to {}{}; run info in {}\n", stats.rows, stats.tasks_run, o.output,
+  fmt::print(stderr, "wrote {} rows ({} trials{}) to {}{}; run info in {}\n", stats.rows, stats.tasks_run,
+             shard ? fmt::format(", shard {}: {} units", shard->text(), units) : "", o.output,
              stats.tasks_skipped
                  ? fmt::format(", kept {} rows of {} finished trials", run.kept_rows(), stats.tasks_skipped)
                  : "",
@@ -235,12 +284,21 @@ Action add_sweep(CLI::App& app, const Globals& globals) {
   app.add_option("-o,--output", o->output, "the long CSV to write (one row per case, trial and metric)")->required();
   app.add_flag("--resume", o->resume, "continue an interrupted sweep into the same CSV: finished trials are skipped");
   app.add_flag("--overwrite", o->overwrite, "replace the CSV if it exists");
+  app.add_option("--shard", o->shard,
+                 "I/N: run only shard I (0-based) of N; the grid's units (one slice at one length with all its "
+                 "settings and trials) are dealt by estimated cost, the same on every machine. Each shard writes "
+                 "its own -o; `attnprobe merge` joins them. With --dry-run: print every shard's cost and shard I's "
+                 "units");
   app.footer(
       "Example:\n  attnprobe sweep data/synth-demo.h5 -e vmean -e softmax --lengths 64..256:x2 -o out/sweep.csv\n"
       "  attnprobe summarize out/sweep.csv --table\n\n"
       "Rows are flushed per slice; after an interruption rerun the same command with --resume. Beside the CSV, "
       "NAME.run.json records the command, version, git hash, threads, seed and times. The same --seed gives the "
-      "same numbers for any --threads and any subset of the grid.");
+      "same numbers for any --threads and any subset of the grid.\n\n"
+      "Beyond one machine:\n"
+      "  attnprobe sweep model.h5 -e vmean --lengths 64..4096:x2 --shard 0/4 -o out/shard-0.csv   # ... 1/4, 2/4, 3/4\n"
+      "  attnprobe merge -o out/sweep.csv out/shard-*.csv\n"
+      "  mpirun -n 4 attnprobe sweep model.h5 -e vmean --lengths 64..4096:x2 --threads 1 -o out/sweep.csv");
   return [o, &globals] { return run_sweep_command(*o, globals); };
 }
 

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       [](CLI::App& a) { return cli::add_summarize(a); });
   add("check", "regression gate: exit 1 if a case got worse than the baseline beyond a statistical tolerance",
       [](CLI::App& a) { return cli::add_check(a); });
+  add("merge", "join the CSVs of a sharded sweep (sweep --shard I/N) into one, in the canonical row order",
+      [&](CLI::App& a) { return cli::add_merge(a, globals); });
   add("diagnose", "per slice and length: attention entropy, support, stable rank, distance, ... as a CSV",
       [](CLI::App& a) { return cli::add_diagnose(a); });
   add("synth", "write a seeded synthetic dump with controlled attention sharpness",

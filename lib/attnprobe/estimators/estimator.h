@@ -3,6 +3,7 @@
 // (registry.h) and maps one head slice to an n × pv estimate of its target. It must be const and
 // re-entrant: the runner calls one instance from several threads, and all randomness comes from
 // ctx.key (docs/randomness.md), never from state.
+#include <functional>
 #include <optional>
 
 #include "attnprobe/common/matrix.h"
@@ -27,6 +28,14 @@ class Estimator {
   /// A float64 evaluation, for deterministic estimators that serve as a reference (target) of
   /// others; nullopt when the estimator has none (then it cannot be a reference).
   virtual std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const { return std::nullopt; }
+
+  /// The attention matrix Â this estimator implies, from the same draws as estimate() with the same
+  /// ctx: a function giving rows [r0, r0 + rows) × keys in float64, so that estimate's row i is
+  /// Σ_j Â_ij·v_j (docs/metrics.md, "Attention-weight metrics"; rows ℓ2-normalised by YOSO include
+  /// that scale). Set up once per call (the draws), then asked block by block: never n × n at once.
+  /// Empty for estimators registered without `weights`.
+  using WeightRows = std::function<MatrixD(int64_t r0, int64_t rows)>;
+  virtual WeightRows weights(const HeadView& view, const EstimateContext& ctx) const { return nullptr; }
 
   /// Useful floating-point operations of one call, for `bench` GFLOP/s; 0 when not defined.
   virtual double flops(int64_t n, int64_t p, int64_t pv) const { return 0; }

@@ -57,6 +57,9 @@ std::string describe_param(const ParamDef& p) {
     case ParamKind::kInt:
       return fmt::format("{} (integer {}..{}, default {})", p.name, p.min, p.max, p.default_value);
     case ParamKind::kReal:
+      if (!p.choices.empty())
+        return fmt::format("{} ({} or a real {}..{}, default {})", p.name, join(p.choices, "|"), p.min, p.max,
+                           p.default_value);
       return fmt::format("{} (real {}..{}, default {})", p.name, p.min, p.max, p.default_value);
     case ParamKind::kChoice:
       return fmt::format("{} ({}, default {})", p.name, join(p.choices, "|"), p.default_value);
@@ -84,6 +87,7 @@ std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const st
       return std::to_string(v);
     }
     case ParamKind::kReal: {
+      if (std::find(p.choices.begin(), p.choices.end(), text) != p.choices.end()) return text;  // a named value
       double v;
       if (!parse_real(text, v) || !std::isfinite(v)) throw bad("is not a finite number");
       if (v < p.min || v > p.max) throw bad("is out of range");

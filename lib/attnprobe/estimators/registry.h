@@ -37,7 +37,7 @@ struct ParamDef {
   ParamKind kind = ParamKind::kInt;
   std::string default_value;         ///< as it would be written in a spec
   double min = 0, max = 0;           ///< inclusive range for kInt/kReal
-  std::vector<std::string> choices;  ///< for kChoice
+  std::vector<std::string> choices;  ///< for kChoice; for kReal, words accepted besides a number (e.g. "opt")
   std::string help;                  ///< one line
 };
 

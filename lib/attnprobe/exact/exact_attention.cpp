@@ -20,6 +20,15 @@ using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 }  // namespace
 
+MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows) {
+  MatrixD a = scale * (q.middleRows(r0, rows) * k.transpose());
+  for (int64_t i = 0; i < a.rows(); ++i) {
+    a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+    a.row(i) /= a.row(i).sum();
+  }
+  return a;
+}
+
 void gemm_abt(int m, int n, int kdim, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
               float* c, int ldc) {
   ConstMapF A(a, m, kdim, Eigen::OuterStride<>(lda));

@@ -14,6 +14,10 @@ namespace attnprobe {
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
                             ThreadPool* pool = nullptr);
 
+/// Rows [r0, r0 + rows) of the exact attention matrix A = softmax(s·QKᵀ) in float64 (rows × keys,
+/// row max subtracted): what the head diagnostics and the attention-weight metrics compare with.
+MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows);
+
 /// `out` is resized to n × pv. With a pool, query blocks are spread over its threads; the result
 /// does not depend on the thread count (each query row sees the same key blocking).
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,

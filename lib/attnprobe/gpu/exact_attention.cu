@@ -140,6 +140,15 @@ class CudaSoftmax final : public Estimator {
     exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
                     static_cast<float>(view.scale), AttentionPrecision::kTf32x3, false, out.data());
   }
+  // The float64 reference on the device (`sweep --device cuda`): the fp64-accumulation kernel on the
+  // float32 inputs, rounded to float at the end (the dumps are float32; the parity test holds it
+  // within 1e-6 of the CPU's float64 path). n × pv.
+  std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
+    MatrixF out(view.n(), view.pv());
+    exact_attention(view.qf.data(), view.kf.data(), view.vf.data(), view.n(), view.kf.rows(), view.p(), view.pv(),
+                    static_cast<float>(view.scale), AttentionPrecision::kFp64, false, out.data());
+    return out.cast<double>();
+  }
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * (p + pv); }
 };
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <numeric>
 
+#include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/sweep/runner.h"
 
 namespace attnprobe {
@@ -14,16 +15,10 @@ namespace {
 constexpr int64_t kRowBlock = 256;
 constexpr int kPowerIterations = 30;
 
-// Rows [r0, r0 + rows) of A = softmax(s·QKᵀ) in float64, row-major; `max_logit` gets the block's
-// largest s·q_i·k_j.
+// Rows [r0, r0 + rows) of A; `max_logit` gets the block's largest s·q_i·k_j.
 MatrixD attention_rows(const HeadView& view, int64_t r0, int64_t rows, double* max_logit = nullptr) {
-  MatrixD a = view.scale * (view.q.middleRows(r0, rows) * view.k.transpose());
-  if (max_logit) *max_logit = a.maxCoeff();
-  for (int64_t i = 0; i < a.rows(); ++i) {
-    a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
-    a.row(i) /= a.row(i).sum();
-  }
-  return a;
+  if (max_logit) *max_logit = (view.scale * (view.q.middleRows(r0, rows) * view.k.transpose())).maxCoeff();
+  return attention_rows_f64(view.q, view.k, view.scale, r0, rows);
 }
 
 double row_entropy(const Eigen::Ref<const Eigen::RowVectorXd>& row) {

@@ -24,6 +24,16 @@ const std::vector<Metric>& case_metrics() {
   return kCase;
 }
 
+const std::vector<Metric>& weight_metrics() {
+  static const std::vector<Metric> kWeights = {Metric::kRowTv, Metric::kRowKl, Metric::kTopkRecall};
+  return kWeights;
+}
+
+bool is_weight_metric(Metric metric) {
+  const auto& w = weight_metrics();
+  return std::find(w.begin(), w.end(), metric) != w.end();
+}
+
 bool is_case_metric(Metric metric) {
   const auto& c = case_metrics();
   return std::find(c.begin(), c.end(), metric) != c.end();
@@ -31,6 +41,12 @@ bool is_case_metric(Metric metric) {
 
 const char* metric_name(Metric metric) {
   switch (metric) {
+    case Metric::kRowTv:
+      return "row_tv";
+    case Metric::kRowKl:
+      return "row_kl";
+    case Metric::kTopkRecall:
+      return "topk_recall";
     case Metric::kBiasFroRel:
       return "bias_fro_rel";
     case Metric::kVarFroRel:
@@ -62,6 +78,7 @@ const char* metric_name(Metric metric) {
 std::vector<Metric> parse_metrics(const std::string& text) {
   std::vector<Metric> known = all_metrics();
   known.insert(known.end(), case_metrics().begin(), case_metrics().end());
+  known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
   std::vector<std::string> names;
   for (Metric m : known) names.push_back(metric_name(m));
   std::vector<Metric> out;
@@ -70,19 +87,23 @@ std::vector<Metric> parse_metrics(const std::string& text) {
   };
   for (const std::string& raw : split(text, ',')) {
     const std::string name = trim(raw);
-    if (name == "all" || name == "case") {
-      for (Metric m : name == "all" ? all_metrics() : case_metrics()) add(m);
+    if (name == "all" || name == "case" || name == "weights") {
+      for (Metric m : name == "all" ? all_metrics() : name == "case" ? case_metrics() : weight_metrics()) add(m);
       continue;
     }
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
       throw UsageError(
-          fmt::format("unknown metric '{}' in --metrics: use 'all' (per trial), 'case' (per case), or a list of {}",
+          fmt::format("unknown metric '{}' in --metrics: use 'all' (per trial), 'case' (per case), 'weights' "
+                      "(attention weights), or a list of {}",
                       name, join(names, ",")));
     add(known[it - names.begin()]);
   }
-  // Per-trial metrics first: rows of a case list its trials, then its case row.
-  std::stable_partition(out.begin(), out.end(), [](Metric m) { return !is_case_metric(m); });
+  // The order rows are written in: plain per-trial metrics, attention-weight ones, then per case.
+  std::stable_sort(out.begin(), out.end(), [](Metric a, Metric b) {
+    auto rank = [](Metric m) { return is_case_metric(m) ? 2 : is_weight_metric(m) ? 1 : 0; };
+    return rank(a) < rank(b);
+  });
   return out;
 }
 
@@ -159,7 +180,10 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kBiasFroRel:
       case Metric::kVarFroRel:
       case Metric::kBiasSpecRel:
-        throw std::logic_error("a case-level metric asked of one trial (CaseAccumulator computes it)");
+      case Metric::kRowTv:
+      case Metric::kRowKl:
+      case Metric::kTopkRecall:
+        throw std::logic_error("a case-level or weight metric asked of compute_metrics");
     }
   }
   return values;

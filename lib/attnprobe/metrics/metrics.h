@@ -21,6 +21,9 @@ enum class Metric {
   kBiasFroRel,
   kVarFroRel,
   kBiasSpecRel,  // one value per case (trial −1)
+  kRowTv,
+  kRowKl,
+  kTopkRecall,  // per trial, from the implied attention weights (O(n²): asked for by name)
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.
@@ -29,9 +32,13 @@ const std::vector<Metric>& all_metrics();
 /// with trial −1; selected by name or by the word `case` in `--metrics`.
 const std::vector<Metric>& case_metrics();
 bool is_case_metric(Metric metric);
+/// The attention-weight metrics (docs/metrics.md): per trial, for estimators registered with
+/// `weights`; O(n²), so selected only by name or by the word `weights` in `--metrics`.
+const std::vector<Metric>& weight_metrics();
+bool is_weight_metric(Metric metric);
 const char* metric_name(Metric metric);
-/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones) or a mix such as
-/// "all,case"; throws UsageError listing valid names.
+/// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
+/// attention-weight ones) or a mix such as "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);
 
 /// Largest singular value. Computed from the smaller Gram matrix (p × p for a tall n × p matrix)

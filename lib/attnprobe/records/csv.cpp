@@ -45,6 +45,10 @@ TrialCsvWriter::~TrialCsvWriter() {
 void TrialCsvWriter::write(const std::vector<TrialRow>& rows) {
   std::string block;
   for (const TrialRow& r : rows) block += csv_line(trial_columns(), r);
+  write_text(block);
+}
+
+void TrialCsvWriter::write_text(const std::string& block) {
   if (std::fwrite(block.data(), 1, block.size(), file_) != block.size() || std::fflush(file_) != 0)
     throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
 }

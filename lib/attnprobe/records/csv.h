@@ -22,6 +22,8 @@ class TrialCsvWriter {
   TrialCsvWriter& operator=(const TrialCsvWriter&) = delete;
   /// Writes all rows with one write and flushes.
   void write(const std::vector<TrialRow>& rows);
+  /// Writes rows already formatted as CSV lines (csv_line) with one write and flushes.
+  void write_text(const std::string& lines);
 
  private:
   std::string path_;

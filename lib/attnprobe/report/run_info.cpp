@@ -3,13 +3,18 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "attnprobe/common/atomic_file.h"
+#include "attnprobe/common/error.h"
 #include "attnprobe/version.h"
 
 namespace attnprobe {
@@ -30,10 +35,64 @@ std::string run_info_path(const std::string& csv_path) {
   return (p.parent_path() / (p.stem().string() + ".run.json")).string();
 }
 
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Units as compact arrays [index, layer, head, batch, n, p]: a whole-model plan has tens of
+// thousands of them.
+Json plan_json(const PlanRecord& plan) {
+  Json settings = Json::array();
+  for (const SettingRecord& s : plan.settings)
+    settings.push_back({{"estimator", s.estimator},
+                        {"spec", s.spec},
+                        {"samples", s.samples ? Json(*s.samples) : Json(nullptr)},
+                        {"reference", s.reference},
+                        {"trials", s.trials}});
+  Json units = Json::array();
+  for (const UnitRecord& u : plan.units) units.push_back({u.index, u.layer, u.head, u.batch, u.n, u.p});
+  return {{"dump", plan.dump},
+          {"seed", plan.seed},
+          {"settings", settings},
+          {"metrics", plan.metrics},
+          {"units_total", plan.units_total},
+          {"fingerprint", plan.fingerprint},
+          {"shard", {{"index", plan.shard_index}, {"count", plan.shard_count}}},
+          {"units", units}};
+}
+
+PlanRecord plan_from_json(const Json& j) {
+  PlanRecord plan;
+  plan.dump = j.at("dump").get<std::string>();
+  plan.seed = j.at("seed").get<unsigned long long>();
+  for (const Json& s : j.at("settings"))
+    plan.settings.push_back(SettingRecord{
+        .estimator = s.at("estimator").get<std::string>(),
+        .spec = s.at("spec").get<std::string>(),
+        .samples = s.at("samples").is_null() ? std::nullopt : std::optional(s.at("samples").get<long long>()),
+        .reference = s.at("reference").get<std::string>(),
+        .trials = s.at("trials").get<int>()});
+  plan.metrics = j.at("metrics").get<std::vector<std::string>>();
+  plan.units_total = j.at("units_total").get<long long>();
+  plan.fingerprint = j.at("fingerprint").get<std::string>();
+  plan.shard_index = j.at("shard").at("index").get<int>();
+  plan.shard_count = j.at("shard").at("count").get<int>();
+  for (const Json& u : j.at("units"))
+    plan.units.push_back(UnitRecord{.index = u.at(0).get<long long>(),
+                                    .layer = u.at(1).get<int>(),
+                                    .head = u.at(2).get<int>(),
+                                    .batch = u.at(3).get<int>(),
+                                    .n = u.at(4).get<long long>(),
+                                    .p = u.at(5).get<long long>()});
+  return plan;
+}
+
+}  // namespace
+
 void write_run_info(const std::string& path, const RunInfo& info) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  const nlohmann::ordered_json json = {
+  Json json = {
       {"command_line", info.command_line},
       {"version", kVersion},
       {"git_hash", kGitHash},
@@ -44,13 +103,41 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       {"threads", info.threads},
       {"seed", info.seed},
       {"resumed", info.resumed},
-      {"plan", info.plan},
       {"pid", info.pid},
       {"started", info.started},
-      {"finished", info.finished.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(info.finished)},
+      {"finished", info.finished.empty() ? Json(nullptr) : Json(info.finished)},
       {"rows_written", info.rows_written},
   };
+  if (!info.merged_from.empty()) json["merged_from"] = info.merged_from;
+  if (info.plan) json["plan"] = plan_json(*info.plan);
   write_file_atomically(path, json.dump(2) + "\n");
+}
+
+RunInfo read_run_info(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const Json j = Json::parse(text.str());
+    RunInfo info;
+    info.command_line = j.at("command_line").get<std::vector<std::string>>();
+    info.version = j.at("version").get<std::string>();
+    info.git_hash = j.at("git_hash").get<std::string>();
+    info.dump = j.value("dump", "");
+    info.device = j.value("device", "cpu");
+    info.threads = j.value("threads", 0);
+    info.seed = j.at("seed").get<unsigned long long>();
+    info.resumed = j.value("resumed", false);
+    info.started = j.value("started", "");
+    info.finished = j.at("finished").is_null() ? "" : j.at("finished").get<std::string>();
+    info.rows_written = j.value("rows_written", 0LL);
+    if (j.contains("merged_from")) info.merged_from = j.at("merged_from").get<std::vector<std::string>>();
+    if (j.contains("plan")) info.plan = plan_from_json(j.at("plan"));
+    return info;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("'{}' is not a run.json that attnprobe wrote: {}", path, e.what()));
+  }
 }
 
 }  // namespace attnprobe

@@ -1,11 +1,43 @@
 #pragma once
 // run.json: what produced a CSV (docs/csv.md, "run.json"): command line, version, git hash, build type,
-// device, threads, seed, start and end time. Written when a run starts (finished = null) and
-// again when it ends, so an interrupted run is recognisable as such.
+// device, threads, seed, start and end time, and the plan with the shard (what `merge` checks). Written when a run
+// starts (finished = null) and again when it ends, so an interrupted run is recognisable as such.
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace attnprobe {
+
+/// One estimator setting of a sweep's plan, as run.json records it (its `plan.settings`).
+struct SettingRecord {
+  std::string estimator, spec;
+  std::optional<long long> samples;  ///< the samples knob's value; none without a knob
+  std::string reference;
+  int trials = 1;
+  bool operator==(const SettingRecord&) const = default;
+};
+
+/// One work unit (a slice at one length, with every setting and trial of it) and its place in the
+/// plan's canonical order, the order a single-process sweep writes.
+struct UnitRecord {
+  long long index = 0;  ///< position among all units of the plan
+  int layer = 0, head = 0, batch = 0;
+  long long n = 0, p = 0;  ///< length and head dim (the `n` and `p` columns)
+  bool operator==(const UnitRecord&) const = default;
+};
+
+/// What a sweep planned and which part of it this run did: enough for `merge` to check that files
+/// are shards of one sweep and to list every row each must hold (docs/csv.md, run.json `plan`).
+struct PlanRecord {
+  std::string dump;  ///< the `dump` column (the file's base name)
+  unsigned long long seed = 0;
+  std::vector<SettingRecord> settings;  ///< in plan order
+  std::vector<std::string> metrics;     ///< in the selected order
+  long long units_total = 0;            ///< units of the whole plan, all shards
+  std::string fingerprint;              ///< 16 hex digits over all of the above and every unit of the plan
+  int shard_index = 0, shard_count = 1;
+  std::vector<UnitRecord> units;  ///< the units this run was dealt, in canonical order
+};
 
 struct RunInfo {
   std::vector<std::string> command_line;
@@ -14,11 +46,13 @@ struct RunInfo {
   int threads = 0;
   unsigned long long seed = 0;
   bool resumed = false;
-  std::string plan;      ///< fingerprint of the grid (seed, settings, slices, metrics): what --resume must match
   long long pid = 0;     ///< the process writing the CSV (named when a second writer is refused)
   std::string started;   ///< ISO 8601 UTC
   std::string finished;  ///< "" while running
   long long rows_written = 0;
+  std::optional<PlanRecord> plan;        ///< the sweep's plan and shard; none for files of older versions
+  std::vector<std::string> merged_from;  ///< `merge`: the shard CSVs, as given
+  std::string version, git_hash;         ///< read_run_info only: the writer's (write_run_info writes this build's)
 };
 
 std::string iso_time_now();
@@ -26,5 +60,8 @@ std::string attnprobe_version();  ///< "0.1.0 (git abc123, Release, openblas)"
 /// The run.json path that goes with a CSV: "dir/name.csv" → "dir/name.run.json".
 std::string run_info_path(const std::string& csv_path);
 void write_run_info(const std::string& path, const RunInfo& info);
+/// Reads a run.json back (unknown fields are ignored). Throws InputError naming the file when it is
+/// missing or not such a JSON object.
+RunInfo read_run_info(const std::string& path);
 
 }  // namespace attnprobe

@@ -46,10 +46,20 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   SweepPlan plan;
   plan.seed = request.seed;
   plan.metrics = request.metrics;
+  const bool wants_weights = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_weight_metric);
 
   std::set<std::string> seen;
   for (const std::string& text : request.estimators) {
     const Spec base = parse_spec(text);
+    if (wants_weights && !base.def().weights) {
+      std::vector<std::string> able;
+      for (const EstimatorDef* def : registered_estimators())
+        if (def->weights) able.push_back(def->name);
+      throw UsageError(fmt::format(
+          "'{}' cannot state the attention weights it implies, so row_tv/row_kl/topk_recall do not apply to it; "
+          "estimators that can: {}. Drop those metrics or that estimator.",
+          base.name(), join(able, ", ")));
+    }
     std::vector<Spec> variants;
     if (request.samples.empty() || !base.has_samples_knob()) {
       variants.push_back(base);

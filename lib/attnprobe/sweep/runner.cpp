@@ -10,6 +10,7 @@
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/weight_metrics.h"
 
 namespace attnprobe {
 
@@ -72,9 +73,19 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
-  std::map<std::string, std::unique_ptr<Estimator>> reference_estimators;
-  for (const EstimatorSetting& s : plan.settings)
-    if (!reference_estimators.count(s.reference)) reference_estimators[s.reference] = parse_spec(s.reference).make();
+  // References: the CPU version always (its float64 path), and the device's version where one exists
+  // and states a float64-accumulated reference itself (e.g. CUDA softmax's fp64 kernel), tried first.
+  std::map<std::string, std::unique_ptr<Estimator>> reference_estimators, device_references;
+  for (const EstimatorSetting& s : plan.settings) {
+    if (reference_estimators.count(s.reference)) continue;
+    const Spec ref = parse_spec(s.reference);
+    reference_estimators[s.reference] = ref.make();
+    if (options.device != Device::kCpu) {
+      const std::vector<Device> on = devices_of(ref.def());
+      if (std::find(on.begin(), on.end(), options.device) != on.end())
+        device_references[s.reference] = make_estimator(ref, options.device);
+    }
+  }
 
   // The longest prefix needed per (layer, head, batch item): read once, shorter lengths are views.
   std::map<std::tuple<int, int, int>, int64_t> longest;
@@ -82,8 +93,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     auto& n = longest[{s.layer, s.head, s.batch}];
     n = std::max(n, s.n);
   }
-  std::vector<Metric> trial_list, case_list;
-  for (Metric m : plan.metrics) (is_case_metric(m) ? case_list : trial_list).push_back(m);
+  // Per-trial metrics: the plain ones, then the attention-weight ones (the rows' order); then per case.
+  std::vector<Metric> plain_list, weight_list, case_list;
+  for (Metric m : plan.metrics)
+    (is_case_metric(m) ? case_list : is_weight_metric(m) ? weight_list : plain_list).push_back(m);
+  std::vector<Metric> trial_list = plain_list;
+  trial_list.insert(trial_list.end(), weight_list.begin(), weight_list.end());
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
@@ -142,7 +157,10 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       const std::string& ref = plan.settings[task.setting].reference;
       if (references.count(ref)) continue;
       const Estimator& estimator = *reference_estimators.at(ref);
-      std::optional<MatrixD> output = estimator.reference(view, &pool);
+      std::optional<MatrixD> output;
+      if (const auto device = device_references.find(ref); device != device_references.end())
+        output = device->second->reference(view, &pool);
+      if (!output) output = estimator.reference(view, &pool);
       if (!output) {  // a deterministic estimator without a float64 path: its float32 result
         MatrixF out;
         estimator.estimate(view, EstimateContext{RandomKey{0}, &pool}, out);
@@ -164,7 +182,14 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         throw std::logic_error(fmt::format("estimator {} returned {}x{} for a {}x{} slice", setting.canonical,
                                            out.rows(), out.cols(), view.n(), view.pv()));
       const Reference& ref = references.at(setting.reference);
-      if (task.write) values[i] = compute_metrics(ref.output, ref.norms, out, trial_list);
+      if (task.write) {
+        values[i] = compute_metrics(ref.output, ref.norms, out, plain_list);
+        if (!weight_list.empty()) {  // O(n²): only when asked for
+          const std::vector<double> w =
+              attention_weight_metrics(view, estimators[task.setting]->weights(view, ctx), weight_list);
+          values[i].insert(values[i].end(), w.begin(), w.end());
+        }
+      }
       if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));
     });
 

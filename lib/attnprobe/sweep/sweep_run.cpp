@@ -19,6 +19,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/sweep/merge.h"
 
 namespace attnprobe {
 
@@ -51,14 +52,6 @@ long long lock_holder(int fd) {
 }
 
 }  // namespace
-
-std::string plan_fingerprint(const SweepPlan& plan, const std::string& dump_label) {
-  // Metrics are left out: asking for more metrics on resume recomputes the trials that lack them.
-  std::string text = fmt::format("seed={};dump={}", plan.seed, dump_label);
-  for (const EstimatorSetting& s : plan.settings) text += fmt::format(";{}|{}|{}", s.canonical, s.reference, s.trials);
-  for (const SliceRef& s : plan.slices) text += fmt::format(";{},{},{},{}", s.layer, s.head, s.batch, s.n);
-  return fmt::format("{:016x}", stable_hash(text));
-}
 
 SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, OutputMode mode, RunOptions options,
                    RunInfo info)
@@ -93,7 +86,6 @@ SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, Outpu
                       "skipped) or --overwrite to replace it",
                       csv_path_));
     const bool resuming = has_rows && mode == OutputMode::kResume;
-    info_.plan = plan_fingerprint(plan_, dump_label(dump_.path()));
     info_.pid = ::getpid();
     std::vector<TrialRow> whole;
     bool rewrite = false;
@@ -179,9 +171,14 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
                   "--resume of '{}' with --seed {}, but its rows were written with seed {}. Resume with the same "
                   "seed, or write to another -o file.",
                   csv_path_, plan_.seed, r.seed);
-  if (earlier.is_object() && earlier.contains("plan") && earlier["plan"].is_string() &&
-      !earlier["plan"].get<std::string>().empty())
-    require_usage(earlier["plan"].get<std::string>() == info_.plan,
+  // The plan record's fingerprint (seed, settings, metrics, units and shard: report/run_info.h).
+  const std::string earlier_plan = earlier.is_object() && earlier.contains("plan") && earlier["plan"].is_object() &&
+                                           earlier["plan"].contains("fingerprint") &&
+                                           earlier["plan"]["fingerprint"].is_string()
+                                       ? earlier["plan"]["fingerprint"].get<std::string>()
+                                       : std::string();
+  if (!earlier_plan.empty() && info_.plan && !info_.plan->fingerprint.empty())
+    require_usage(earlier_plan == info_.plan->fingerprint,
                   "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items "
                   "or trials differ from the earlier run's{}. Resume with the same command, or write to "
                   "another -o file.",
@@ -245,6 +242,28 @@ RunStats SweepRun::run() {
   info_.finished = iso_time_now();
   write_run_info(info_path_, info_);
   return stats;
+}
+
+void SweepRun::append(const std::string& lines, int64_t rows) {
+  if (!writer_) {
+    writer_ = std::make_unique<TrialCsvWriter>(csv_path_, true);
+    info_written_ = std::chrono::steady_clock::now();
+  }
+  writer_->write_text(lines);
+  info_.rows_written += rows;
+  if (std::chrono::steady_clock::now() - info_written_ > std::chrono::seconds(10)) {
+    write_run_info(info_path_, info_);
+    info_written_ = std::chrono::steady_clock::now();
+  }
+}
+
+void SweepRun::finish_canonical() {
+  writer_.reset();
+  if (!info_.plan) throw std::logic_error("finish_canonical needs the plan record in RunInfo");
+  CsvContents contents = read_csv(csv_path_);
+  rewrite_trial_csv(csv_path_, canonical_rows(*info_.plan, std::move(contents.trials)));
+  info_.finished = iso_time_now();
+  write_run_info(info_path_, info_);
 }
 
 }  // namespace attnprobe

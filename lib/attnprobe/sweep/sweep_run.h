@@ -5,10 +5,14 @@
 //
 // One writer per CSV: the run holds an advisory lock (flock) on the CSV from construction to
 // destruction, so a second sweep into the same file (a `--resume` started while the first runs)
-// is refused, naming the first's process id (from its run.json). A resumed CSV must belong to the
-// same grid: run.json's plan fingerprint and the rows' seed and case columns are checked.
+// is refused, naming the first's process id (/proc/locks, else run.json). A resumed CSV must belong
+// to the same grid: run.json's seed and plan fingerprint and the rows' seed and case columns are checked.
+#include <chrono>
+#include <memory>
+#include <set>
 #include <string>
 
+#include "attnprobe/records/csv.h"
 #include "attnprobe/report/run_info.h"
 #include "attnprobe/sweep/runner.h"
 
@@ -20,11 +24,6 @@ enum class OutputMode {
   kResume,     ///< keep its finished trials and compute the rest
   kOverwrite,  ///< replace it
 };
-
-/// A stable hex fingerprint of what decides a sweep's rows: seed, dump label, settings (spec,
-/// reference, trials) and slices. Threads and device are left out (they do not change rows), and so
-/// are metrics (a resume that asks for more recomputes the trials that lack them).
-std::string plan_fingerprint(const SweepPlan& plan, const std::string& dump_label);
 
 class SweepRun {
  public:
@@ -43,6 +42,17 @@ class SweepRun {
   /// the end time and row count in run.json.
   RunStats run();
 
+  // For an executor other than run(), on the process that owns the output (the MPI runner,
+  // mpi_sweep.h): the plan, the trials a resumed file already holds, and the writes.
+  const SweepPlan& plan() const { return plan_; }
+  const std::set<TrialId>& done() const { return options_.done; }
+  /// Appends one block of rows already formatted as CSV lines (one write, flushed); rewrites run.json
+  /// with the count so far at most every 10 s, so a long run shows how far it got.
+  void append(const std::string& lines, int64_t rows);
+  /// Ends an append() run: rewrites the CSV atomically in the canonical order of the info's plan
+  /// record (merge.h; rows of other plans kept in a resumed file go last) and records the end time.
+  void finish_canonical();
+
   int64_t kept_rows() const { return kept_rows_; }  ///< rows of finished trials kept from an earlier run
   const std::string& csv_path() const { return csv_path_; }
   const std::string& info_path() const { return info_path_; }
@@ -58,7 +68,9 @@ class SweepRun {
   RunOptions options_;
   RunInfo info_;
   int64_t kept_rows_ = 0;
-  int lock_fd_ = -1;  ///< open on the CSV, flock'ed exclusively while this run lives
+  int lock_fd_ = -1;                        ///< open on the CSV, flock'ed exclusively while this run lives
+  std::unique_ptr<TrialCsvWriter> writer_;  ///< append()'s
+  std::chrono::steady_clock::time_point info_written_;
 };
 
 }  // namespace attnprobe

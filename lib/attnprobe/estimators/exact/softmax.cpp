@@ -15,6 +15,9 @@ class SoftmaxEstimator final : public Estimator {
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
     return exact_attention_f64(view.q, view.k, view.v, view.scale, pool);
   }
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    return [&view](int64_t r0, int64_t rows) { return attention_rows_f64(view.q, view.k, view.scale, r0, rows); };
+  }
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 };
@@ -27,6 +30,7 @@ class SoftmaxEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
+    .weights = true,
     .make = [](const Spec&) { return std::make_unique<SoftmaxEstimator>(); },
 });
 

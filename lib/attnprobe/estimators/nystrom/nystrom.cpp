@@ -47,10 +47,19 @@ class Nystrom final : public Estimator {
     out = compute(view).cast<float>();
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override { return compute(view); }
+  // Â = K1·pinv(K2)·K3 (rows may be negative: the pseudo-inverse does not keep weights positive).
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    Factors f = factors(view);
+    return [k1 = std::move(f.k1), right = MatrixD(f.pinv * f.k3)](int64_t r0, int64_t rows) {
+      return MatrixD(k1.middleRows(r0, rows) * right);
+    };
+  }
 
  private:
-  // float64 throughout: O(n·L·p), the products are small next to exact attention.
-  MatrixD compute(const HeadView& view) const {
+  struct Factors {
+    MatrixD k1, pinv, k3;  ///< n × L, L × L, L × n
+  };
+  Factors factors(const HeadView& view) const {
     const auto segments = contiguous_segments(view.n(), landmarks_);
     const MatrixD q_bar = segment_means(view.q, segments), k_bar = segment_means(view.k, segments);
     MatrixD k1 = view.scale * (view.q * k_bar.transpose());
@@ -59,8 +68,13 @@ class Nystrom final : public Estimator {
     softmax_rows(k1);
     softmax_rows(k2);
     softmax_rows(k3);
-    const MatrixD pinv = exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, 6);
-    return k1 * (pinv * (k3 * view.v));
+    MatrixD pinv = exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, 6);
+    return {std::move(k1), std::move(pinv), std::move(k3)};
+  }
+  // float64 throughout: O(n·L·p), the products are small next to exact attention.
+  MatrixD compute(const HeadView& view) const {
+    const Factors f = factors(view);
+    return f.k1 * (f.pinv * (f.k3 * view.v));
   }
 
   int64_t landmarks_;
@@ -82,6 +96,7 @@ class Nystrom final : public Estimator {
     .samples_knob = "L",
     .random = false,
     .target = nullptr,
+    .weights = true,
     .make =
         [](const Spec& spec) {
           return std::make_unique<Nystrom>(spec.get_int("L"), spec.get_choice("pinv") == "exact");

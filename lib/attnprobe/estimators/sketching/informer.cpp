@@ -9,50 +9,68 @@
 #include <numeric>
 
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/sketching/informer_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
+
+std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params) {
+  const int64_t n = view.n();
+  const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
+  const int64_t c = static_cast<int64_t>(std::ceil(params.d / log_n));
+  const int64_t u = std::min<int64_t>(c * static_cast<int64_t>(std::ceil(log_n)), n);
+  const float scale = static_cast<float>(view.scale);
+
+  const RandomStream stream(key, Purpose::kRowSample);
+  std::vector<std::pair<float, int64_t>> sparsity(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float max = -INFINITY;
+    double sum = 0;
+    for (int64_t s = 0; s < u; ++s) {
+      const int64_t j = stream.index(static_cast<uint32_t>(n), static_cast<uint32_t>(i), static_cast<uint32_t>(s));
+      const float logit = scale * view.qf.row(i).dot(view.kf.row(j));
+      max = std::max(max, logit);
+      sum += logit;
+    }
+    sparsity[i] = {max - static_cast<float>(sum / n), i};
+  }
+  // The u most "active" queries; ties by index, so the choice is deterministic.
+  std::partial_sort(sparsity.begin(), sparsity.begin() + u, sparsity.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<int64_t> active(u);
+  for (int64_t r = 0; r < u; ++r) active[r] = sparsity[r].second;
+  return active;
+}
+
 namespace {
 
 class Informer final : public Estimator {
  public:
-  explicit Informer(int64_t d) : d_(d) {}
+  explicit Informer(InformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const int64_t n = view.n();
-    const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
-    const int64_t c = static_cast<int64_t>(std::ceil(d_ / log_n));
-    const int64_t u = std::min<int64_t>(c * static_cast<int64_t>(std::ceil(log_n)), n);
-    const float scale = static_cast<float>(view.scale);
-
-    const RandomStream stream(ctx.key, Purpose::kRowSample);
-    std::vector<std::pair<float, int64_t>> sparsity(n);
-    for (int64_t i = 0; i < n; ++i) {
-      float max = -INFINITY;
-      double sum = 0;
-      for (int64_t s = 0; s < u; ++s) {
-        const int64_t j = stream.index(static_cast<uint32_t>(n), static_cast<uint32_t>(i), static_cast<uint32_t>(s));
-        const float logit = scale * view.qf.row(i).dot(view.kf.row(j));
-        max = std::max(max, logit);
-        sum += logit;
-      }
-      sparsity[i] = {max - static_cast<float>(sum / n), i};
-    }
-    // The u most "active" queries; ties by index, so the choice is deterministic.
-    std::partial_sort(sparsity.begin(), sparsity.begin() + u, sparsity.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    std::vector<int64_t> active(u);
-    for (int64_t r = 0; r < u; ++r) active[r] = sparsity[r].second;
-
-    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(n, 1);
+    const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_);
+    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(view.n(), 1);
     MatrixF exact_rows;
-    exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, scale, exact_rows);
-    for (int64_t r = 0; r < u; ++r) out.row(active[r]) = exact_rows.row(r);
+    exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), exact_rows);
+    for (size_t r = 0; r < active.size(); ++r) out.row(active[r]) = exact_rows.row(r);
+  }
+
+  // Exact softmax rows for the active queries, uniform 1/n rows for the others.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    std::vector<char> is_active(view.n(), 0);
+    for (int64_t i : informer_active_rows(view, ctx.key, params_)) is_active[i] = 1;
+    return [&view, is_active](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Constant(rows, view.k.rows(), 1.0 / view.k.rows());
+      for (int64_t i = 0; i < rows; ++i)
+        if (is_active[r0 + i]) w.row(i) = attention_rows_f64(view.q, view.k, view.scale, r0 + i, 1);
+      return w;
+    };
   }
 
  private:
-  int64_t d_;
+  InformerParams params_;
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -64,7 +82,8 @@ class Informer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
-    .make = [](const Spec& spec) { return std::make_unique<Informer>(spec.get_int("d")); },
+    .weights = true,
+    .make = [](const Spec& spec) { return std::make_unique<Informer>(InformerParams::from_spec(spec)); },
 });
 
 }  // namespace

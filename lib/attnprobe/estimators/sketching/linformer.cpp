@@ -8,12 +8,11 @@
 #include <cmath>
 
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/sketching/linformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
-namespace {
 
-// Rows of a Gaussian matrix from the keyed stream: row r, element t = normal(r, t).
 MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream) {
   MatrixF m(rows, cols);
   std::vector<double> row(cols);
@@ -24,48 +23,49 @@ MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomS
   return m;
 }
 
+namespace {
+
 class Linformer final : public Estimator {
  public:
-  Linformer(int64_t d, double stddev) : d_(d), stddev_(stddev) {}
+  explicit Linformer(LinformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const double stddev = stddev_ > 0 ? stddev_ : 1.0 / std::sqrt(static_cast<double>(d_));
-    const MatrixF e = gaussian_matrix(d_, view.n(), stddev, RandomStream(ctx.key, Purpose::kProjection));
+    const MatrixF e =
+        gaussian_matrix(params_.d, view.n(), params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection));
     const MatrixF k_proj = e * view.kf, v_proj = e * view.vf;  // d × p, d × pv
     exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out);
   }
 
   // E (d × n), EK and EV (d × p, d × pv) and the n × d scores, float32.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    const double d = static_cast<double>(d_);
+    const double d = static_cast<double>(params_.d);
     return 4.0 * (2.0 * d * n + d * (p + pv));
   }
 
  private:
-  int64_t d_;
-  double stddev_;
+  LinformerParams params_;
 };
 
 class LinformerJlt final : public Estimator {
  public:
-  explicit LinformerJlt(int64_t d) : d_(d) {}
+  explicit LinformerJlt(LinformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     // S is n × d: row j of S is row j of the stream, scaled by 1/√d.
-    const MatrixF s = gaussian_matrix(view.n(), d_, 1.0 / std::sqrt(static_cast<double>(d_)),
-                                      RandomStream(ctx.key, Purpose::kProjection));
+    const MatrixF s =
+        gaussian_matrix(view.n(), params_.d, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection));
     const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, n × pv
     exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out);
   }
 
   // S (n × d), Sᵀ·V (d × pv) and S·Sᵀ·V (n × pv), float32.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    const double d = static_cast<double>(d_);
+    const double d = static_cast<double>(params_.d);
     return 4.0 * (d * n + d * pv + static_cast<double>(n) * pv) + 16.0 * n * (p + pv);
   }
 
  private:
-  int64_t d_;
+  LinformerParams params_;
 };
 
 [[maybe_unused]] const bool kRegisteredLinformer = register_estimator({
@@ -79,7 +79,7 @@ class LinformerJlt final : public Estimator {
     .random = true,
     .target = nullptr,
     .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection
-    .make = [](const Spec& spec) { return std::make_unique<Linformer>(spec.get_int("d"), spec.get_real("std")); },
+    .make = [](const Spec& spec) { return std::make_unique<Linformer>(LinformerParams::from_spec(spec)); },
 });
 
 [[maybe_unused]] const bool kRegisteredJlt = register_estimator({
@@ -90,7 +90,7 @@ class LinformerJlt final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
-    .make = [](const Spec& spec) { return std::make_unique<LinformerJlt>(spec.get_int("d")); },
+    .make = [](const Spec& spec) { return std::make_unique<LinformerJlt>(LinformerParams::from_spec(spec)); },
 });
 
 }  // namespace

@@ -19,53 +19,59 @@
 #include <numeric>
 
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/sketching/skeinformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
-namespace {
 
-enum class RowNorm { kAdaptive, kSimple, kExact };
+SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params) {
+  const int64_t n = view.n();
+  const float scale = static_cast<float>(view.scale);
+  const int64_t d_eff = std::max<int64_t>(1, std::min(params.d, n - 1));
+  SkeinformerSample sample;
+  if (!params.importance) {
+    sample.columns = sample_uniform_without_replacement(n, d_eff, RandomStream(key, Purpose::kColumnSample));
+    return sample;
+  }
+  const RandomStream rows(key, Purpose::kRowSample);
+  for (int64_t s = 0; s < d_eff; ++s)
+    sample.pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
+  const MatrixF q_pilot = view.qf(sample.pilot, Eigen::all);
+  MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
+  for (int64_t r = 0; r < probs.rows(); ++r) {
+    probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
+    probs.row(r) /= probs.row(r).sum();
+  }
+  sample.pilot_out = probs * view.vf;  // exact rows B_J·V
+  std::vector<double> weights(n);
+  for (int64_t c = 0; c < n; ++c)
+    weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
+  if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
+    std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
+  sample.columns = sample_without_replacement(weights, d_eff, RandomStream(key, Purpose::kColumnSample));
+  return sample;
+}
+
+namespace {
 
 class Skeinformer final : public Estimator {
  public:
-  Skeinformer(int64_t d, bool importance, RowNorm rownorm, bool pilot_reuse)
-      : d_(d), importance_(importance), rownorm_(rownorm), pilot_reuse_(pilot_reuse) {}
+  explicit Skeinformer(SkeinformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), pv = view.pv();
     const float scale = static_cast<float>(view.scale);
-    const int64_t d_eff = std::max<int64_t>(1, std::min(d_, n - 1));
 
     // Steps 1-3: the columns J′ (and the pilot rows J when sampling by importance).
-    std::vector<int64_t> pilot, columns;
-    MatrixF pilot_out;
-    if (importance_) {
-      const RandomStream rows(ctx.key, Purpose::kRowSample);
-      for (int64_t s = 0; s < d_eff; ++s)
-        pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
-      const MatrixF q_pilot = view.qf(pilot, Eigen::all);
-      MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
-      for (int64_t r = 0; r < probs.rows(); ++r) {
-        probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
-        probs.row(r) /= probs.row(r).sum();
-      }
-      pilot_out = probs * view.vf;  // exact rows B_J·V
-      std::vector<double> weights(n);
-      for (int64_t c = 0; c < n; ++c)
-        weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
-      if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
-        std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
-      columns = sample_without_replacement(weights, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    } else {
-      columns = sample_uniform_without_replacement(n, d_eff, RandomStream(ctx.key, Purpose::kColumnSample));
-    }
+    const SkeinformerSample sample = skeinformer_sample(view, ctx.key, params_);
+    const std::vector<int64_t>& columns = sample.columns;
 
     // Steps 4-5 on the selected columns.
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
     const int64_t selected = static_cast<int64_t>(columns.size());
     MatrixF logits = scale * (view.qf * k_sel.transpose());  // n × |J′|
     out.resize(n, pv);
-    if (rownorm_ == RowNorm::kExact) {
+    if (params_.rownorm == RowNorm::kExact) {
       // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
       const int64_t block = 256;
       for (int64_t r0 = 0; r0 < n; r0 += block) {
@@ -88,7 +94,7 @@ class Skeinformer final : public Estimator {
         logits.row(i).array() = (logits.row(i).array() - shift).exp();
         const float s_i = logits.row(i).sum();
         const RowVectorF r_i = logits.row(i) * v_sel;
-        if (rownorm_ == RowNorm::kSimple) {
+        if (params_.rownorm == RowNorm::kSimple) {
           out.row(i) = r_i / s_i;
         } else {
           const float g = std::exp(log_g);
@@ -98,15 +104,51 @@ class Skeinformer final : public Estimator {
     }
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
-    if (importance_ && pilot_reuse_ && rownorm_ != RowNorm::kSimple)
-      for (size_t r = 0; r < pilot.size(); ++r) out.row(pilot[r]) = pilot_out.row(r);
+    if (params_.reuses_pilot())
+      for (size_t r = 0; r < sample.pilot.size(); ++r) out.row(sample.pilot[r]) = sample.pilot_out.row(r);
+  }
+
+  // Â row by row: pilot rows (when reused) are exact softmax rows; otherwise the a_ic of the selected
+  // columns over the row's denominator and, with adaptive normalisation, the fill g_i on every
+  // unselected column.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    SkeinformerSample sample = skeinformer_sample(view, ctx.key, params_);
+    std::vector<char> exact_row(view.n(), 0);
+    if (params_.reuses_pilot())
+      for (int64_t i : sample.pilot) exact_row[i] = 1;
+    return
+        [rownorm = params_.rownorm, &view, columns = std::move(sample.columns), exact_row](int64_t r0, int64_t rows) {
+          const int64_t unselected = view.k.rows() - static_cast<int64_t>(columns.size());
+          const MatrixD k_sel = view.k(columns, Eigen::all);
+          MatrixD w = MatrixD::Zero(rows, view.k.rows());
+          for (int64_t i = 0; i < rows; ++i) {
+            if (exact_row[r0 + i]) {
+              w.row(i) = attention_rows_f64(view.q, view.k, view.scale, r0 + i, 1);
+              continue;
+            }
+            const Eigen::RowVectorXd logits = view.scale * (view.q.row(r0 + i) * k_sel.transpose());
+            double shift = logits.maxCoeff(), denominator = 0;
+            if (rownorm == RowNorm::kExact) {
+              const Eigen::RowVectorXd full = view.scale * (view.q.row(r0 + i) * view.k.transpose());
+              shift = full.maxCoeff();
+              denominator = (full.array() - shift).exp().sum();
+            } else {
+              denominator = (logits.array() - shift).exp().sum();
+              if (rownorm == RowNorm::kAdaptive) {
+                const double fill = std::exp(logits.mean() - shift);
+                denominator += static_cast<double>(unselected) * fill;
+                w.row(i).setConstant(fill / denominator);
+              }
+            }
+            for (size_t c = 0; c < columns.size(); ++c)
+              w(i, columns[c]) = std::exp(logits[static_cast<int64_t>(c)] - shift) / denominator;
+          }
+          return w;
+        };
   }
 
  private:
-  int64_t d_;
-  bool importance_;
-  RowNorm rownorm_;
-  bool pilot_reuse_;
+  SkeinformerParams params_;
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -134,17 +176,10 @@ class Skeinformer final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .weights = true,
     // The reference code's "w/o row normalization" ablation also skips pilot reuse.
     .ablations = {"skeinformer(pilot_reuse=0)", "skeinformer(rownorm=exact,pilot_reuse=0)"},
-    .make =
-        [](const Spec& spec) {
-          const std::string& rn = spec.get_choice("rownorm");
-          return std::make_unique<Skeinformer>(spec.get_int("d"), spec.get_choice("colsample") == "importance",
-                                               rn == "adaptive" ? RowNorm::kAdaptive
-                                               : rn == "simple" ? RowNorm::kSimple
-                                                                : RowNorm::kExact,
-                                               spec.get_int("pilot_reuse") == 1);
-        },
+    .make = [](const Spec& spec) { return std::make_unique<Skeinformer>(SkeinformerParams::from_spec(spec)); },
 });
 
 }  // namespace

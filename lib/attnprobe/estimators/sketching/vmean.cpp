@@ -16,6 +16,10 @@ class VMeanEstimator final : public Estimator {
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     return MatrixD(view.v.colwise().mean().replicate(view.n(), 1));
   }
+  // Uniform attention: Â_ij = 1/keys.
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    return [keys = view.v.rows()](int64_t, int64_t rows) { return MatrixD::Constant(rows, keys, 1.0 / keys); };
+  }
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({
@@ -26,6 +30,7 @@ class VMeanEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = nullptr,
+    .weights = true,
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },
 });
 

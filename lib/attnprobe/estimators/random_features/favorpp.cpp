@@ -1,0 +1,141 @@
+// favorpp(M, ortho, a, variant, arf_ref, s) — FAVOR++: Performer with CRT's optimal positive random
+// features (Likhosherstov et al., "Chefs' Random Tables", NeurIPS 2022; reference: google-research
+// `expplus`, tensorflow/models `expplus`), and the FAVOR# variants `arf`/`sderf` (arXiv 2302.00787,
+// google-research `exparf`/`expsharp`). Target: softmax.
+//   φ_m(x) = M^{-1/2}·D·exp(A‖ω_m‖² + B·ω_m·x̃ − ‖x̃‖²/2)   (gerf.h),
+//   out_i = φ(q_i)·Σ_j φ(k_j)v_jᵀ / φ(q_i)·Σ_j φ(k_j),
+// A = A* = (1 − 2z/p − √((2z/p + 1)² + 8z/p))/16 with z the mean of ‖q̃_i + k̃_j‖² over all pairs
+// (one A for queries and keys), or a given number; A = 0 is exactly `performer`'s features.
+// Numerator and denominator unbiased (for any fixed A); the ratio is consistent, biased O(1/M).
+// Differences from the reference code, by choice: no 1e-6 after the stabiliser (log-space shifts that
+// cancel instead: one per key feature, carried by the queries, and one per query row); q, k scaled once by √s
+// (tensorflow's wrapper scales twice and estimates softmax(QKᵀ/p)); ARF's G_l is the variance-reducing one
+// (`arf_ref=1` mimics `exparf`); SDERF fits P on the scaled data and keeps D (it cancels anyway).
+// s = −1: CRT's trigonometric branch, [cos(βω·x̃), sin(βω·x̃)]·D·e^{Aω² + ‖x̃‖²/2}, β = √(1 − 4A): not
+// positive, so denominators can be ≤ 0 (shown only to make the point). A* needs all query–key pairs,
+// so there is no causal form. Cost O(n·M·(p + pv)) + O(n·p) for A* (+ O(n·p² + p³) for sderf);
+// float32 products, the fit (A*, G, eigendecomposition) in float64 because it is O(n·p) and sets one
+// number shared by every feature.
+#include "attnprobe/estimators/random_features/favorpp.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+
+namespace attnprobe {
+
+FavorppParams FavorppParams::from_spec(const Spec& spec) {
+  FavorppParams params;
+  params.features = spec.get_int("M");
+  params.orthogonal = spec.get_int("ortho") == 1;
+  const std::string& variant = spec.get_choice("variant");
+  params.gerf.variant = variant == "oprf"  ? GerfVariant::kOprf
+                        : variant == "arf" ? GerfVariant::kArf
+                                           : GerfVariant::kSderf;
+  params.gerf.optimal_a = spec.get_choice("a") == "opt";
+  if (!params.gerf.optimal_a) {
+    params.gerf.a = spec.get_real("a");
+    if (!(params.gerf.a < 0.125))
+      throw UsageError(
+          fmt::format("favorpp: a = {} must be below 1/8 (the features' second moment is infinite "
+                      "from 1/8 on)",
+                      params.gerf.a));
+  }
+  params.gerf.arf_reference = spec.get_int("arf_ref") == 1;
+  params.gerf.sign = static_cast<int>(spec.get_int("s"));
+  if (params.gerf.sign == 0) throw UsageError("favorpp: s must be 1 (positive features) or -1 (trigonometric)");
+  if (params.gerf.sign == -1 && (params.gerf.variant != GerfVariant::kOprf || params.gerf.optimal_a))
+    throw UsageError("favorpp: s=-1 needs variant=oprf and a numeric a (its optimal A is not derived here)");
+  return params;
+}
+
+template <typename S>
+MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted) {
+  const GerfMap map = fit_gerf(params.gerf, view.q, view.k, view.scale, params.features, params.orthogonal, key);
+  if (fitted) *fitted = map;
+  const SliceData<S> data = slice_data<S>(view);
+  MatrixT<S> query_features, key_features;
+  if (map.sign > 0) {
+    // Per query row the constants (log D, −½ log M, −‖q̃‖²/2) and the shifts cancel in the ratio.
+    query_features = gerf_log_features<S>(map, data.q, view.scale, true);
+    key_features = gerf_log_features<S>(map, data.k, view.scale, false);
+    exponentiate_features<S>(query_features, key_features);
+  } else {
+    // Trigonometric: features [cos(W_m·x̃), sin(W_m·x̃)]·exp(c_m + ‖x̃‖²/2). Query rows drop e^{‖q̃‖²/2}
+    // (a per-row constant); keys keep e^{‖k̃‖²/2} under one shift per slice.
+    const S root_scale = static_cast<S>(std::sqrt(view.scale));
+    const MatrixT<S> q_scaled = root_scale * data.q, k_scaled = root_scale * data.k;
+    const int64_t count = map.projections.rows();
+    const RowVectorT<S> offsets = map.offsets.cast<S>().transpose();
+    const MatrixT<S> w = map.projections.cast<S>();
+    auto trig = [&](const MatrixT<S>& x, const MatrixT<S>& log_weight) {
+      const MatrixT<S> phase = x * w.transpose();
+      MatrixT<S> out(x.rows(), 2 * count);
+      out.leftCols(count) = phase.array().cos() * log_weight.array().exp();
+      out.rightCols(count) = phase.array().sin() * log_weight.array().exp();
+      return out;
+    };
+    const MatrixT<S> query_log = (offsets.array() - offsets.maxCoeff()).matrix().replicate(q_scaled.rows(), 1);
+    MatrixT<S> key_log = offsets.replicate(k_scaled.rows(), 1);
+    key_log.colwise() += S(0.5) * k_scaled.rowwise().squaredNorm();
+    key_log.array() -= key_log.maxCoeff();
+    query_features = trig(q_scaled, query_log);
+    key_features = trig(k_scaled, key_log);
+  }
+  const MatrixT<S> kv = key_features.transpose() * data.v;              // M × pv
+  const VectorT<S> key_sum = key_features.colwise().sum().transpose();  // M
+  const MatrixT<S> numerator = query_features * kv;                     // n × pv
+  const VectorT<S> denominator = query_features * key_sum;              // n
+  return numerator.array().colwise() / denominator.array();
+}
+
+template MatrixT<float> favorpp_attention<float>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*);
+template MatrixT<double> favorpp_attention<double>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*);
+
+namespace {
+
+class Favorpp final : public Estimator {
+ public:
+  explicit Favorpp(FavorppParams params) : params_(std::move(params)) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    out = favorpp_attention<float>(params_, view, ctx.key);
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * 2.0 * n * params_.features * p + 2.0 * 2.0 * n * params_.features * pv;
+  }
+
+ private:
+  FavorppParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "favorpp",
+    .family = "random-features",
+    .summary = "FAVOR++: Performer with CRT's optimal positive features (closed-form A*), FAVOR# variants arf/sderf "
+               "(O(n M p))",
+    .params = {{"M", ParamKind::kInt, "64", 1, 1 << 20, {}, "random features"},
+               {"ortho", ParamKind::kInt, "1", 0, 1, {}, "1: orthogonal blocks of features (norms ~ chi_p); 0: iid"},
+               {"a", ParamKind::kReal, "opt", -1e6, 0.125, {"opt"}, "A: opt (closed form per slice) or a number < 1/8"},
+               {"variant",
+                ParamKind::kChoice,
+                "oprf",
+                0,
+                0,
+                {"oprf", "arf", "sderf"},
+                "oprf (one A), arf (coordinate rescale, then oprf), sderf (one A per eigendirection)"},
+               {"arf_ref", ParamKind::kInt, "0", 0, 1, {}, "1: ARF's rescale as google-research codes it (inverse)"},
+               {"s", ParamKind::kInt, "1", -1, 1, {}, "1: positive features; -1: trigonometric (not positive)"}},
+    .samples_knob = "M",
+    .random = true,
+    .target = nullptr,
+    .ablations = {"favorpp(ortho=0)", "favorpp(variant=arf,arf_ref=1)"},  // iid features; ARF as the reference codes it
+    .make = [](const Spec& spec) { return std::make_unique<Favorpp>(FavorppParams::from_spec(spec)); },
+});
+
+}  // namespace
+}  // namespace attnprobe

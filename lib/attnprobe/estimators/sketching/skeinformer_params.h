@@ -1,0 +1,42 @@
+#pragma once
+// The decoded parameters of skeinformer and its sampling steps (Algorithm 1, steps 1-3), shared by
+// the CPU version (skeinformer.cpp) and the CUDA one (gpu/skeinformer.cu), so both use the same
+// pilot rows and columns.
+#include <vector>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/view/head_view.h"
+
+namespace attnprobe {
+
+enum class RowNorm { kAdaptive, kSimple, kExact };
+
+struct SkeinformerParams {
+  int64_t d = 64;                        ///< sketch size (pilot rows and columns: min(d, n − 1))
+  bool importance = true;                ///< colsample=importance (else uniform, no pilot)
+  RowNorm rownorm = RowNorm::kAdaptive;  ///< adaptive | simple | exact
+  bool pilot_reuse = true;               ///< overwrite the pilot rows with their exact values
+
+  /// Whether step 6 applies: pilot rows are written back (not with uniform columns or simple rows).
+  bool reuses_pilot() const { return importance && pilot_reuse && rownorm != RowNorm::kSimple; }
+
+  static SkeinformerParams from_spec(const Spec& spec) {
+    const std::string& rn = spec.get_choice("rownorm");
+    return {spec.get_int("d"), spec.get_choice("colsample") == "importance",
+            rn == "adaptive" ? RowNorm::kAdaptive
+            : rn == "simple" ? RowNorm::kSimple
+                             : RowNorm::kExact,
+            spec.get_int("pilot_reuse") == 1};
+  }
+};
+
+/// Steps 1-3: the pilot rows J (empty for uniform columns), their exact output rows B_J·V
+/// (|J| × pv, float32), and the columns J′ (min(d, n − 1) of them). Cost O(d·n·p) with a pilot, O(d) without.
+struct SkeinformerSample {
+  std::vector<int64_t> pilot;
+  MatrixF pilot_out;
+  std::vector<int64_t> columns;
+};
+SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params);
+
+}  // namespace attnprobe

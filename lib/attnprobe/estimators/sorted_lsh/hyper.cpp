@@ -1,0 +1,96 @@
+// hyper(m, b, r, order, mask) — HyperAttention (Han, Jayaram, Karbasi, Mirrokni, Woodruff, Zandieh,
+// ICLR 2024; reference insuhan/hyper-attn), non-causal forward. Target: softmax.
+//  1. sortLSH blocks (sort_lsh.h): exact softmax over the heavy set H_i (the keys in q_i's block);
+//  2. t_1..t_m uniform on [0, n) with replacement, shared by all queries (Purpose kColumnSample);
+//     R_i = {u : β_K(t_u) ≠ β_Q(i)} (mask=1; mask=0 keeps every u);
+//  3. merged by log-sum-exp: L_i = logaddexp(L^B_i, L^R_i + log(n/m)), out_i = c·O^B + (1 − c)·O^R,
+//     c = exp(L^B − L_i) — the same as (N̂^B + N̂^R)/(D̂^B + D̂^R), which is how it is evaluated (one
+//     shift per row serving both parts).
+// Given the hash, D̂_i = e^{L_i} and N̂_i = e^{L_i}·out_i are unbiased for D_i, N_i (uniform
+// Horvitz–Thompson on the off-block keys); out_i is a ratio, biased O(1/m). Reference differences:
+// the in-block mask exists only in its fp16/bf16 Triton path — its fp32 `exact_attention` ignores it
+// and the flash-attn path never builds it, so in-block keys count twice (mask=0 reproduces that); below
+// 4096 tokens it silently returns exact attention (never here: every shipped dump would be exact); it
+// pads to a multiple of b with zero keys (never here). No causal form in this version.
+// Cost O(n·r·p + n log n + n·(b + m)·(p + pv)), memory O(b·(b + m)) per block; float32 except the hash.
+#include "attnprobe/estimators/sorted_lsh/hyper.h"
+
+#include "attnprobe/estimators/registry.h"
+
+namespace attnprobe {
+
+HyperParams HyperParams::from_spec(const Spec& spec) {
+  HyperParams params;
+  params.samples = spec.get_int("m");
+  params.block = spec.get_int("b");
+  params.bits = static_cast<int>(spec.get_int("r"));
+  params.order = spec.get_choice("order") == "gray" ? BucketOrder::kGray : BucketOrder::kCode;
+  params.mask = spec.get_int("mask") == 1;
+  return params;
+}
+
+template <typename S>
+MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key, VectorD* log_denominator,
+                           const SortLshBlocks* given_blocks) {
+  const int64_t n = view.n();
+  const SortLshBlocks blocks =
+      given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
+  std::vector<int64_t> samples;
+  if (params.samples > 0)
+    samples =
+        sample_with_replacement(std::vector<double>(n, 1.0), params.samples, RandomStream(key, Purpose::kColumnSample));
+  const std::vector<double> weights(samples.size(), static_cast<double>(n) / static_cast<double>(params.samples));
+  MatrixT<S> out;
+  block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, weights, params.mask, out, log_denominator);
+  return out;
+}
+
+template MatrixT<float> hyper_attention<float>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
+                                               const SortLshBlocks*);
+template MatrixT<double> hyper_attention<double>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
+                                                 const SortLshBlocks*);
+
+namespace {
+
+class Hyper final : public Estimator {
+ public:
+  explicit Hyper(HyperParams params) : params_(params) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    out = hyper_attention<float>(params_, view, ctx.key);
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * n * static_cast<double>(std::min(params_.block, n) + params_.samples) * (p + pv);
+  }
+
+ private:
+  HyperParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "hyper",
+    .family = "sorted-lsh",
+    .summary = "HyperAttention: exact softmax on sortLSH blocks + uniform samples of the other keys, merged by "
+               "log-sum-exp (O(n (b + m) p))",
+    .params = {{"m", ParamKind::kInt, "64", 0, 1 << 24, {}, "uniform residual samples (with replacement), 0: none"},
+               {"b", ParamKind::kInt, "64", 1, 1 << 24, {}, "block size (b >= n: exact)"},
+               {"r", ParamKind::kInt, "7", 0, 30, {}, "hash bits (0: contiguous blocks)"},
+               {"order",
+                ParamKind::kChoice,
+                "gray",
+                0,
+                0,
+                {"gray", "code"},
+                "bucket order: gray (Gray rank) or code (c xor c>>1, as the reference repos)"},
+               {"mask", ParamKind::kInt, "1", 0, 1, {}, "1: drop in-block samples; 0: count them again (reference)"}},
+    .samples_knob = "m",
+    .random = true,
+    .random_for = [](const Spec& spec) { return spec.get_int("m") > 0 || spec.get_int("r") > 0; },
+    .target = nullptr,
+    .ablations = {"hyper(mask=0)", "hyper(m=0)"},  // the reference's double count; heavy blocks only
+    .make = [](const Spec& spec) { return std::make_unique<Hyper>(HyperParams::from_spec(spec)); },
+});
+
+}  // namespace
+}  // namespace attnprobe

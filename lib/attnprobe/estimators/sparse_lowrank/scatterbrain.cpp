@@ -1,0 +1,443 @@
+// scatterbrain(M, sparse, w, ext, rounds, features, ortho) — Scatterbrain (Chen, Dao, Winsor, Song,
+// Rudra, Ré, NeurIPS 2021; reference HazyResearch/fly SBLocal/SBSmyrf, re-implemented in
+// HKUNLP/efficient-attention). Target: softmax. Exact on a sparse support S_i, random features off it:
+//   N̂_i = Σ_{j∈S_i} e_ij·v_j + Σ_{j∉S_i} ê_ij·v_j,  D̂_i = Σ_{j∈S_i} e_ij + Σ_{j∉S_i} ê_ij,  out_i = N̂_i / D̂_i,
+// e_ij = exp(s·q_i·k_j), ê_ij = φ(q_i)·φ(k_j). The complement is evaluated as global minus support,
+// φ(q_i)·(Σ_j φ(k_j)v_jᵀ) − Σ_{j∈S_i} ê_ij·v_j (fly's form), with one shift per row shared by both parts:
+// a_i = max(c_i, max_{j∈S_i} s·q_i·k_j), with φ(q_i)·φ(k_j) = e^{c_i}·φ̃(q_i)·φ̃(k_j) under one shift per key
+// feature carried by the queries (gerf.h, exponentiate_features).
+// Supports: local (fly SBLocal's window j ∈ [i − ⌊w/2⌋, i + ⌈w/2⌉ − 1]), block (query blocks of w, keys
+// extended by ext each side), sortlsh (the sortLSH blocks with b = w, r = 7, Gray order), smyrf (per round
+// an XBOX+ lift, one Gaussian projection, sort, clusters of w; the union over rounds). Features: hyp (fly:
+// ⌊M/2⌋ ω with ξ(x, ±ω)), pos (`performer`'s), oprf (`favorpp`'s A*). For a fixed support E[N̂_i] = N_i and
+// E[D̂_i] = D_i; every entry of the implied matrix is exact on S and Performer's off it; the ratio is
+// biased. Only the denominator complement is clamped at 0 (it is ≥ 0 up to rounding for positive
+// features); no epsilon. Reference differences: efficient-attention's complement uses log(e^a − e^b +
+// 1e-5) and a 1e-3 clamp (biased when the complement is small); fly's LRA configs set softmax_eps 1e-4;
+// smyrf pads to a multiple of w (here the last cluster is shorter); fly's E2LSH bucket width and shift
+// do not change the sort (not drawn here). No causal form in this version.
+// Evaluation: queries in chunks of ≤ 64 that share their candidate keys (consecutive queries for local/block,
+// one sortLSH block or SMYRF cluster per round), so exact logits and feature products on the support are
+// two small matrix products per chunk; one shift per row is kept online across rounds.
+// Precision: features, exact logits and the per-chunk products in S; Σ_j φ(k_j)v_jᵀ, the per-row sums
+// across chunks and the global − support difference in float64, because the difference cancels when S
+// holds most of φ's mass.
+// Cost O(n·M·(p + pv) + n·|S|·(p + M + pv)) plus O(n·p·rounds + n log n) for hashed supports.
+#include "attnprobe/estimators/sparse_lowrank/scatterbrain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/random_features/features.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/sorted_lsh/sort_lsh.h"
+
+namespace attnprobe {
+
+ScatterbrainParams ScatterbrainParams::from_spec(const Spec& spec) {
+  ScatterbrainParams params;
+  params.features = spec.get_int("M");
+  const std::string& sparse = spec.get_choice("sparse");
+  params.sparse = sparse == "local"     ? SbSupport::kLocal
+                  : sparse == "block"   ? SbSupport::kBlock
+                  : sparse == "sortlsh" ? SbSupport::kSortLsh
+                                        : SbSupport::kSmyrf;
+  params.width = spec.get_int("w");
+  params.ext = spec.get_int("ext");
+  params.rounds = static_cast<int>(spec.get_int("rounds"));
+  const std::string& kind = spec.get_choice("features");
+  params.kind = kind == "hyp" ? SbFeatures::kHyp : kind == "pos" ? SbFeatures::kPos : SbFeatures::kOprf;
+  params.orthogonal = spec.get_int("ortho") == 1;
+  if (params.sparse == SbSupport::kBlock && params.width == 0)
+    throw UsageError("scatterbrain: sparse=block needs w >= 1 (the query block size)");
+  return params;
+}
+
+namespace {
+
+// Cluster index of every row when rows are sorted by (value, index) and cut into clusters of w.
+std::vector<int64_t> clusters_by_projection(const VectorD& values, int64_t width) {
+  const int64_t n = values.size();
+  std::vector<int64_t> order(n), cluster(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return values(a) < values(b); });
+  for (int64_t pos = 0; pos < n; ++pos) cluster[order[pos]] = pos / width;
+  return cluster;
+}
+
+// Hashed supports as groupings: for round h, query i and key j meet iff query_group[h][i] == key_group[h][j]
+// (sortlsh: one round, the sortLSH blocks; smyrf: `rounds` rounds of XBOX+ clusters).
+struct Groupings {
+  std::vector<std::vector<int64_t>> query_group, key_group;
+};
+
+Groupings hashed_groupings(const ScatterbrainParams& params, const HeadView& view, RandomKey key) {
+  Groupings out;
+  const int64_t w = params.width;
+  if (params.sparse == SbSupport::kSortLsh) {
+    const SortLshBlocks blocks = sort_lsh_blocks(view.q, view.k, 7, w, BucketOrder::kGray, key);
+    out.query_group.push_back(blocks.query_block);
+    out.key_group.push_back(blocks.key_block);
+    return out;
+  }
+  // XBOX+: q → [q, 0, √(Mq² + Mk² − ‖q‖²)], k → [k, √(Mq² + Mk² − ‖k‖²), 0] keeps q·k and makes every lifted
+  // vector's norm equal; float64 so that the sort is the same on any device.
+  const int64_t p = view.p();
+  const VectorD q_sq = view.q.rowwise().squaredNorm(), k_sq = view.k.rowwise().squaredNorm();
+  const double total = q_sq.maxCoeff() + k_sq.maxCoeff();
+  const VectorD q_lift = (total - q_sq.array()).max(0.0).sqrt(), k_lift = (total - k_sq.array()).max(0.0).sqrt();
+  const RandomStream stream(key, Purpose::kHashProjection);
+  VectorD alpha(p + 2);
+  for (int h = 0; h < params.rounds; ++h) {
+    stream.normals(static_cast<uint32_t>(h), 0, alpha.data(), p + 2);
+    const VectorD q_proj = view.q * alpha.head(p) + alpha(p + 1) * q_lift;
+    const VectorD k_proj = view.k * alpha.head(p) + alpha(p) * k_lift;
+    out.query_group.push_back(clusters_by_projection(q_proj, w));
+    out.key_group.push_back(clusters_by_projection(k_proj, w));
+  }
+  return out;
+}
+
+}  // namespace
+
+SparseSupport scatterbrain_support(const ScatterbrainParams& params, const HeadView& view, RandomKey key) {
+  const int64_t n = view.n(), w = params.width;
+  std::vector<std::vector<int32_t>> rows(n);
+  auto add_range = [&](int64_t i, int64_t begin, int64_t end) {
+    for (int64_t j = std::max<int64_t>(0, begin); j < std::min(end, n); ++j) rows[i].push_back(static_cast<int32_t>(j));
+  };
+  if (w > 0) {
+    if (params.sparse == SbSupport::kLocal) {
+      for (int64_t i = 0; i < n; ++i) add_range(i, i - w / 2, i + (w + 1) / 2);
+    } else if (params.sparse == SbSupport::kBlock) {
+      for (int64_t i = 0; i < n; ++i) add_range(i, (i / w) * w - params.ext, (i / w + 1) * w + params.ext);
+    } else {
+      const Groupings groupings = hashed_groupings(params, view, key);
+      for (size_t h = 0; h < groupings.query_group.size(); ++h) {
+        std::vector<std::vector<int32_t>> members(n + 1);
+        for (int64_t j = 0; j < n; ++j) members[groupings.key_group[h][j]].push_back(static_cast<int32_t>(j));
+        for (int64_t i = 0; i < n; ++i) {
+          const auto& group = members[groupings.query_group[h][i]];
+          rows[i].insert(rows[i].end(), group.begin(), group.end());
+        }
+      }
+    }
+  }
+  SparseSupport support;
+  support.offsets.assign(1, 0);
+  for (auto& row : rows) {
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());  // a pair found in several rounds counts once
+    support.keys.insert(support.keys.end(), row.begin(), row.end());
+    support.offsets.push_back(static_cast<int64_t>(support.keys.size()));
+  }
+  return support;
+}
+
+GerfMap scatterbrain_features(const ScatterbrainParams& params, const HeadView& view, RandomKey key) {
+  const int64_t p = view.p();
+  switch (params.kind) {
+    case SbFeatures::kHyp:
+      return hyperbolic_map(draw_omegas(params.features / 2, p, params.orthogonal, key));
+    case SbFeatures::kPos:
+      return positive_map(draw_omegas(params.features, p, params.orthogonal, key));
+    case SbFeatures::kOprf: {
+      return fit_gerf(GerfOptions{}, view.q, view.k, view.scale, params.features, params.orthogonal, key);
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// Per-row sums of one query chunk, all scaled by exp(−shift_i): the exact support part (num, den) and
+// the features on the support (feature_num, feature_den), float64.
+struct RowSums {
+  VectorD shift, den, feature_den;
+  MatrixD num, feature_num;
+  void reset(int64_t rows, int64_t pv) {
+    shift.resize(rows);
+    den.setZero(rows);
+    feature_den.setZero(rows);
+    num.setZero(rows, pv);
+    feature_num.setZero(rows, pv);
+  }
+};
+
+template <typename S>
+class ScatterbrainRun {
+ public:
+  ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key)
+      : view_(view), data_(slice_data<S>(view)), n_(view.n()), pv_(view.pv()) {
+    const GerfMap map = scatterbrain_features(params, view, key);
+    query_features_ = gerf_log_features<S>(map, data_.q, view.scale, true);   // n × M
+    key_features_ = gerf_log_features<S>(map, data_.k, view.scale, false);    // n × M
+    exponentiate_features<S>(query_features_, key_features_, &query_shift_);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
+    // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64, in row chunks (no n × M float64 temporary).
+    kv_.setZero(key_features_.cols(), pv_);
+    key_sum_.setZero(key_features_.cols());
+    for (int64_t r0 = 0; r0 < n_; r0 += kChunk) {
+      const int64_t rows = std::min(kChunk, n_ - r0);
+      const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
+      kv_.noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
+      key_sum_ += chunk.colwise().sum().transpose();
+    }
+  }
+
+  /// Adds the pairs (queries[r], keys[u]) with allowed(r, u) to sums (rows = queries.size() ≤ kChunk):
+  /// exact logits and feature products by two small matrix products, one shift per row kept online.
+  template <typename Allowed>
+  void add_group(const std::vector<int64_t>& queries, const std::vector<int64_t>& keys, Allowed allowed,
+                 RowSums& sums) const {
+    const int64_t rows = static_cast<int64_t>(queries.size()), cols = static_cast<int64_t>(keys.size());
+    if (cols == 0) return;
+    // Gathered into contiguous matrices first: a product over an indexed view runs element by element
+    // (it made the one-query groups of later SMYRF rounds ~10x slower).
+    const MatrixT<S> q = data_.q(queries, Eigen::all), k = data_.k(keys, Eigen::all), v = data_.v(keys, Eigen::all);
+    const MatrixT<S> q_features = query_features_(queries, Eigen::all), k_features = key_features_(keys, Eigen::all);
+    MatrixT<S> logits = static_cast<S>(view_.scale) * (q * k.transpose());  // rows × cols
+    MatrixT<S> e_hat = q_features * k_features.transpose();                 // rows × cols
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t u = 0; u < cols; ++u)
+        if (!allowed(r, u)) logits(r, u) = -std::numeric_limits<S>::infinity(), e_hat(r, u) = 0;
+      const double top = std::max(sums.shift(r), static_cast<double>(logits.row(r).maxCoeff()));
+      if (top > sums.shift(r)) {  // a larger exact logit: rescale what this row has so far
+        const double factor = std::exp(sums.shift(r) - top);
+        sums.num.row(r) *= factor, sums.feature_num.row(r) *= factor;
+        sums.den(r) *= factor, sums.feature_den(r) *= factor;
+        sums.shift(r) = top;
+      }
+      logits.row(r).array() = (logits.row(r).array() - static_cast<S>(sums.shift(r))).exp();
+      e_hat.row(r) *= static_cast<S>(std::exp(query_shift_(queries[r]) - sums.shift(r)));
+    }
+    sums.num += (logits * v).template cast<double>();
+    sums.feature_num += (e_hat * v).template cast<double>();
+    sums.den += logits.rowwise().sum().template cast<double>();
+    sums.feature_den += e_hat.rowwise().sum().template cast<double>();
+  }
+
+  /// Starts sums for a chunk of queries: shift a_i = c_i until an exact logit exceeds it.
+  void start(const std::vector<int64_t>& queries, RowSums& sums) const {
+    sums.reset(static_cast<int64_t>(queries.size()), pv_);
+    for (size_t r = 0; r < queries.size(); ++r) sums.shift(r) = query_shift_(queries[r]);
+  }
+
+  /// out_i = (Σ_S e v + global − Σ_S ê v) / (Σ_S e + max(0, global − Σ_S ê)) for the chunk's queries.
+  void finish(const std::vector<int64_t>& queries, const RowSums& sums, MatrixT<S>& out,
+              VectorD* log_denominator) const {
+    const MatrixD features = query_features_(queries, Eigen::all).template cast<double>();
+    const MatrixD global_num = features * kv_;
+    const VectorD global_den = features * key_sum_;
+    for (size_t r = 0; r < queries.size(); ++r) {
+      const double scale = std::exp(query_shift_(queries[r]) - sums.shift(r));
+      const RowVectorD num = sums.num.row(r) + scale * global_num.row(r) - sums.feature_num.row(r);
+      const double den = sums.den(r) + std::max(0.0, scale * global_den(r) - sums.feature_den(r));
+      out.row(queries[r]) = (num / den).template cast<S>();
+      if (log_denominator) (*log_denominator)(queries[r]) = sums.shift(r) + std::log(den);
+    }
+  }
+
+  static constexpr int64_t kChunk = 64;
+
+ private:
+  const HeadView& view_;
+  SliceData<S> data_;
+  int64_t n_, pv_;
+  MatrixT<S> query_features_, key_features_;  // φ̃ = exp(log φ − shift), n × M
+  VectorD query_shift_;                       // c_i
+  MatrixD kv_;                                // M × pv
+  VectorD key_sum_;                           // M
+};
+
+std::vector<int64_t> index_range(int64_t begin, int64_t end) {
+  std::vector<int64_t> out(std::max<int64_t>(0, end - begin));
+  std::iota(out.begin(), out.end(), begin);
+  return out;
+}
+
+}  // namespace
+
+template <typename S>
+MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
+                                  VectorD* log_denominator) {
+  using Run = ScatterbrainRun<S>;
+  const int64_t n = view.n(), w = params.width, chunk = Run::kChunk;
+  const Run run(params, view, key);
+  MatrixT<S> out(n, view.pv());
+  if (log_denominator) log_denominator->resize(n);
+  RowSums sums;
+  auto always = [](int64_t, int64_t) { return true; };
+  if (w == 0) {  // empty support: Performer
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const std::vector<int64_t> queries = index_range(r0, std::min(n, r0 + chunk));
+      run.start(queries, sums);
+      run.finish(queries, sums, out, log_denominator);
+    }
+    return out;
+  }
+  switch (params.sparse) {
+    case SbSupport::kLocal:
+    case SbSupport::kBlock: {
+      // Chunks of consecutive queries (within one block for `block`) against the union of their windows.
+      const int64_t step = params.sparse == SbSupport::kBlock ? std::min(chunk, w) : chunk;
+      for (int64_t r0 = 0; r0 < n;) {
+        int64_t r1 = std::min(n, r0 + step), k0, k1;
+        if (params.sparse == SbSupport::kLocal) {
+          k0 = r0 - w / 2, k1 = r1 - 1 + (w + 1) / 2;
+        } else {
+          r1 = std::min(r1, (r0 / w + 1) * w);
+          k0 = (r0 / w) * w - params.ext, k1 = (r0 / w + 1) * w + params.ext;
+        }
+        k0 = std::max<int64_t>(0, k0), k1 = std::min(n, k1);
+        const std::vector<int64_t> queries = index_range(r0, r1), keys = index_range(k0, k1);
+        run.start(queries, sums);
+        if (params.sparse == SbSupport::kLocal)
+          run.add_group(
+              queries, keys,
+              [&](int64_t r, int64_t u) {
+                const int64_t i = r0 + r, j = k0 + u;
+                return j >= i - w / 2 && j < i + (w + 1) / 2;
+              },
+              sums);
+        else
+          run.add_group(queries, keys, always, sums);
+        run.finish(queries, sums, out, log_denominator);
+        r0 = r1;
+      }
+      break;
+    }
+    case SbSupport::kSortLsh:
+    case SbSupport::kSmyrf: {
+      // Each round's groups share their keys; a pair met in an earlier round is not counted again.
+      const Groupings groupings = hashed_groupings(params, view, key);
+      const int64_t rounds = static_cast<int64_t>(groupings.query_group.size());
+      const int64_t groups = (n + w - 1) / w;
+      std::vector<std::vector<std::vector<int64_t>>> query_members(rounds), key_members(rounds);
+      for (int64_t h = 0; h < rounds; ++h) {
+        query_members[h].resize(groups);
+        key_members[h].resize(groups);
+        for (int64_t i = 0; i < n; ++i) query_members[h][groupings.query_group[h][i]].push_back(i);
+        for (int64_t j = 0; j < n; ++j) key_members[h][groupings.key_group[h][j]].push_back(j);
+      }
+      if (rounds == 1) {  // sortlsh, or smyrf with one round: each query meets one group, finish per chunk
+        for (int64_t g = 0; g < groups; ++g) {
+          const auto& members = query_members[0][g];
+          for (size_t c0 = 0; c0 < members.size(); c0 += chunk) {
+            const std::vector<int64_t> queries(members.begin() + c0,
+                                               members.begin() + std::min(members.size(), c0 + chunk));
+            run.start(queries, sums);
+            run.add_group(queries, key_members[0][g], always, sums);
+            run.finish(queries, sums, out, log_denominator);
+          }
+        }
+        break;
+      }
+      // Several rounds: every (round, group) once, against its keys gathered once, minus the pairs met in
+      // an earlier round; the parts merge into per-query sums under the larger of the two shifts.
+      RowSums total, part;
+      run.start(index_range(0, n), total);
+      for (int64_t h = 0; h < rounds; ++h) {
+        for (int64_t g = 0; g < groups; ++g) {
+          const auto& members = query_members[h][g];
+          const auto& keys = key_members[h][g];
+          for (size_t c0 = 0; c0 < members.size(); c0 += chunk) {
+            const std::vector<int64_t> queries(members.begin() + c0,
+                                               members.begin() + std::min(members.size(), c0 + chunk));
+            run.start(queries, part);
+            run.add_group(
+                queries, keys,
+                [&](int64_t r, int64_t u) {
+                  const int64_t i = queries[r], j = keys[u];
+                  for (int64_t earlier = 0; earlier < h; ++earlier)
+                    if (groupings.query_group[earlier][i] == groupings.key_group[earlier][j]) return false;
+                  return true;
+                },
+                part);
+            for (size_t t = 0; t < queries.size(); ++t) {
+              const int64_t i = queries[t];
+              const double top = std::max(total.shift(i), part.shift(t));
+              const double old_factor = std::exp(total.shift(i) - top), new_factor = std::exp(part.shift(t) - top);
+              total.num.row(i) = old_factor * total.num.row(i) + new_factor * part.num.row(t);
+              total.feature_num.row(i) = old_factor * total.feature_num.row(i) + new_factor * part.feature_num.row(t);
+              total.den(i) = old_factor * total.den(i) + new_factor * part.den(t);
+              total.feature_den(i) = old_factor * total.feature_den(i) + new_factor * part.feature_den(t);
+              total.shift(i) = top;
+            }
+          }
+        }
+      }
+      for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        const int64_t rows = std::min(chunk, n - r0);
+        sums.shift = total.shift.segment(r0, rows);
+        sums.den = total.den.segment(r0, rows);
+        sums.feature_den = total.feature_den.segment(r0, rows);
+        sums.num = total.num.middleRows(r0, rows);
+        sums.feature_num = total.feature_num.middleRows(r0, rows);
+        run.finish(index_range(r0, r0 + rows), sums, out, log_denominator);
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+template MatrixT<float> scatterbrain_attention<float>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*);
+template MatrixT<double> scatterbrain_attention<double>(const ScatterbrainParams&, const HeadView&, RandomKey,
+                                                        VectorD*);
+
+namespace {
+
+class Scatterbrain final : public Estimator {
+ public:
+  explicit Scatterbrain(ScatterbrainParams params) : params_(params) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    out = scatterbrain_attention<float>(params_, view, ctx.key);
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double support = static_cast<double>(std::min<int64_t>(params_.width + 2 * params_.ext, n)) *
+                           (params_.sparse == SbSupport::kSmyrf ? params_.rounds : 1);
+    return 2.0 * 2.0 * n * params_.features * (p + pv) + 2.0 * n * support * (p + params_.features + 2 * pv);
+  }
+
+ private:
+  ScatterbrainParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator({
+    .name = "scatterbrain",
+    .family = "sparse-lowrank",
+    .summary = "Scatterbrain: exact softmax on a sparse support (local/block/sortlsh/smyrf) + random features off "
+               "it (O(n (M + w) p))",
+    .params = {{"M", ParamKind::kInt, "64", 2, 1 << 20, {}, "random features (hyp: M/2 pairs of +-omega)"},
+               {"sparse",
+                ParamKind::kChoice,
+                "local",
+                0,
+                0,
+                {"local", "block", "sortlsh", "smyrf"},
+                "support: local window, query blocks, sortLSH blocks, SMYRF clusters"},
+               {"w", ParamKind::kInt, "32", 0, 1 << 24, {}, "window / block / cluster size (0: empty support)"},
+               {"ext", ParamKind::kInt, "0", 0, 1 << 24, {}, "block: keys extended by ext on each side"},
+               {"rounds", ParamKind::kInt, "2", 1, 64, {}, "smyrf: hashing rounds (union of clusters)"},
+               {"features",
+                ParamKind::kChoice,
+                "hyp",
+                0,
+                0,
+                {"hyp", "pos", "oprf"},
+                "features: hyp (fly, +-omega), pos (performer), oprf (favorpp's A*)"},
+               {"ortho", ParamKind::kInt, "1", 0, 1, {}, "1: orthogonal blocks of features; 0: iid"}},
+    .samples_knob = "M",
+    .random = true,
+    .target = nullptr,
+    .ablations = {"scatterbrain(sparse=block,ext=8)"},  // Scatterbrain's extended blocks
+    .make = [](const Spec& spec) { return std::make_unique<Scatterbrain>(ScatterbrainParams::from_spec(spec)); },
+});
+
+}  // namespace
+}  // namespace attnprobe

@@ -1,0 +1,76 @@
+// Attention-weight metrics (metrics/weight_metrics.h) and the weights each estimator states
+// (Estimator::weights): one harness over the registry, plus closed forms for softmax and vmean.
+#include <cmath>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/weight_metrics.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+TEST_CASE("every estimator that states weights reproduces its output from them", "[weights][registry]") {
+  const HeadView view = synth_slice(300, 16, 0.3, 7, 12);
+  int walked = 0;
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->family == "test") continue;
+    for (const std::string& text : variants(*def)) {
+      const Spec spec = parse_spec(text);
+      const auto estimator = spec.make();
+      const EstimateContext ctx{make_random_key(3, text, 1), nullptr};
+      const Estimator::WeightRows rows = estimator->weights(view, ctx);
+      INFO(text);
+      REQUIRE(static_cast<bool>(rows) == def->weights);  // the registry's flag is the truth
+      if (!rows) continue;
+      ++walked;
+      MatrixF out;
+      estimator->estimate(view, ctx, out);
+      // Â·V in float64 against the float32 estimate, in two uneven blocks.
+      MatrixD implied(view.n(), view.pv());
+      implied.topRows(101) = rows(0, 101) * view.v;
+      implied.bottomRows(199) = rows(101, 199) * view.v;
+      const double error = (implied - out.cast<double>()).norm() / out.cast<double>().norm();
+      INFO("relative difference " << error);
+      CHECK(error < 1e-5);  // float32 rounding of the estimate: observed ≤ 8.4e-8
+    }
+  }
+  CHECK(walked >= 8);  // softmax, vmean, informer, nystrom ×2, skeinformer ×6
+}
+
+TEST_CASE("weight metrics of softmax and vmean in closed form", "[weights]") {
+  const HeadView view = synth_slice(200, 8, 0.5, 2);
+  const std::vector<Metric> which = weight_metrics();
+  const auto exact = attention_weight_metrics(
+      view, [&](int64_t r0, int64_t rows) { return attention_rows_f64(view.q, view.k, view.scale, r0, rows); }, which);
+  CHECK(exact[0] == 0);               // row_tv
+  CHECK(std::abs(exact[1]) < 1e-15);  // row_kl, observed ~3e-17
+  CHECK(exact[2] == 1);               // topk_recall
+  // vmean: Â = 1/n. row_tv = mean_i ½Σ_j|1/n − A_ij|, row_kl = mean_i Σ_j A_ij·log(n·A_ij).
+  double tv = 0, kl = 0;
+  const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 0, view.n());
+  for (int64_t i = 0; i < view.n(); ++i)
+    for (int64_t j = 0; j < view.n(); ++j) {
+      tv += 0.5 * std::abs(1.0 / view.n() - a(i, j)) / view.n();
+      kl += a(i, j) * std::log(view.n() * a(i, j)) / view.n();
+    }
+  const auto uniform = attention_weight_metrics(
+      view, [&](int64_t, int64_t rows) { return MatrixD::Constant(rows, view.n(), 1.0 / view.n()); }, which);
+  CHECK(uniform[0] == Approx(tv).epsilon(1e-12));
+  CHECK(uniform[1] == Approx(kl).epsilon(1e-12));
+  // Uniform weights tie everywhere: top-k are keys 0..7; recall = how often those are A's top 8.
+  CHECK(uniform[2] >= 0);
+  CHECK(uniform[2] < 0.5);
+}
+
+TEST_CASE("weight metrics are refused for estimators that state no weights", "[weights][cli]") {
+  const std::string dump = write_synth("weights.h5", synth_options(1, 1, 1, 64, 8));
+  const auto r = run_attnprobe("eval " + dump + " -e 'yoso(m=8)' --metrics spec_rel,row_tv -q");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("cannot state the attention weights") && Catch::Contains("softmax"));
+  const auto ok = run_attnprobe("eval " + dump + " -e vmean -e 'skeinformer(d=8)' --metrics weights -q");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.output, Catch::Contains("topk_recall"));
+}
