@@ -49,7 +49,8 @@ Action add_bench(CLI::App& app) {
     if (!o->samples.empty()) r.samples = parse_int_list(o->samples, "--samples");
     r.threads = parse_int_list(o->threads, "--threads");
     for (int64_t t : r.threads)
-      if (t < 1) throw UsageError("--threads values must be at least 1");
+      if (t < 1 || t > kMaxThreads)
+        throw UsageError(fmt::format("--threads values must be in 1..{} (got {})", kMaxThreads, t));
     r.p = o->p;
     r.repeat = o->repeat;
     r.sgemm_floor = !o->no_sgemm;

@@ -16,14 +16,8 @@ namespace {
 struct CheckCommandOptions {
   std::string current, baseline, json, metrics;
   CheckOptions check;
-  bool improvements = false, all = false;
+  bool improvements = false, all = false, metrics_given = false;
 };
-
-// Trial CSVs are summarised; summaries are used as they are.
-std::vector<SummaryRow> load_summary(const std::string& path) {
-  CsvContents c = read_csv(path);
-  return c.summary ? c.summaries : summarize_trials(c.trials);
-}
 
 std::string case_text(const Comparison& c) {
   return fmt::format("{} L{} H{} B{} n={} {}", c.key.dump, c.key.layer.text(), c.key.head.text(), c.key.batch.text(),
@@ -35,10 +29,12 @@ std::string mean_se(double mean, double se) { return fmt::format("{:.4g} ± {:.2
 
 int run_check(const CheckCommandOptions& o) {
   CheckOptions options = o.check;
-  if (!o.metrics.empty())
+  if (o.metrics_given) {
     for (const std::string& m : split(o.metrics, ',')) options.metrics.push_back(trim(m));
-  if (options.z < 0 || options.atol < 0 || options.rtol < 0) throw UsageError("--z, --atol and --rtol must be >= 0");
-  const CheckReport report = check_regressions(load_summary(o.baseline), load_summary(o.current), options);
+  }
+  validate_check_options(options);
+  const std::vector<SummaryRow> baseline = load_gate_input(o.baseline, true);
+  const CheckReport report = check_regressions(baseline, load_gate_input(o.current, false), options);
 
   std::vector<std::vector<std::string>> table = {{"verdict", "case", "metric", "baseline", "new", "z"}};
   for (const Comparison& c : report.comparisons) {
@@ -57,6 +53,12 @@ int run_check(const CheckCommandOptions& o) {
       options.rtol);
   if (!o.json.empty()) {
     write_file_atomically(o.json, check_report_json(report, options));
+  }
+  if (report.compared == 0 && report.missing == 0) {
+    fmt::print(
+        "check: FAILED — nothing was compared (no case and metric of the baseline is gated); a gate that "
+        "compares nothing passes nothing.\n");
+    return exit_code::kRegression;
   }
   if (report.failed()) {
     fmt::print(
@@ -78,8 +80,8 @@ Action add_check(CLI::App& app) {
   app.add_option("--z", o->check.z, "standard errors of slack")->capture_default_str();
   app.add_option("--atol", o->check.atol, "absolute slack")->capture_default_str();
   app.add_option("--rtol", o->check.rtol, "slack relative to the baseline mean")->capture_default_str();
-  app.add_option("--metrics", o->metrics,
-                 "gate only these metrics (e.g. spec_rel,angle); default: all in the baseline");
+  app.add_option("--metrics", o->metrics, "gate only these metrics (e.g. spec_rel,angle); default: all in the baseline")
+      ->each([o](const std::string&) { o->metrics_given = true; });
   app.add_flag("--improvements", o->improvements, "also list significant improvements");
   app.add_flag("--all", o->all, "list every comparison, passing ones too");
   app.add_option("--json", o->json, "also write the comparison as JSON to this file");
@@ -89,7 +91,8 @@ Action add_check(CLI::App& app) {
       "For every case and metric of the baseline (larger is worse: every metric is an error), a regression is\n"
       "  mean_new - mean_base > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|.\n"
       "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
-      "Exit code 1 on a regression or a missing case, 0 otherwise.");
+      "Exit code 1 on a regression, a missing case or when nothing was compared; 3 when a file is empty, truncated "
+      "or malformed (duplicated cases, negative or non-finite errors); 2 for bad options; 0 otherwise.");
   return [o] { return run_check(*o); };
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <numeric>
 
@@ -13,6 +14,7 @@
 #include "attnprobe/report/run_info.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
+#include "attnprobe/sweep/budget.h"
 #include "attnprobe/sweep/mpi_sweep.h"
 #include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
@@ -30,8 +32,9 @@ struct RunCommandOptions {
   std::string lengths;  // sweep: list; eval: one value
   std::string samples;
   int trials = 8;
-  uint64_t seed = 0;
+  std::string seed = "0";  // text: CLI11 would wrap -1 into 2^64 - 1; parse_seed() is strict
   int threads = 0;
+  std::string max_memory;  // empty: default_memory_limit()
   std::string device = "cpu";
   std::string reference = "auto";
   std::string metrics = "all";
@@ -56,10 +59,15 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--trials", o.trials, "trials per random setting (deterministic estimators run once)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd.add_option("--seed", o.seed, "seed of the keyed random streams: same seed, same numbers")->capture_default_str();
+  cmd.add_option("--seed", o.seed,
+                 "seed of the keyed random streams, an integer in 0..18446744073709551615: same seed, same numbers")
+      ->capture_default_str();
   cmd.add_option("--threads", o.threads, "worker threads (0 = all cores); results do not depend on it")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxThreads));
+  cmd.add_option("--max-memory", o.max_memory,
+                 "refuse (exit 3) a case whose memory estimate exceeds this, e.g. 8G or 512M; default: the memory "
+                 "available now");
   cmd.add_option("--device", o.device,
                  fmt::format("cpu or cuda (CUDA versions: {}; the float64 references stay on the CPU; same seeds "
                              "give the same random draws on both)",
@@ -81,6 +89,15 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   add_dump_options(cmd, o.dump_options);
 }
 
+uint64_t parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw UsageError(fmt::format("--seed '{}' is not an integer in 0..18446744073709551615 (2^64 - 1)", text));
+  return seed;
+}
+
 SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
   parse_device(o.device);
   SweepRequest r;
@@ -94,10 +111,24 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
     if (single_length && r.lengths.size() != 1) throw UsageError("--length takes one value (use sweep for several)");
   }
   r.trials = o.trials;
-  r.seed = o.seed;
+  r.seed = parse_seed(o.seed);
   r.reference = o.reference;
   r.metrics = parse_metrics(o.metrics);
   return r;
+}
+
+// The grid's size and memory, checked before anything is read or written: a grid too large to
+// write is a usage error, a case that cannot fit an input error; --dry-run prints the figures.
+void print_plan(const SweepPlan& plan);
+
+void check_budget(const Dump& dump, const SweepPlan& plan, const RunCommandOptions& o) {
+  const double limit = o.max_memory.empty() ? default_memory_limit() : parse_byte_size(o.max_memory, "--max-memory");
+  const PlanBudget budget = estimate_budget(dump, plan, o.threads);
+  if (o.dry_run) {
+    print_plan(plan);
+    fmt::print(stderr, "{}", describe_budget(budget, limit));
+  }
+  require_memory(budget, limit);
 }
 
 void print_plan(const SweepPlan& plan) {
@@ -112,10 +143,8 @@ bool progress_wanted(const RunCommandOptions& o) { return !o.quiet && isatty(STD
 int run_eval(const RunCommandOptions& o) {
   const Dump dump = Dump::open(o.dump, o.dump_options);
   const SweepPlan plan = plan_sweep(dump, make_request(o, true));
-  if (o.dry_run) {
-    print_plan(plan);
-    return 0;
-  }
+  check_budget(dump, plan, o);
+  if (o.dry_run) return 0;
   std::vector<TrialRow> all_rows;
   ProgressBar bar(progress_wanted(o));
   RunOptions options;
@@ -185,9 +214,9 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
 
   const Dump dump = Dump::open(o.dump, o.dump_options);
   SweepPlan plan = plan_sweep(dump, make_request(o, false));
+  check_budget(dump, plan, o);  // under --dry-run it prints the plan and what it needs
   const std::vector<int64_t> costs = unit_costs(dump, plan);
   if (o.dry_run) {
-    print_plan(plan);
     if (shard) print_shards(plan, costs, *shard);
     return 0;
   }
@@ -198,7 +227,7 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   info.dump = o.dump;
   info.threads = o.threads > 0 ? o.threads : hardware_threads();
   info.device = o.device;
-  info.seed = o.seed;
+  info.seed = plan.seed;
   RunOptions options;
   options.threads = o.threads;
   options.device = parse_device(o.device);

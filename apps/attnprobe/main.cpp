@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <new>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/version.h"
@@ -74,6 +76,16 @@ int main(int argc, char** argv) {
     return exit_code::kUsage;
   } catch (const InputError& e) {
     fmt::print(stderr, "attnprobe: error: {}\n", e.what());
+    return exit_code::kInput;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave cannot be created, inspected or replaced: input, not a bug.
+    fmt::print(stderr, "attnprobe: error: {}\n", e.what());
+    return exit_code::kInput;
+  } catch (const std::bad_alloc&) {
+    // The memory estimate (sweep/budget.h) is an estimate: what it missed is a resource limit.
+    fmt::print(stderr,
+               "attnprobe: error: out of memory. Use shorter --lengths, fewer samples or --threads, or a machine "
+               "with more memory.\n");
     return exit_code::kInput;
   } catch (const std::exception& e) {
     fmt::print(stderr,

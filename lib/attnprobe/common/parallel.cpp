@@ -1,5 +1,7 @@
 #include "attnprobe/common/parallel.h"
 
+#include "attnprobe/common/error.h"
+
 namespace attnprobe {
 
 int hardware_threads() {
@@ -9,17 +11,30 @@ int hardware_threads() {
 
 ThreadPool::ThreadPool(int threads) {
   int total = threads <= 0 ? hardware_threads() : threads;
-  for (int i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    workers_.reserve(total > 0 ? total - 1 : 0);
+    for (int i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::exception& e) {
+    // A constructor that throws runs no destructor: stop and join the workers already started here,
+    // or they would wait on wake_ forever (and the joinable std::threads would terminate the process).
+    const size_t started = workers_.size();
+    stop_and_join();
+    throw InputError(fmt::format("cannot start {} worker threads ({} started: {}); use a smaller --threads", total,
+                                 started + 1, e.what()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_and_join(); }
 
 void ThreadPool::run_items() {
   while (true) {

@@ -14,7 +14,8 @@ namespace attnprobe {
 
 class ThreadPool {
  public:
-  /// threads <= 0 means all hardware threads.
+  /// threads <= 0 means all hardware threads. Throws InputError (after joining the threads it did
+  /// start) when the system cannot start that many.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -29,6 +30,7 @@ class ThreadPool {
  private:
   void worker_loop();
   void run_items();
+  void stop_and_join();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -46,5 +48,9 @@ class ThreadPool {
 
 /// Number of hardware threads (at least 1).
 int hardware_threads();
+
+/// The largest `--threads` accepted: more threads than this only add contention, and a count
+/// the system cannot start must be refused up front (exit 2), not found out mid-run.
+constexpr int kMaxThreads = 1024;
 
 }  // namespace attnprobe

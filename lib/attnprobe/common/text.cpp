@@ -53,11 +53,14 @@ bool parse_int(std::string_view text, int64_t& out) {
 
 bool parse_real(std::string_view text, double& out) {
   std::string s = trim(text);
-  if (s.empty()) return false;
+  // Decimal only: strtod would also read hex floats (0x1p3), which nothing here writes.
+  if (s.empty() || s.find_first_of("xX") != std::string::npos) return false;
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (errno == ERANGE || end != s.c_str() + s.size()) return false;
+  // ERANGE on underflow returns a subnormal or zero, which is a valid value (lara(beta=1e-320));
+  // on overflow it returns ±HUGE_VAL, which is not.
+  if ((errno == ERANGE && std::isinf(v)) || end != s.c_str() + s.size()) return false;
   out = v;
   return true;
 }
@@ -69,7 +72,14 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what
                     "8..128:x2 or a stepped range 0..12:+4.",
                     what, text, why));
   };
+  // Every loop below is overflow-checked (a bound near 2^63 must end the range, not wrap it), and
+  // the list as a whole is capped, so no text can grow it without bound.
+  constexpr size_t kMaxValues = 1000000;
   std::vector<int64_t> values;
+  auto push = [&](int64_t v) {
+    if (values.size() >= kMaxValues) throw fail(fmt::format("it has more than {} values", kMaxValues));
+    values.push_back(v);
+  };
   if (trim(text).empty()) throw fail("it is empty");
   for (const std::string& raw : split(text, ',')) {
     std::string item = trim(raw);
@@ -78,7 +88,7 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what
     if (dots == std::string::npos) {
       int64_t v;
       if (!parse_int(item, v) || v < 0) throw fail(fmt::format("'{}' is not a non-negative integer", item));
-      values.push_back(v);
+      push(v);
       continue;
     }
     std::string lo_text = item.substr(0, dots);
@@ -95,13 +105,20 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what
       int64_t step = 1;
       if (!step_text.empty() && (!parse_int(step_text.substr(1), step) || step < 1))
         throw fail(fmt::format("'{}' has a bad step (use :+K with K >= 1)", item));
-      if ((hi - lo) / step > 1000000) throw fail("the range has more than a million values");
-      for (int64_t v = lo; v <= hi; v += step) values.push_back(v);
+      if ((hi - lo) / step >= static_cast<int64_t>(kMaxValues))
+        throw fail(fmt::format("the range has more than {} values", kMaxValues));
+      for (int64_t v = lo;; v += step) {
+        push(v);
+        if (hi - v < step) break;  // the next value would pass hi (or overflow)
+      }
     } else if (step_text[0] == 'x') {
       int64_t factor;
       if (!parse_int(step_text.substr(1), factor) || factor < 2 || lo < 1)
         throw fail(fmt::format("'{}' has a bad factor (use :xK with K >= 2 and a start >= 1)", item));
-      for (int64_t v = lo; v <= hi; v *= factor) values.push_back(v);
+      for (int64_t v = lo;; v *= factor) {
+        push(v);
+        if (v > hi / factor) break;  // v·factor > hi, or would overflow
+      }
     } else {
       throw fail(fmt::format("'{}' has a step that is neither :+K nor :xK", item));
     }

@@ -61,6 +61,15 @@ class Estimator {
 
   /// Useful floating-point operations of one call, for `bench` GFLOP/s; 0 when not defined.
   virtual double flops(int64_t n, int64_t p, int64_t pv) const { return 0; }
+
+  /// Bytes of working memory one call needs at most for an n × p (queries, keys), n × pv (values)
+  /// slice, besides the slice itself and `out`: the estimate that refuses a case before anything is
+  /// allocated (`--max-memory`, sweep/budget.h). The default covers a few n × (p + pv) float64
+  /// temporaries; an estimator whose memory grows with its parameters (features, projected rows,
+  /// hash tables) overrides it. A double, so that hostile sizes cannot overflow it.
+  virtual double memory_bytes(int64_t n, int64_t p, int64_t pv) const {
+    return 4.0 * 8.0 * static_cast<double>(n) * static_cast<double>(p + pv);
+  }
 };
 
 }  // namespace attnprobe

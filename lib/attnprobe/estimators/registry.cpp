@@ -259,7 +259,11 @@ const std::string& Spec::raw(const std::string& key) const {
 }
 
 int64_t Spec::get_int(const std::string& key) const { return std::stoll(raw(key)); }
-double Spec::get_real(const std::string& key) const { return std::stod(raw(key)); }
+double Spec::get_real(const std::string& key) const {
+  double value = 0;  // validated when parsed; parse_real, unlike std::stod, accepts subnormals (beta=1e-320)
+  parse_real(raw(key), value);
+  return value;
+}
 const std::string& Spec::get_choice(const std::string& key) const { return raw(key); }
 
 Spec Spec::with_samples(int64_t samples) const {

@@ -6,12 +6,93 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/records/csv.h"
 #include "attnprobe/records/schema.h"
+#include "attnprobe/report/summary.h"
 
 namespace attnprobe {
+
+namespace {
+
+bool known_metric(const std::string& name) {
+  for (Metric m : all_metrics())
+    if (name == metric_name(m)) return true;
+  return false;
+}
+
+std::string case_label(const CaseKey& k, const std::string& metric) {
+  return fmt::format("{} L{} H{} B{} n={} {} vs {}, {}", k.dump, k.layer.text(), k.head.text(), k.batch.text(),
+                     k.n.text(), k.spec, k.reference, metric);
+}
+
+}  // namespace
+
+std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline) {
+  const CsvContents c = read_csv(path);
+  require_input(!c.truncated_tail,
+                "'{}' ends in a line without its newline (an interrupted write?); the gate does not guess whether "
+                "that row is whole. Finish the run (--resume), or add the newline if the file is complete.",
+                path);
+  const char* role = baseline ? "baseline" : "new run";
+  std::vector<SummaryRow> summaries;
+  if (c.summary) {
+    summaries = c.summaries;
+  } else {
+    std::set<std::tuple<CaseKey, int64_t, uint64_t, std::string>> seen;
+    for (const TrialRow& r : c.trials) {
+      const std::string what = case_label(r.key, r.metric);
+      require_input(known_metric(r.metric), "'{}' ({}): unknown metric '{}' in {}.", path, role, r.metric, what);
+      require_input(r.trial >= 0, "'{}' ({}): trial {} of {} is negative.", path, role, r.trial, what);
+      require_input(std::isnan(r.value) || r.value >= 0,
+                    "'{}' ({}): {} has the value {} in trial {}; every metric is an error, never negative.", path, role,
+                    what, format_real(r.value), r.trial);
+      require_input(seen.emplace(r.key, r.trial, r.seed, r.metric).second,
+                    "'{}' ({}): trial {} (seed {}) of {} appears twice: were two runs written into one file?", path,
+                    role, r.trial, r.seed, what);
+    }
+    summaries = summarize_trials(c.trials);
+  }
+  require_input(!summaries.empty(),
+                "'{}' ({}) has a header but no rows: an empty {} would let every run pass. Did the run fail?", path,
+                role, role);
+  std::set<std::pair<CaseKey, std::string>> seen;
+  for (const SummaryRow& s : summaries) {
+    const std::string what = case_label(s.key, s.metric);
+    require_input(known_metric(s.metric), "'{}' ({}): unknown metric '{}' in {}.", path, role, s.metric, what);
+    require_input(seen.emplace(s.key, s.metric).second, "'{}' ({}): {} appears twice.", path, role, what);
+    require_input(s.count >= 1, "'{}' ({}): {} has count {}; a summary row needs at least one trial.", path, role, what,
+                  s.count);
+    require_input(std::isnan(s.mean) || s.mean >= 0, "'{}' ({}): {} has the mean {}; errors are never negative.", path,
+                  role, what, format_real(s.mean));
+    require_input(std::isnan(s.mean) || (s.std >= 0 && s.stderr_ >= 0),
+                  "'{}' ({}): {} has std {} and stderr {}; both must be >= 0.", path, role, what, format_real(s.std),
+                  format_real(s.stderr_));
+    if (baseline)
+      require_input(std::isfinite(s.mean) && std::isfinite(s.stderr_),
+                    "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
+                    "from a sound run.",
+                    path, what, format_real(s.mean), format_real(s.stderr_));
+  }
+  return summaries;
+}
+
+void validate_check_options(const CheckOptions& options) {
+  for (auto [name, value] : {std::pair{"--z", options.z}, {"--atol", options.atol}, {"--rtol", options.rtol}})
+    require_usage(std::isfinite(value) && value >= 0, "{} must be a finite number >= 0 (got {})", name,
+                  format_real(value));
+  std::vector<std::string> names;
+  for (Metric m : all_metrics()) names.push_back(metric_name(m));
+  for (const std::string& m : options.metrics)
+    require_usage(known_metric(m), "--metrics: unknown metric '{}'; use a list of {}", m, join(names, ","));
+}
 
 const char* verdict_name(Verdict verdict) {
   switch (verdict) {

@@ -4,6 +4,9 @@
 // and a regression is
 //   mean_new − mean_base > z·sqrt(se_new² + se_base²) + atol + rtol·|mean_base|,
 // a case of the baseline missing from the new run is a failure, and a value that became NaN is one.
+// The gate fails closed: inputs are validated before comparing (load_gate_input: exit 3 for an
+// empty, truncated, duplicated, negative or non-finite file), options too (validate_check_options:
+// exit 2), and a comparison that compared nothing fails.
 #include <string>
 #include <vector>
 
@@ -32,8 +35,18 @@ struct Comparison {
 struct CheckReport {
   std::vector<Comparison> comparisons;  ///< sorted: regressions and missing by severity, then the rest
   int regressions = 0, missing = 0, improvements = 0, added = 0, compared = 0;
-  bool failed() const { return regressions > 0 || missing > 0; }
+  /// A regression, a missing case, or nothing compared at all (an empty gate passes nothing).
+  bool failed() const { return regressions > 0 || missing > 0 || compared == 0; }
 };
+
+/// Reads a trial CSV (summarised here) or a summary CSV for the gate. Throws InputError naming the
+/// file and row when it has no rows, ends in a line without its newline, repeats a case (or a
+/// trial), has an unknown metric, a negative or −inf error, a count < 1 or a negative or NaN spread;
+/// and, for the baseline (`baseline` true), a mean that is not finite (nothing to hold a run to).
+std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline);
+
+/// Throws UsageError unless z, atol and rtol are finite and >= 0 and every gated metric is a known one.
+void validate_check_options(const CheckOptions& options);
 
 CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std::vector<SummaryRow>& current,
                               const CheckOptions& options);

@@ -103,6 +103,7 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       {"threads", info.threads},
       {"seed", info.seed},
       {"resumed", info.resumed},
+      {"pid", info.pid},
       {"started", info.started},
       {"finished", info.finished.empty() ? Json(nullptr) : Json(info.finished)},
       {"rows_written", info.rows_written},

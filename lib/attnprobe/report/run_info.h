@@ -46,6 +46,7 @@ struct RunInfo {
   int threads = 0;
   unsigned long long seed = 0;
   bool resumed = false;
+  long long pid = 0;     ///< the process writing the CSV (named when a second writer is refused)
   std::string started;   ///< ISO 8601 UTC
   std::string finished;  ///< "" while running
   long long rows_written = 0;

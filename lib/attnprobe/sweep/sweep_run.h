@@ -2,6 +2,11 @@
 // One sweep with its output files, from start to end: the trial CSV (append-only, flushed per
 // slice) and NAME.run.json beside it (docs/csv.md). The CLI's `sweep` only parses options and prints
 // what this returns; tests drive it in-process.
+//
+// One writer per CSV: the run holds an advisory lock (flock) on the CSV from construction to
+// destruction, so a second sweep into the same file (a `--resume` started while the first runs)
+// is refused, naming the first's process id (/proc/locks, else run.json). A resumed CSV must belong
+// to the same grid: run.json's seed and plan fingerprint and the rows' seed and case columns are checked.
 #include <chrono>
 #include <memory>
 #include <set>
@@ -22,11 +27,16 @@ enum class OutputMode {
 
 class SweepRun {
  public:
-  /// Checks the output, creates its folder, reconciles a resumed CSV (only whole trials are kept:
-  /// rows of a trial cut off mid-way, and a final partial line, are dropped and recomputed) and
-  /// writes run.json with `finished: null`, so an interrupted run is recognisable as one.
-  /// `info` carries the command line, dump, device, threads and seed; the rest is filled here.
+  /// Checks the output path (InputError naming it: a folder that cannot be created, a directory, a
+  /// device), locks the CSV (InputError "in use by process N"), reconciles a resumed CSV (only whole
+  /// trials are kept: rows of a trial cut off mid-way, and a final partial line, are dropped and
+  /// recomputed; UsageError when the earlier run had another seed or grid) and writes run.json with
+  /// `finished: null`, so an interrupted run is recognisable as one. A CSV this constructor created
+  /// is removed again when it fails. `info` carries the command line, dump, device, threads and seed.
   SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, OutputMode mode, RunOptions options, RunInfo info);
+  ~SweepRun();
+  SweepRun(const SweepRun&) = delete;
+  SweepRun& operator=(const SweepRun&) = delete;
 
   /// Runs every unfinished trial, appending each slice's rows as they are produced, and records
   /// the end time and row count in run.json.
@@ -48,12 +58,17 @@ class SweepRun {
   const std::string& info_path() const { return info_path_; }
 
  private:
+  void lock_output();
+  void check_resumable(const std::vector<TrialRow>& rows) const;
+  void replace_csv(const std::vector<TrialRow>& rows);
+
   const Dump& dump_;
   SweepPlan plan_;
   std::string csv_path_, info_path_;
   RunOptions options_;
   RunInfo info_;
   int64_t kept_rows_ = 0;
+  int lock_fd_ = -1;                        ///< open on the CSV, flock'ed exclusively while this run lives
   std::unique_ptr<TrialCsvWriter> writer_;  ///< append()'s
   std::chrono::steady_clock::time_point info_written_;
 };

@@ -44,6 +44,12 @@ class Performer final : public Estimator {
     return 2.0 * 2.0 * n * features_ * p + 2.0 * 2.0 * n * features_ * pv;
   }
 
+  // ω (M × p), the query and key features (n × M each, float64), kv (M × pv) and the numerator.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double m = static_cast<double>(features_);
+    return 8.0 * (m * p + 2.0 * n * m + m * pv + static_cast<double>(n) * pv + 2.0 * n * p);
+  }
+
  private:
   struct Forward {
     MatrixD omegas;          ///< M × p

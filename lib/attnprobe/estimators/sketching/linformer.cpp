@@ -36,6 +36,12 @@ class Linformer final : public Estimator {
     exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out);
   }
 
+  // E (d × n), EK and EV (d × p, d × pv) and the n × d scores, float32.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double d = static_cast<double>(params_.d);
+    return 4.0 * (2.0 * d * n + d * (p + pv));
+  }
+
  private:
   LinformerParams params_;
 };
@@ -50,6 +56,12 @@ class LinformerJlt final : public Estimator {
         gaussian_matrix(view.n(), params_.d, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection));
     const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, n × pv
     exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out);
+  }
+
+  // S (n × d), Sᵀ·V (d × pv) and S·Sᵀ·V (n × pv), float32.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double d = static_cast<double>(params_.d);
+    return 4.0 * (d * n + d * pv + static_cast<double>(n) * pv) + 16.0 * n * (p + pv);
   }
 
  private:

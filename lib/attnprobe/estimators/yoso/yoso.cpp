@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "attnprobe/estimators/registry.h"
@@ -103,6 +104,15 @@ class YosoSampling final : public Estimator {
   // as the gauss work) plus the table fill and read (m·pv adds per row each).
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     return 2.0 * 2.0 * n * m_ * tau_ * p + 2.0 * n * m_ * pv;
+  }
+
+  // The codes of queries and keys (n·m uint32 each) and the bucket tables: dense 2^τ × pv tables
+  // for a group of hashes (at least one whole table), or the sorted-codes path's n × pv sums.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double buckets = std::ldexp(1.0, tau_);
+    const double tables =
+        buckets <= std::max(4096.0, 8.0 * n) ? std::max(buckets * pv, double(kTableBudgetFloats)) : 2.0 * n * pv;
+    return 2.0 * 4.0 * n * m_ + 4.0 * tables + 4.0 * 8.0 * n * (p + pv);
   }
 
  private:

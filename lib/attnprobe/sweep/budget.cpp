@@ -1,0 +1,163 @@
+#include "attnprobe/sweep/budget.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
+#include "attnprobe/common/text.h"
+
+namespace attnprobe {
+
+namespace {
+
+// A rough single-thread rate for the --dry-run time figure: the order of magnitude of the
+// estimators' measured GFLOP/s on one core (docs/performance.md); `attnprobe bench` measures yours.
+constexpr double kRoughFlopsPerThread = 5e9;
+
+std::string slice_text(const SliceRef& s) {
+  return fmt::format("layer {} head {} batch item {} n={}", s.layer, s.head, s.batch, s.n);
+}
+
+}  // namespace
+
+PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads) {
+  PlanBudget budget;
+  const double per_slice = static_cast<double>(plan.tasks_per_slice());
+  budget.tasks = per_slice * static_cast<double>(plan.slices.size());
+  budget.rows = budget.tasks * static_cast<double>(plan.metrics.size());
+  if (budget.rows > static_cast<double>(kMaxGridRows))
+    throw UsageError(fmt::format(
+        "the grid has {:.4g} rows ({} settings x {} trials at most x {} slices x {} metrics), more than the {} one "
+        "sweep may write: use fewer --trials, lengths, samples, layers, heads or batch items, or split the grid "
+        "into several sweeps",
+        budget.rows, plan.settings.size(),
+        plan.settings.empty() ? 0
+                              : std::max_element(plan.settings.begin(), plan.settings.end(),
+                                                 [](const auto& a, const auto& b) { return a.trials < b.trials; })
+                                    ->trials,
+        plan.slices.size(), plan.metrics.size(), kMaxGridRows));
+
+  // One instance per setting and per reference: memory_bytes and flops depend only on the spec.
+  std::vector<std::unique_ptr<Estimator>> estimators;
+  for (const EstimatorSetting& s : plan.settings) estimators.push_back(s.spec.make());
+  std::map<std::string, std::unique_ptr<Estimator>> references;
+  for (const EstimatorSetting& s : plan.settings)
+    if (!references.count(s.reference)) references[s.reference] = parse_spec(s.reference).make();
+
+  const double workers = std::min<double>(threads > 0 ? threads : hardware_threads(), std::max(per_slice, 1.0));
+  std::map<std::tuple<int, int, int>, int64_t> longest;
+  for (const SliceRef& s : plan.slices) {
+    auto& n = longest[{s.layer, s.head, s.batch}];
+    n = std::max(n, s.n);
+  }
+  // Slices that differ only in (head, batch item) cost the same: estimate each (layer, n, n₀) once.
+  std::map<std::tuple<int, int64_t, int64_t>, std::pair<SliceRef, double>> kinds;
+  for (const SliceRef& s : plan.slices) {
+    auto [it, added] = kinds.try_emplace({s.layer, s.n, longest[{s.layer, s.head, s.batch}]}, s, 0.0);
+    it->second.second += 1;
+  }
+  for (const auto& [kind, first_and_count] : kinds) {
+    const auto& [s, copies] = first_and_count;
+    const int64_t n0 = std::get<2>(kind);
+    const LayerInfo& info = dump.layer(s.layer);
+    const double n = static_cast<double>(s.n), p = static_cast<double>(info.dim);
+    const double pv = static_cast<double>(info.value_dim);
+    double bytes = 12.0 * static_cast<double>(n0) * (2 * p + pv);
+    if (s.n != n0) bytes += 12.0 * n * (2 * p + pv);
+    double slice_flops = 0;
+    for (const auto& [name, ref] : references) {
+      bytes += 8.0 * n * pv + ref->memory_bytes(s.n, info.dim, info.value_dim);
+      slice_flops += ref->flops(s.n, info.dim, info.value_dim);
+    }
+    double largest = 0;
+    size_t largest_setting = 0;
+    for (size_t i = 0; i < estimators.size(); ++i) {
+      const double mem = estimators[i]->memory_bytes(s.n, info.dim, info.value_dim);
+      if (mem > largest) largest = mem, largest_setting = i;
+      slice_flops += plan.settings[i].trials * estimators[i]->flops(s.n, info.dim, info.value_dim);
+    }
+    bytes += workers * (20.0 * n * pv + largest);
+    budget.flops += copies * slice_flops;
+    if (bytes > budget.peak_bytes) {
+      budget.peak_bytes = bytes;
+      budget.peak_case = estimators.empty()
+                             ? slice_text(s)
+                             : fmt::format("{} at {}", plan.settings[largest_setting].canonical, slice_text(s));
+    }
+  }
+  return budget;
+}
+
+void require_memory(const PlanBudget& budget, double limit_bytes) {
+  require_input(budget.peak_bytes <= limit_bytes,
+                "the largest case, {}, needs about {} of memory, more than the limit of {}. Use shorter --lengths, "
+                "fewer samples or --threads, or raise the limit with --max-memory (default: the memory available "
+                "now).",
+                budget.peak_case, format_bytes(budget.peak_bytes), format_bytes(limit_bytes));
+}
+
+double default_memory_limit() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+    meminfo.ignore(256, '\n');
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 1e18;
+}
+
+double parse_byte_size(const std::string& text_in, const std::string& what) {
+  std::string text = trim(text_in);
+  auto fail = [&] {
+    return UsageError(fmt::format("{} '{}' is not a size: write bytes, or a number with K, M, G or T (e.g. 512M, 8G)",
+                                  what, text_in));
+  };
+  for (const char* unit : {"iB", "B"})
+    if (text.size() > std::char_traits<char>::length(unit) &&
+        text.compare(text.size() - std::char_traits<char>::length(unit), std::string::npos, unit) == 0) {
+      text.resize(text.size() - std::char_traits<char>::length(unit));
+      break;
+    }
+  double factor = 1;
+  if (!text.empty()) {
+    const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    const std::string units = "KMGT";
+    if (const size_t pos = units.find(last); pos != std::string::npos) {
+      factor = std::ldexp(1.0, 10 * static_cast<int>(pos + 1));
+      text.pop_back();
+    }
+  }
+  double value = 0;
+  if (!parse_real(text, value) || !std::isfinite(value) || value <= 0) throw fail();
+  return value * factor;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.3g} {}", bytes, units[u]);
+}
+
+std::string describe_budget(const PlanBudget& budget, double limit_bytes) {
+  const double threads = hardware_threads();
+  return fmt::format(
+      "needs: {:.0f} rows, {:.0f} estimator calls, {:.3g} GFLOP of estimator and reference work (roughly {:.3g} s "
+      "on {} threads at {:.0f} GFLOP/s each; `attnprobe bench` measures this machine)\n"
+      "memory: the largest case ({}) needs about {}; limit {}{}\n",
+      budget.rows, budget.tasks, budget.flops / 1e9, budget.flops / (kRoughFlopsPerThread * threads), threads,
+      kRoughFlopsPerThread / 1e9, budget.peak_case.empty() ? "none" : budget.peak_case, format_bytes(budget.peak_bytes),
+      format_bytes(limit_bytes), budget.peak_bytes > limit_bytes ? " (too much: the run would be refused)" : "");
+}
+
+}  // namespace attnprobe
