@@ -32,8 +32,9 @@ const std::filesystem::path& temp_dir() {
 
 std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
-CommandResult run_attnprobe(const std::string& args) {
-  const std::string command = std::string(ATTNPROBE_BINARY) + " " + args + " 2>&1";
+CommandResult run_attnprobe(const std::string& args, int timeout_seconds) {
+  const std::string bounded = timeout_seconds > 0 ? fmt::format("timeout -s KILL {} ", timeout_seconds) : "";
+  const std::string command = bounded + std::string(ATTNPROBE_BINARY) + " " + args + " 2>&1";
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);

@@ -23,8 +23,9 @@ struct CommandResult {
   int exit_code = -1;
   std::string output;  ///< stdout and stderr together
 };
-/// Runs `attnprobe ARGS` through the shell (args are passed as written).
-CommandResult run_attnprobe(const std::string& args);
+/// Runs `attnprobe ARGS` through the shell (args are passed as written). With timeout_seconds > 0 it
+/// runs under `timeout -s KILL`, so a hang fails the test (exit 137) instead of stalling CTest.
+CommandResult run_attnprobe(const std::string& args, int timeout_seconds = 0);
 
 /// Writes a small synthetic dump (options as given) and returns its path.
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,

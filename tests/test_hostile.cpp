@@ -31,20 +31,8 @@ std::string hostile_dump() {
   return path;
 }
 
-// Runs the binary under `timeout`, so a hang fails the test (exit 124) instead of stalling CTest.
-CommandResult run_bounded(const std::string& args, int seconds = 60) {
-  const std::string command =
-      fmt::format("timeout -s KILL {} {} {} 2>&1", seconds, std::string(ATTNPROBE_BINARY), args);
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  size_t got;
-  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), got);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+// The hostile cases run under a time limit (support.h run_attnprobe), so a hang fails instead of stalling CTest.
+CommandResult run_bounded(const std::string& args, int seconds = 60) { return run_attnprobe(args, seconds); }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
