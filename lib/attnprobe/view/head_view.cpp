@@ -2,8 +2,17 @@
 
 namespace attnprobe {
 
-HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v) {
+const char* mask_name(Mask mask) { return mask == Mask::kCausal ? "causal" : "full"; }
+
+std::optional<Mask> parse_mask(std::string_view text) {
+  if (text == "full") return Mask::kFull;
+  if (text == "causal") return Mask::kCausal;
+  return std::nullopt;
+}
+
+HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v, Mask mask) {
   HeadView view;
+  view.mask = mask;
   view.id = id;
   view.scale = scale;
   view.q = std::move(q);

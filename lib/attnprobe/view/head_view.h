@@ -1,11 +1,23 @@
 #pragma once
 // One (layer, head, batch item, length n) slice of a dump: the unit every estimator works on.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "attnprobe/common/matrix.h"
 
 namespace attnprobe {
+
+/// Which keys a query attends to: all n (`full`, bidirectional) or j ≤ i (`causal`, decoders).
+/// The mask is part of the case (docs/specs.md, "Masks"): the reference is the softmax with this
+/// mask, and only estimators registered with a causal form may run under `causal`.
+enum class Mask { kFull, kCausal };
+
+/// "full" | "causal" (the CSV's `mask` column and the case id's `;mask=causal`).
+const char* mask_name(Mask mask);
+/// Parses "full" | "causal"; nullopt for anything else.
+std::optional<Mask> parse_mask(std::string_view text);
 
 struct SliceId {
   int layer = 0;  ///< layer number (NN of layer_NN)
@@ -18,9 +30,10 @@ struct SliceId {
 /// metrics use it) and float32 (what estimators compute with, as an efficient kernel would).
 struct HeadView {
   SliceId id;
-  double scale = 0;    ///< s in softmax(s·QKᵀ)
-  MatrixD q, k, v;     ///< n × p, n × p, n × pv (float64)
-  MatrixF qf, kf, vf;  ///< the same in float32
+  double scale = 0;         ///< s in softmax(s·QKᵀ)
+  Mask mask = Mask::kFull;  ///< causal: row i of every estimate may depend on tokens 0..i only
+  MatrixD q, k, v;          ///< n × p, n × p, n × pv (float64)
+  MatrixF qf, kf, vf;       ///< the same in float32
 
   int64_t n() const { return q.rows(); }
   int64_t p() const { return q.cols(); }
@@ -28,6 +41,6 @@ struct HeadView {
 };
 
 /// Builds a view from float64 matrices (fills the float32 copies).
-HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v);
+HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v, Mask mask = Mask::kFull);
 
 }  // namespace attnprobe
