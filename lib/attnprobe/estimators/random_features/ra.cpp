@@ -8,6 +8,7 @@
 // space), as the reference code does, and is biased (~10% relative; the test detects it).
 // f(ω) is attention of the query ω over keys k̃ with a per-key bias −‖k̃‖²/2, i.e. plain attention
 // of [ω, 1] over [k̃, −‖k̃‖²/2]: the blocked float32 kernel computes it.
+// Causal form: π_i and f_i(ω) over keys j ≤ i (the draws are indexed by (i, s) as before; O(n²p)).
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -37,11 +38,14 @@ class RandomizedAttention final : public Estimator {
       std::vector<double> probs(n);
       for (int64_t r0 = 0; r0 < n; r0 += block) {
         const int64_t rows = std::min(block, n - r0);
-        logits.topRows(rows).noalias() = q_f.middleRows(r0, rows) * k_f.transpose();
+        const int64_t cols = visible_keys(r0 + rows - 1, n, view.mask);
+        logits.topRows(rows).leftCols(cols).noalias() = q_f.middleRows(r0, rows) * k_f.topRows(cols).transpose();
         for (int64_t r = 0; r < rows; ++r) {
-          auto row = logits.row(r);
+          const int64_t seen = visible_keys(r0 + r, n, view.mask);  // causal: j* ~ π_i over j ≤ i
+          auto row = logits.row(r).head(seen);
           row.array() = (row.array() - row.maxCoeff()).exp();
-          for (int64_t j = 0; j < n; ++j) probs[j] = row(j);
+          probs.resize(seen);
+          for (int64_t j = 0; j < seen; ++j) probs[j] = row(j);
           const auto picked = sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(r0 + r));
           for (int64_t s = 0; s < samples_; ++s)
             centres.row((r0 + r) * samples_ + s) = q_scaled.row(r0 + r) + k_scaled.row(picked[s]);
@@ -49,7 +53,8 @@ class RandomizedAttention final : public Estimator {
       }
     } else {
       MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃
-      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key);
+      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key, nullptr,
+                          view.mask);
       for (int64_t i = 0; i < n; ++i)
         for (int64_t s = 0; s < samples_; ++s)
           centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
@@ -67,6 +72,18 @@ class RandomizedAttention final : public Estimator {
     omega_aug.col(p).setOnes();
     key_aug.leftCols(p) = k_scaled.cast<float>();
     key_aug.col(p) = (-0.5 * k_scaled.rowwise().squaredNorm()).cast<float>();
+    if (view.mask == Mask::kCausal) {
+      // One causal pass per sample: row i of sample s is ω_{i,s} over keys j ≤ i.
+      out = MatrixF::Zero(n, view.pv());
+      MatrixF omega_s(n, p + 1), per_sample;
+      for (int64_t s = 0; s < samples_; ++s) {
+        for (int64_t i = 0; i < n; ++i) omega_s.row(i) = omega_aug.row(i * samples_ + s);
+        exact_attention_f32(omega_s, key_aug, view.vf, 1.0f, per_sample, ctx.pool, Mask::kCausal);
+        out += per_sample;
+      }
+      out /= static_cast<float>(samples_);
+      return;
+    }
     MatrixF per_sample;
     exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
     out.resize(n, view.pv());
@@ -104,6 +121,7 @@ class RandomizedAttention final : public Estimator {
     .samples_knob = "S",
     .random = true,
     .target = nullptr,
+    .causal = true,
     .make =
         [](const Spec& spec) {
           return std::make_unique<RandomizedAttention>(spec.get_int("S"), spec.get_choice("variant") == "unbiased",

@@ -8,11 +8,15 @@
 // normalisation (tested). hash=hadamard collides 1–13% less often and is biased (tested, reported).
 // Cost O(n·m·(τ·p + pv)); never n × n: per hash, keys fill 2^τ bucket sums and queries read them.
 // A query that collides with no key in any hash gets the zero vector (the metrics count it).
+// Causal form (input=l2): the same draws; tables are filled in token order and query i reads them
+// right after key i went in (prefix bucket sums), so with hash=gauss it stays unbiased for causal
+// yoso-e before the normalisation (tested).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
@@ -51,10 +55,34 @@ class YosoSampling final : public Estimator {
       for (int f0 = 0; f0 < m_; f0 += group) {
         const int g_count = std::min(group, m_ - f0);
         tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
-        for (int64_t j = 0; j < keys; ++j)
+        auto add_key = [&](int64_t j) {
           for (int g = 0; g < g_count; ++g) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
-        for (int64_t i = 0; i < n; ++i)
+        };
+        auto read_query = [&](int64_t i) {
           for (int g = 0; g < g_count; ++g) y.row(i) += tables.row(g * buckets + query_codes[i * m_ + f0 + g]);
+        };
+        if (view.mask == Mask::kCausal) {  // prefix bucket sums: query i reads the tables of keys 0..i
+          for (int64_t i = 0; i < n; ++i) {
+            add_key(i);
+            read_query(i);
+          }
+        } else {
+          for (int64_t j = 0; j < keys; ++j) add_key(j);
+          for (int64_t i = 0; i < n; ++i) read_query(i);
+        }
+      }
+    } else if (view.mask == Mask::kCausal) {
+      // Large τ, causal: per hash, the buckets met so far in a map (code → row of running sums).
+      std::unordered_map<uint32_t, int64_t> slot;
+      MatrixF sums(n, pv);
+      for (int f = 0; f < m_; ++f) {
+        slot.clear();
+        for (int64_t i = 0; i < n; ++i) {
+          const auto [it, inserted] = slot.try_emplace(key_codes[i * m_ + f], static_cast<int64_t>(slot.size()));
+          if (inserted) sums.row(it->second).setZero();
+          sums.row(it->second) += view.vf.row(i);
+          if (const auto hit = slot.find(query_codes[i * m_ + f]); hit != slot.end()) y.row(i) += sums.row(hit->second);
+        }
       }
     } else {
       // Large τ: sort the keys' codes and look each query up (no 2^τ memory).
@@ -169,6 +197,9 @@ class YosoSampling final : public Estimator {
         [](const Spec& spec) {
           return fmt::format("yoso-e(tau={},input={},grad=exact)", spec.get_int("tau"), spec.get_choice("input"));
         },
+    .causal = true,
+    // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
+    .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });
