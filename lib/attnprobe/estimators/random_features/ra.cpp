@@ -8,6 +8,8 @@
 // space), as the reference code does, and is biased (~10% relative; the test detects it).
 // f(ω) is attention of the query ω over keys k̃ with a per-key bias −‖k̃‖²/2, i.e. plain attention
 // of [ω, 1] over [k̃, −‖k̃‖²/2]: the blocked float32 kernel computes it.
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -73,11 +75,74 @@ class RandomizedAttention final : public Estimator {
     for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
   }
 
+  // Â_ij = (1/S)·Σ_s softmax_j(ω_is·k̃_j − ‖k̃_j‖²/2): the mean of the S attention rows of the query's
+  // samples (rows sum to one, entries positive), so that out_i = Σ_j Â_ij·v_j. The ω are those of
+  // estimate() under the same key (draw_centres repeats its draws). Setup O(n²·p) for variant=unbiased
+  // (the sampling rows), O(rows·S·keys·p) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "ra: attention weights under the causal mask are not stated yet");
+    const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
+    RowVectorD bias = -0.5 * k_scaled.rowwise().squaredNorm().transpose();
+    return [omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_](int64_t r0,
+                                                                                                    int64_t rows) {
+      MatrixD logits = omegas.middleRows(r0 * samples, rows * samples) * k_scaled.transpose();  // rows·S × keys
+      logits.rowwise() += bias;
+      softmax_rows(logits);
+      MatrixD w(rows, k_scaled.rows());
+      for (int64_t i = 0; i < rows; ++i)
+        w.row(i) = logits.middleRows(i * samples, samples).colwise().sum() / static_cast<double>(samples);
+      return w;
+    };
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     return samples_ * (2.0 * n * n * (p + 1) + 2.0 * n * n * pv) + 2.0 * n * n * p;
   }
 
  private:
+  // ω_{i,s} (row i·S + s, n·S × p) exactly as estimate() draws them — the same streams, blocks and float32
+  // sampling rows — for weights(). (estimate() keeps its own copy of these lines while its causal form is
+  // being written; it can call this once that has landed.)
+  MatrixD draw_centres(const HeadView& view, const EstimateContext& ctx) const {
+    const int64_t n = view.n(), p = view.p();
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD q_scaled = root_scale * view.q, k_scaled = root_scale * view.k;
+    MatrixD centres(n * samples_, p);
+    if (unbiased_) {
+      const RandomStream draw(ctx.key, Purpose::kRowSample);
+      const int64_t block = 64;
+      const MatrixF q_f = q_scaled.cast<float>(), k_f = k_scaled.cast<float>();
+      MatrixF logits(block, n);
+      std::vector<double> probs(n);
+      for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t rows = std::min(block, n - r0);
+        logits.topRows(rows).noalias() = q_f.middleRows(r0, rows) * k_f.transpose();
+        for (int64_t r = 0; r < rows; ++r) {
+          auto row = logits.row(r);
+          row.array() = (row.array() - row.maxCoeff()).exp();
+          for (int64_t j = 0; j < n; ++j) probs[j] = row(j);
+          const auto picked = sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(r0 + r));
+          for (int64_t s = 0; s < samples_; ++s)
+            centres.row((r0 + r) * samples_ + s) = q_scaled.row(r0 + r) + k_scaled.row(picked[s]);
+        }
+      }
+    } else {
+      MatrixF mean_key;
+      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t s = 0; s < samples_; ++s)
+          centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
+    }
+    const RandomStream noise(ctx.key, Purpose::kNoise);
+    const double noise_std = raw_noise_ ? root_scale : 1.0;
+    RowVectorD eps(p);
+    for (int64_t r = 0; r < centres.rows(); ++r) {
+      noise.normals(static_cast<uint32_t>(r), 0, eps.data(), p);
+      centres.row(r) += noise_std * eps;
+    }
+    return centres;
+  }
+
   int64_t samples_;
   bool unbiased_, raw_noise_;
 };
@@ -104,6 +169,7 @@ class RandomizedAttention final : public Estimator {
     .samples_knob = "S",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .make =
         [](const Spec& spec) {
           return std::make_unique<RandomizedAttention>(spec.get_int("S"), spec.get_choice("variant") == "unbiased",
