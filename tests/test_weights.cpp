@@ -58,10 +58,11 @@ TEST_CASE("the weights of yoso and yoso-e carry the l2 scale of their output row
     const auto estimator = parse_spec(text).make();
     const MatrixD w = estimator->weights(view, EstimateContext{make_random_key(9, text, 0), nullptr})(0, 200);
     const VectorD norms = (w * view.v).rowwise().norm();
-    INFO(text);
-    CHECK((norms.array() - 1).abs().maxCoeff() < 1e-12);   // observed 2.2e-16
-    INFO("mean row sum " << w.rowwise().sum().mean());
-    CHECK(std::abs(w.rowwise().sum().mean() - 1) > 0.1);  // the scale is not one: observed mean row sum ROWSUM
+    INFO(text << ": largest |norm - 1| " << (norms.array() - 1).abs().maxCoeff() << ", mean row sum "
+              << w.rowwise().sum().mean());
+    CHECK((norms.array() - 1).abs().maxCoeff() < 1e-12);  // every row met a key here; observed ≤ 1.0e-15
+    // The scale is not one: observed mean row sums 0.440 (yoso-e), 0.441 (yoso).
+    CHECK(std::abs(w.rowwise().sum().mean() - 1) > 0.1);
   }
 }
 
