@@ -66,6 +66,18 @@ TEST_CASE("the weights of yoso and yoso-e carry the l2 scale of their output row
   }
 }
 
+TEST_CASE("weights of the full-mask forms are refused under the causal mask", "[weights]") {
+  // Their Â is the full-mask one; stating it for a causal case would compare the wrong matrix.
+  HeadView view = synth_slice(64, 8, 0.5, 3);
+  view.mask = Mask::kCausal;
+  for (const std::string text : {"yoso-e", "yoso", "performer", "ra", "lara", "favorpp", "hyper", "kdeformer",
+                                 "scatterbrain", "linformer", "linformer-jlt"}) {
+    INFO(text);
+    CHECK_THROWS_AS(parse_spec(text).make()->weights(view, EstimateContext{make_random_key(1, text, 0), nullptr}),
+                    UsageError);
+  }
+}
+
 TEST_CASE("weight metrics of softmax and vmean in closed form", "[weights]") {
   const HeadView view = synth_slice(200, 8, 0.5, 2);
   const std::vector<Metric> which = weight_metrics();
