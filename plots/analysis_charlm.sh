@@ -3,7 +3,7 @@
 # the attention-weight errors, error per unit of cost (Pareto) at n = 1024 and 4096, and head diagnostics
 # against error. Sweeps into out/analysis/, figures into plots/figures/analysis-*.png; plots/README.md
 # ("Issue 18: bias, variance, weights, cost, hard heads") reads them. Small on purpose (one slice for the
-# per-estimator figures, few trials): about 10 minutes on 2 shared cores, most of it the n = 4096 bench.
+# per-estimator figures, few trials): about 2 minutes on 2 shared cores (2 min 3 s here, load average 12).
 #
 #   plots/analysis_charlm.sh
 set -euo pipefail

@@ -49,7 +49,7 @@ if [ "${1:-}" = "--shared" ]; then
   fi
 fi
 # Issue 18's figure set on our own model (bias/variance, weight errors, Pareto at n = 1024 and 4096,
-# diagnostics vs error): plots/figures/analysis-*.png, about 10 minutes more.
+# diagnostics vs error): plots/figures/analysis-*.png, about 2 minutes more.
 plots/analysis_charlm.sh
 echo "reproduce_all: figures in $out/ and plots/figures/analysis-*.png"
 ls "$out"/*.png
