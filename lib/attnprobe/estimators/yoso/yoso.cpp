@@ -18,6 +18,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -128,6 +129,44 @@ class YosoSampling final : public Estimator {
     return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream);
   }
 
+  // Â_ij = (1/m)·#{f : h_f(q̂_i) = h_f(k̂_j)}, divided by ‖Y_i‖ with norm=l2 (so rows need not sum to one,
+  // docs/metrics.md); a query that meets no key gets a zero row, as its estimate. The codes are those of
+  // estimate() under the same key; per hash the keys are sorted by code once, and each query row reads its
+  // bucket: O(n·m·log n) to set up, O(rows·(m·log n + collisions + keys·pv)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "yoso: attention weights under the causal mask are not stated yet");
+    const int64_t keys = view.k.rows();
+    std::vector<uint32_t> query_codes, key_codes;
+    hash_inputs(view, ctx.key, nullptr, nullptr, query_codes, key_codes);
+    // Hash f's keys in code order: sorted_keys[f·keys + t], with their codes in sorted_codes.
+    std::vector<int64_t> sorted_keys(static_cast<size_t>(m_) * keys);
+    std::vector<uint32_t> sorted_codes(sorted_keys.size());
+    for (int f = 0; f < m_; ++f) {
+      const auto first = sorted_keys.begin() + static_cast<int64_t>(f) * keys;
+      std::iota(first, first + keys, 0);
+      std::stable_sort(first, first + keys,
+                       [&](int64_t a, int64_t b) { return key_codes[a * m_ + f] < key_codes[b * m_ + f]; });
+      for (int64_t t = 0; t < keys; ++t) sorted_codes[f * keys + t] = key_codes[first[t] * m_ + f];
+    }
+    return [&view, m = m_, keys, normalize = normalize_, query_codes = std::move(query_codes),
+            sorted_keys = std::move(sorted_keys), sorted_codes = std::move(sorted_codes)](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Zero(rows, keys);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int f = 0; f < m; ++f) {
+          const auto first = sorted_codes.begin() + static_cast<int64_t>(f) * keys;
+          const auto [lo, hi] = std::equal_range(first, first + keys, query_codes[(r0 + i) * m + f]);
+          for (auto it = lo; it != hi; ++it) w(i, sorted_keys[it - sorted_codes.begin()]) += 1.0;
+        }
+      w /= static_cast<double>(m);
+      if (normalize) {
+        const VectorD norms = (w * view.v).rowwise().norm();
+        for (int64_t i = 0; i < rows; ++i)
+          if (norms(i) > 0) w.row(i) /= norms(i);
+      }
+      return w;
+    };
+  }
+
   // Projections for both sides (m·τ·p multiply-adds per row, or the FWHTs for hadamard, counted
   // as the gauss work) plus the table fill and read (m·pv adds per row each).
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -200,6 +239,7 @@ class YosoSampling final : public Estimator {
     .causal = true,
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
     .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
+    .weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });

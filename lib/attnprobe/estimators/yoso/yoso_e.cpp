@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -114,6 +115,24 @@ class YosoExpectation final : public Estimator {
     return yoso_expectation_gradient(q, k, view.v, upstream, tau_, lower_bound_);
   }
 
+  // Â_ij = W_ij/‖Y_i‖ (rows × keys, float64 as reference()), so estimate's row i is Σ_j Â_ij·v_j. Its
+  // rows do not sum to one: the ℓ2 scale is part of Â (docs/metrics.md). A row with Y_i = 0 keeps W_i (its
+  // estimate is 0 either way). O(rows·keys·(p + pv)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    require_usage(view.mask == Mask::kFull, "yoso-e: attention weights under the causal mask are not stated yet");
+    MatrixD q, k;
+    yoso_inputs(view.q, view.k, lift_, q, k);
+    return [&view, q = std::move(q), k = std::move(k), tau = tau_](int64_t r0, int64_t rows) {
+      MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
+        return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau);
+      });
+      const VectorD norms = (w * view.v).rowwise().norm();
+      for (int64_t i = 0; i < rows; ++i)
+        if (norms(i) > 0) w.row(i) /= norms(i);
+      return w;
+    };
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 
  private:
@@ -146,6 +165,7 @@ class YosoExpectation final : public Estimator {
     .causal = true,
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
     .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
+    .weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });
