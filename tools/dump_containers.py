@@ -9,8 +9,8 @@ Importable by any dumper (tools/dump_qkv.py, other model readers):
                           model="my model", source="my texts")
 
 Each layer holds q [B, H, N, P], k and v [B, Hkv, N, P|Pv] (grouped-query attention: Hkv divides H, query
-head h reads kv head h // (H // Hkv); K/V are never repeated), optional dy (the shape of v: upstream
-gradients of the attention output), optional lengths [B] (valid tokens per batch item), scale and causal.
+head h reads kv head h // (H // Hkv); K/V are never repeated), optional dy [B, H, N, Pv] (upstream
+gradients of each query head's attention output), optional lengths [B] (valid tokens per batch item), scale and causal.
 
 Containers:
   - hdf5: /layer_NN/{q,k,v,dy,lengths}, layer attributes scale and causal, root attributes model, source,
@@ -42,7 +42,7 @@ class Layer:
     v: np.ndarray  # [B, Hkv, N, Pv]
     scale: Optional[float] = None  # None: 1/sqrt(P)
     causal: int = 0
-    dy: Optional[np.ndarray] = None  # shape of v
+    dy: Optional[np.ndarray] = None  # [B, H, N, Pv]
     lengths: Optional[np.ndarray] = None  # [B] integers
 
 
@@ -55,8 +55,9 @@ def check_layer(layer, index):
         raise ValueError(f"layer {index}: q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"layer {index}: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
-    if layer.dy is not None and np.asarray(layer.dy).shape != v.shape:
-        raise ValueError(f"layer {index}: dy {np.asarray(layer.dy).shape} must have the shape of v {v.shape}")
+    want = (v.shape[0], q.shape[1], v.shape[2], v.shape[3])  # one upstream gradient per query head
+    if layer.dy is not None and np.asarray(layer.dy).shape != want:
+        raise ValueError(f"layer {index}: dy {np.asarray(layer.dy).shape} must be [B, H, N, Pv] = {want}")
 
 
 def bfloat16_bits(array):
