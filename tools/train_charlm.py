@@ -17,6 +17,16 @@ frequencies, evaluated on the held-out text).
 Training is a curriculum over sequence lengths (128 -> 512 -> 1024 -> 4096), most steps short; the
 learning rate decays (cosine) only to 30% so the long stages still learn. On 2 CPU cores: ~10 min
 (head dim 32) and ~13 min (head dim 64).
+
+--causal trains a causal (GPT-style) next-character model instead (every position predicts the next
+character; attention to keys j <= i, computed by blocks of 512 query rows so the masked blocks are never
+multiplied); --kv-heads G < --heads gives grouped-query attention (G key/value heads, query head h reads
+kv head h // (heads / G)). It reports held-out bits per character over all positions of 512- and
+4096-character windows and each head's mean causal attention entropy on the first 2 x 4096 held-out
+characters (stored in the checkpoint's metadata). data/models/charlm-causal.pt:
+
+    /usr/bin/python3 tools/train_charlm.py --causal --heads 4 --kv-heads 2 --head-dim 32 --layers 2 \
+        --steps 160,60,30,20 --batch 16,4,2,1 -o data/models/charlm-causal.pt
 """
 import argparse
 import json
