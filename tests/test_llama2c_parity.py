@@ -126,6 +126,23 @@ def main():
                 for c in captured], fmt="hdf5", dtype="float32")
             paths[("hdf5-repeated", dtype)] = repeated
             dumps.append(("hdf5-repeated", dtype))
+        # The default token source: a story sampled from the model (short here), the same for the same seed,
+        # and text when decoded with the model's tokenizer.
+        sampled = []
+        for attempt in range(2):
+            out = os.path.join(tmp, f"sampled-{attempt}.txt")
+            run = subprocess.run([sys.executable, os.path.join(tools, "dump_llama2c.py"), checkpoint, "--length", "48",
+                                  "--seed", "7", "--format", "npz", "--dtype", "float32", "--tokens-out", out,
+                                  "--decode", os.path.join(shared, "models", "tok512.bin"), "--threads", "1",
+                                  "-o", os.path.join(tmp, "sampled.npz")], capture_output=True, text=True)
+            check(run.returncode == 0, f"dump_llama2c.py sampling 48 tokens: {run.stderr.strip()}")
+            with open(out) as f:
+                sampled.append((f.read().split(), run.stdout))
+        text = sampled[0][1]
+        letters = sum(ch.isalpha() or ch in " .,!?'\"\n" for ch in text) / max(len(text), 1)
+        # Observed: 99% letters, spaces and punctuation (the rest is "<s>"), a short English story opening.
+        check(sampled[0] == sampled[1] and len(sampled[0][0]) == 48 and sampled[0][0][0] == "1" and letters > 0.9,
+              f"sampled story reproducible, BOS first, {100 * letters:.0f}% text: {text.strip()[:80]!r}")
         if failures:
             sys.exit(1)
         reference = np.load(reference_file)  # [L, 1, H, N, P]
