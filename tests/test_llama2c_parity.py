@@ -111,9 +111,9 @@ def main():
             run = subprocess.run(command, capture_output=True, text=True)
             check(run.returncode == 0, f"dump_llama2c.py --format {fmt} --dtype {dtype}: {run.stderr.strip()}")
             paths[(fmt, dtype)] = path
-        # The same float32 Q/K/V with K/V repeated to the query heads (the layout every reader takes): the
-        # parity of attnprobe's exact attention does not wait for the grouped-query reader.
-        # Also the bf16-rounded values stored as float32 (exactly what a bf16 safetensors dump widens to).
+        # The same float32 Q/K/V with K/V repeated to the query heads (the pre-GQA layout): the grouped read
+        # above must give the same numbers. Also the bf16-rounded values stored as float32 (exactly what a bf16
+        # safetensors dump widens to), which separates the container from the rounding.
         for dtype in ("float32", "bfloat16"):
             def rounded(x):
                 x = x.numpy().astype(np.float32)
