@@ -272,8 +272,8 @@ TEST_CASE("malformed safetensors files are input errors naming the file and the 
   std::vector<StTensor> rank = qkv_tensors();
   rank[1].shape = {2, 12, 4};
   const std::vector<Case> cases = {
-      {"short.safetensors", good.substr(0, 5), {"neither HDF5"}},
-      {"eight.safetensors", good.substr(0, 8), {"too short"}},
+      {"short.safetensors", good.substr(0, 5), {"not an HDF5 file"}},
+      {"eight.safetensors", good.substr(0, 8), {"has 0 bytes after it"}},
       {"huge-header.safetensors", le_bytes(1ull << 40, 8) + good.substr(8), {"header length"}},
       {"header-past-end.safetensors", le_bytes(good.size(), 8) + good.substr(8), {"header length"}},
       {"not-json.safetensors", with_header("{\"layer_00.q\": nonsense}"), {"not JSON"}},

@@ -117,11 +117,12 @@ std::unique_ptr<Container> open_container(const std::string& path) {
   }
   silence_hdf5_errors();
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());  // also finds the signature after a user block
-  require_input(is_hdf5 != 0,
-                "'{}' is not a dump: it is neither HDF5 (no HDF5 signature), safetensors (8-byte header length, then "
-                "JSON) nor .npz (a zip). tools/dump_qkv.py writes one from a PyTorch model (--format "
-                "hdf5|safetensors|npz), `attnprobe synth` a synthetic one.",
-                path);
+  require_input(
+      is_hdf5 != 0,
+      "'{}' is not an HDF5 file (no HDF5 signature), nor safetensors (an 8-byte header length, then JSON), nor .npz "
+      "(a zip): attnprobe reads these three dump containers. tools/dump_qkv.py writes one from a PyTorch model "
+      "(--format hdf5|safetensors|npz), `attnprobe synth` a synthetic one.",
+      path);
   return open_hdf5_container(path);
 }
 
@@ -193,8 +194,9 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     const auto ks = shape_of(info.k_path, "keys");
     const auto vs = shape_of(info.v_path, "values");
     if (qs.size() != ks.size() || qs.size() != vs.size())
-      throw InputError(fmt::format("'{}' {}: q, k and v have different ranks ({}, {}, {}). {}.", path, info.name,
-                                   shape_text(qs), shape_text(ks), shape_text(vs), kLayoutHint));
+      throw InputError(fmt::format("'{}' {}: q, k and v ({} {}, {} {}, {} {}) have different ranks. {}.", path,
+                                   info.name, info.q_path, shape_text(qs), info.k_path, shape_text(ks), info.v_path,
+                                   shape_text(vs), kLayoutHint));
     info.layout = options.layout.empty() ? default_layout(qs.size()) : options.layout;
     if (info.layout.size() != qs.size())
       throw InputError(fmt::format("'{}' {}: q has rank {} (shape {}), which the layout '{}' does not fit. {}.", path,
