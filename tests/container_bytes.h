@@ -81,13 +81,13 @@ inline std::string npy_bytes(const std::string& descr, const std::vector<int64_t
 }
 
 /// A zip archive of `entries` (name → bytes), each stored (method 0) or raw-deflated (method 8).
-inline std::string zip_file(const std::vector<std::pair<std::string, std::string>>& entries, bool deflate) {
+inline std::string zip_file(const std::vector<std::pair<std::string, std::string>>& entries, bool deflated) {
   std::string out, directory;
   for (const auto& [name, content] : entries) {
     const uint32_t crc = static_cast<uint32_t>(
         crc32(0L, reinterpret_cast<const Bytef*>(content.data()), static_cast<uInt>(content.size())));
     std::string stored = content;
-    if (deflate) {
+    if (deflated) {
       z_stream z{};
       deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
       stored.assign(deflateBound(&z, content.size()), '\0');
@@ -95,12 +95,12 @@ inline std::string zip_file(const std::vector<std::pair<std::string, std::string
       z.avail_in = static_cast<uInt>(content.size());
       z.next_out = reinterpret_cast<Bytef*>(stored.data());
       z.avail_out = static_cast<uInt>(stored.size());
-      deflate(&z, Z_FINISH);
+      ::deflate(&z, Z_FINISH);
       stored.resize(z.total_out);
       deflateEnd(&z);
     }
     const uint64_t local = out.size();
-    const std::string common = le_bytes(20, 2) + le_bytes(0, 2) + le_bytes(deflate ? 8 : 0, 2) + le_bytes(0, 4) +
+    const std::string common = le_bytes(20, 2) + le_bytes(0, 2) + le_bytes(deflated ? 8 : 0, 2) + le_bytes(0, 4) +
                                le_bytes(crc, 4) + le_bytes(stored.size(), 4) + le_bytes(content.size(), 4) +
                                le_bytes(name.size(), 2) + le_bytes(0, 2);
     out += le_bytes(0x04034b50, 4) + common + name + stored;

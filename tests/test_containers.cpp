@@ -272,8 +272,8 @@ TEST_CASE("malformed safetensors files are input errors naming the file and the 
   std::vector<StTensor> rank = qkv_tensors();
   rank[1].shape = {2, 12, 4};
   const std::vector<Case> cases = {
-      {"short.safetensors", good.substr(0, 5), {"neither HDF5"}},
-      {"eight.safetensors", good.substr(0, 8), {"too short"}},
+      {"short.safetensors", good.substr(0, 5), {"not an HDF5 file"}},
+      {"eight.safetensors", good.substr(0, 8), {"has 0 bytes after it"}},
       {"huge-header.safetensors", le_bytes(1ull << 40, 8) + good.substr(8), {"header length"}},
       {"header-past-end.safetensors", le_bytes(good.size(), 8) + good.substr(8), {"header length"}},
       {"not-json.safetensors", with_header("{\"layer_00.q\": nonsense}"), {"not JSON"}},
@@ -326,6 +326,9 @@ TEST_CASE("malformed .npz files are input errors naming the file and the array",
   std::string bad_deflate = deflated;
   const size_t q_data = bad_deflate.find("layer_00.q.npy") + 14;  // first byte after the local header's name
   for (size_t i = q_data + 2; i < q_data + 40; ++i) bad_deflate[i] = static_cast<char>(0xFF);
+  std::string inflated_size = deflated;  // the central directory's size of q: 4 GB from a few hundred bytes
+  const size_t central_q = inflated_size.find("layer_00.q.npy", inflated_size.find("layer_00.q.npy") + 1) - 46;
+  inflated_size.replace(central_q + 24, 4, le_bytes(0xFFFFFFF0u, 4));
   auto missing = npz_entries();
   missing.erase(missing.begin() + 2);
   const std::vector<Case> cases = {
@@ -358,6 +361,7 @@ TEST_CASE("malformed .npz files are input errors naming the file and the array",
                 false),
        {"layer_00.scale", "one number"}},
       {"not-npy.npz", zip_file({{"layer_00.q.txt", "hello"}}, false), {"layer_00.q.txt", "not a .npy"}},
+      {"inflated-size.npz", inflated_size, {"layer_00.q", "more than deflate can produce"}},
   };
   for (const Case& c : cases) {
     const std::string path = write_file(c.name, c.bytes);

@@ -85,7 +85,7 @@ int64_t dim_of(const std::vector<int64_t>& dims, const std::string& layout, char
 
 // Magic bytes: the HDF5 signature (at 0, or after a user block, as HDF5 itself looks), a zip local
 // header (.npz), or an 8-byte length followed by '{' (safetensors).
-enum class Kind { kHdf5, kSafetensors, kNpz, kUnknown };
+enum class Kind { kHdf5, kSafetensors, kMaybeSafetensors, kNpz, kUnknown };
 
 Kind sniff(const std::string& path) {
   unsigned char head[9] = {};
@@ -98,30 +98,34 @@ Kind sniff(const std::string& path) {
   if (got >= 4 && std::memcmp(head, "PK\x05\x06", 4) == 0) return Kind::kNpz;  // an empty zip
   if (got >= 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return Kind::kHdf5;
   if (got == 9 && head[8] == '{') return Kind::kSafetensors;
-  if (got >= 8 && head[7] == 0 && head[6] == 0 && head[5] == 0 && (got < 9 || head[8] != 0x89))
-    return Kind::kSafetensors;  // a plausible little-endian header length: let its checks explain
+  if (got >= 8 && head[7] == 0 && head[6] == 0 && head[5] == 0)
+    return Kind::kMaybeSafetensors;  // a plausible little-endian header length: let its checks explain
   return Kind::kUnknown;
 }
 
 }  // namespace
 
 std::unique_ptr<Container> open_container(const std::string& path) {
+  silence_hdf5_errors();
   switch (sniff(path)) {
     case Kind::kNpz:
       return open_npz_container(path);
     case Kind::kSafetensors:
       return open_safetensors_container(path);
     case Kind::kHdf5:
+      return open_hdf5_container(path);
+    case Kind::kMaybeSafetensors:  // HDF5 first: its signature may follow a user block of zeros
+      return H5Fis_hdf5(path.c_str()) > 0 ? open_hdf5_container(path) : open_safetensors_container(path);
     case Kind::kUnknown:
       break;
   }
-  silence_hdf5_errors();
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());  // also finds the signature after a user block
-  require_input(is_hdf5 != 0,
-                "'{}' is not a dump: it is neither HDF5 (no HDF5 signature), safetensors (8-byte header length, then "
-                "JSON) nor .npz (a zip). tools/dump_qkv.py writes one from a PyTorch model (--format "
-                "hdf5|safetensors|npz), `attnprobe synth` a synthetic one.",
-                path);
+  require_input(
+      is_hdf5 != 0,
+      "'{}' is not an HDF5 file (no HDF5 signature), nor safetensors (an 8-byte header length, then JSON), nor .npz "
+      "(a zip): attnprobe reads these three dump containers. tools/dump_qkv.py writes one from a PyTorch model "
+      "(--format hdf5|safetensors|npz), `attnprobe synth` a synthetic one.",
+      path);
   return open_hdf5_container(path);
 }
 
@@ -193,8 +197,9 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     const auto ks = shape_of(info.k_path, "keys");
     const auto vs = shape_of(info.v_path, "values");
     if (qs.size() != ks.size() || qs.size() != vs.size())
-      throw InputError(fmt::format("'{}' {}: q, k and v have different ranks ({}, {}, {}). {}.", path, info.name,
-                                   shape_text(qs), shape_text(ks), shape_text(vs), kLayoutHint));
+      throw InputError(fmt::format("'{}' {}: q, k and v ({} {}, {} {}, {} {}) have different ranks. {}.", path,
+                                   info.name, info.q_path, shape_text(qs), info.k_path, shape_text(ks), info.v_path,
+                                   shape_text(vs), kLayoutHint));
     info.layout = options.layout.empty() ? default_layout(qs.size()) : options.layout;
     if (info.layout.size() != qs.size())
       throw InputError(fmt::format("'{}' {}: q has rank {} (shape {}), which the layout '{}' does not fit. {}.", path,

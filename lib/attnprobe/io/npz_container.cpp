@@ -65,7 +65,7 @@ class NpzContainer final : public Container {
       require_input(eocd >= 20 && le(base + eocd - 20, 4) == 0x07064b50,
                     "'{}': the zip's zip64 locator is missing: the file is damaged. Re-create it.", path);
       const uint64_t record = le(base + eocd - 20 + 8, 8);
-      require_input(record + 56 <= size && le(base + record, 4) == 0x06064b50,
+      require_input(record <= size && size - record >= 56 && le(base + record, 4) == 0x06064b50,
                     "'{}': the zip64 end-of-central-directory record is past the end or damaged. Re-create the file.",
                     path);
       entries = le(base + record + 32, 8);
@@ -122,6 +122,12 @@ class NpzContainer final : public Container {
                     "file is truncated. Re-create or re-copy it.",
                     path, e.array, local);
       e.data = local + 30 + le(base + local + 26, 2) + le(base + local + 28, 2);
+      // Deflate expands at most about 1032:1; a larger declared size is a damaged (or hostile) entry,
+      // refused before anything of that size is allocated.
+      require_input(e.method == 0 || e.size / 1032 <= e.compressed + 64,
+                    "'{}': array {} declares {} bytes from {} deflated bytes, more than deflate can produce. The "
+                    "file is damaged: re-create or re-copy it.",
+                    path, e.array, e.size, e.compressed);
       require_input(e.data <= size && e.compressed <= size - e.data,
                     "'{}': array {} needs {} bytes from offset {}, but the file has {} bytes: it is truncated. "
                     "Re-create or re-copy it.",
