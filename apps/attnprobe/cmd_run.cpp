@@ -45,7 +45,9 @@ struct RunCommandOptions {
 };
 
 void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
-  cmd.add_option("dump", o.dump, "the HDF5 dump of queries, keys and values (see `attnprobe info --help`)")->required();
+  cmd.add_option("dump", o.dump,
+                 "the dump of queries, keys and values: HDF5, safetensors or .npz (see `attnprobe info --help`)")
+      ->required();
   cmd.add_option("-e,--estimator", o.estimators,
                  "estimator spec, repeatable: name or name(key=value,...), e.g. -e vmean -e 'yoso(m=32,tau=8)'; "
                  "`attnprobe list` shows all")
