@@ -166,8 +166,6 @@ def main():
                 out.append(x[0].astype(np.float64))
             return out  # q [H, N, P], k and v [Hkv, N, P]
 
-        has_mask_option = "--mask" in subprocess.run([binary, "eval", "--help"], capture_output=True,
-                                                     text=True).stdout
         n = len(tokens)
         rows = np.unique(np.r_[0:4, np.linspace(4, n - 1, 28).round().astype(int)])
         for fmt, dtype in dumps:
@@ -220,13 +218,26 @@ def main():
             if causal_exact:
                 check(worst_causal < bound, f"{label}: attnprobe.exact(causal=True) vs the model's output, max "
                                             f"relative difference {worst_causal:.2e} (bound {bound})")
-            if has_mask_option:
-                run = subprocess.run([binary, "eval", path, "-e", "softmax", "--mask", "causal", "--trials", "1",
-                                      "--threads", "1", "-q"], capture_output=True, text=True)
-                check(run.returncode == 0, f"{label}: attnprobe eval -e softmax --mask causal: "
-                                           f"{(run.stdout + run.stderr).strip()[-400:]}")
-            else:
-                print("note: attnprobe eval has no --mask option yet; the CLI run is skipped")
+            run = subprocess.run([binary, "eval", path, "-e", "softmax", "--mask", "causal", "--trials", "1",
+                                  "--threads", "1", "-q"], capture_output=True, text=True)
+            check(run.returncode == 0, f"{label}: attnprobe eval -e softmax --mask causal: "
+                                       f"{(run.stdout + run.stderr).strip()[-400:]}")
+        # Every estimator with a causal form (from the registry) runs on the bf16 safetensors dump under
+        # --mask auto (the dump says causal=1), as `attnprobe sweep` would on any decoder's dump.
+        causal_specs = [e["name"] for e in attnprobe.estimators() if e["causal"]]
+        path = paths[("safetensors", "bfloat16")]
+        out_csv = path + ".causal-sweep.csv"
+        args = [binary, "sweep", path, "--lengths", "64,256", "--layers", "0,4", "--heads", "0,7", "--trials", "2",
+                "-q", "--overwrite", "-o", out_csv]
+        for name in causal_specs:
+            args += ["-e", name]
+        run = subprocess.run(args, capture_output=True, text=True)
+        check(run.returncode == 0, "attnprobe sweep of every causal estimator (" + ", ".join(causal_specs) + "): "
+              + (run.stdout + run.stderr).strip()[-400:])
+        if run.returncode == 0:
+            with open(out_csv) as f:
+                masks = {line.split(",")[6] for line in list(f)[1:]}
+            check(masks == {"causal"}, f"the causal sweep's mask column holds {sorted(masks)}, not only causal")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

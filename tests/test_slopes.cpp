@@ -41,8 +41,9 @@ TEST_CASE("slopes recover a power law and group the sample counts of one setting
   // One sample count, or non-positive errors, give no slope.
   CHECK(fit_slopes({row(8, 0.3)}).empty());
   CHECK(fit_slopes({row(8, 0.0), row(16, 0.0)}).empty());
-  CHECK_THAT(slopes_csv_text(slopes), Catch::StartsWith("dump,layer,head,batch,n,p,mask,estimator,spec,reference,metric,"
-                                                        "points,slope,stderr"));
+  CHECK_THAT(slopes_csv_text(slopes),
+             Catch::StartsWith("dump,layer,head,batch,n,p,mask,estimator,spec,reference,metric,"
+                               "points,slope,stderr"));
 }
 
 TEST_CASE("summarize --slopes on a sweep of sample counts", "[slopes][cli]") {
