@@ -161,7 +161,8 @@ def main():
                         help="stored type; bfloat16 only in safetensors")
     parser.add_argument("--with-dy", action="store_true",
                         help="also capture dy, the gradient of the model's training loss (masked-character "
-                             "cross-entropy, 15%% of the positions masked with --dy-seed) with respect to each "
+                             "cross-entropy, 15%% of the positions masked with --dy-seed; next-character "
+                             "cross-entropy for a --causal checkpoint) with respect to each "
                              "layer's per-head attention output; Q/K/V are then those of the masked input")
     parser.add_argument("--dy-seed", type=int, default=1234, help="seed of the masked positions for --with-dy")
     parser.add_argument("-o", "--output", required=True)
@@ -187,7 +188,11 @@ def main():
                         out=f"blocks.{i}.attn.context" if args.with_dy else "")
               for i in range(meta["layers"])]
     model.eval()
-    if args.with_dy:
+    causal = bool(meta.get("causal", False))
+    if args.with_dy and causal:
+        # The causal model's training loss: next-character cross-entropy (the last position has no target).
+        run = lambda: F.cross_entropy(model(tokens)[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    elif args.with_dy:
         # The training loss of tools/train_charlm.py: cross-entropy of the masked characters (mask id 0).
         generator = torch.Generator().manual_seed(args.dy_seed)
         masked = torch.rand(tokens.shape, generator=generator) < 0.15
@@ -196,11 +201,14 @@ def main():
     else:
         run = lambda: model(tokens)
     captured = capture(model, run, layers, heads=heads, kv_heads=kv_heads)
-    write(captured, args.output, scale=1 / math.sqrt(meta["head_dim"]), causal=0,
-          model=f"attnprobe char-level MLM transformer ({meta['layers']} layers x {heads} heads, "
-                f"head dim {meta['head_dim']}, rotary), tools/train_charlm.py",
+    kind = "causal next-character" if causal else "MLM"
+    write(captured, args.output, scale=1 / math.sqrt(meta["head_dim"]), causal=int(causal),
+          model=f"attnprobe char-level {kind} transformer ({meta['layers']} layers x {heads} heads"
+                + (f", {kv_heads} kv heads" if kv_heads != heads else "")
+                + f", head dim {meta['head_dim']}, rotary), tools/train_charlm.py",
           source=f"{meta['corpus']}; characters {args.offset}..{need} of the held-out split (the last 5% of the "
-                 f"text, never trained on)" + ("; 15% of the characters masked (dy)" if args.with_dy else ""),
+                 f"text, never trained on)"
+                 + ("; 15% of the characters masked (dy)" if args.with_dy and not causal else ""),
           dtype=args.dtype, fmt=args.format)
     print(f"dump_qkv: wrote {args.output} ({args.format}): {meta['layers']} layers x {heads} heads "
           f"({kv_heads} kv) x {args.sequences} x {args.length} tokens, head dim {meta['head_dim']}, {args.dtype}"

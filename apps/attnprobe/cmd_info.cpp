@@ -41,7 +41,9 @@ int run_info(const InfoOptions& o) {
   }
   fmt::print("{}", format_table(table));
   if (std::any_of(dump.layers().begin(), dump.layers().end(), [](const LayerInfo& l) { return l.causal.value_or(0); }))
-    fmt::print("note: causal=1 is informational; attnprobe always measures full (unmasked) attention.\n");
+    fmt::print(
+        "note: layers with causal=1 are measured under a causal mask by default (--mask auto); --mask full measures "
+        "them bidirectionally.\n");
   if (!o.check) return 0;
 
   // Read every slice in full: values are checked for NaN/Inf by the reader, zero-norm rows counted.

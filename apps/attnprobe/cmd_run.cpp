@@ -37,6 +37,7 @@ struct RunCommandOptions {
   std::string max_memory;  // empty: default_memory_limit()
   std::string device = "cpu";
   std::string reference = "auto";
+  std::string mask = "auto";
   std::string metrics = "all";
   std::string output;
   std::string shard;  // sweep: "I/N"
@@ -80,6 +81,12 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
                  "deterministic spec")
       ->capture_default_str();
+  cmd.add_option("--mask", o.mask,
+                 fmt::format("auto (each layer's causal attribute), full (bidirectional) or causal (query i sees keys "
+                             "j <= i: decoders). Under causal the reference is the masked softmax and only estimators "
+                             "with a causal form run: {}",
+                             join(causal_estimators(), ", ")))
+      ->capture_default_str();
   cmd.add_option(
          "--metrics", o.metrics,
          "all (every per-trial metric), or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows; "
@@ -115,6 +122,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
   r.trials = o.trials;
   r.seed = parse_seed(o.seed);
   r.reference = o.reference;
+  r.mask = o.mask;
   r.metrics = parse_metrics(o.metrics);
   return r;
 }
