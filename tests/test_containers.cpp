@@ -381,3 +381,21 @@ TEST_CASE("a file that is no container is an input error saying which containers
   const std::string message = refusal(path);
   CHECK_THAT(message, Catch::Contains(path) && Catch::Contains("safetensors") && Catch::Contains(".npz"));
 }
+
+TEST_CASE("synth --kv-heads writes grouped K/V: each group's first query head's keys and values", "[containers][gqa]") {
+  SynthOptions full = synth_options(1, 4, 1, 20, 4);
+  SynthOptions grouped = full;
+  grouped.kv_heads = 2;
+  const Dump a = Dump::open(write_synth("synth-full.h5", full)), b = Dump::open(write_synth("synth-gqa.h5", grouped));
+  CHECK(b.layers()[0].heads == 4);
+  CHECK(b.layers()[0].kv_heads == 2);
+  for (int h = 0; h < 4; ++h) {
+    const HeadView x = a.read_slice(0, h, 0, 20), y = b.read_slice(0, h, 0, 20);
+    const HeadView first = a.read_slice(0, h - h % 2, 0, 20);  // the group's first head
+    CHECK(x.q == y.q);
+    CHECK(first.k == y.k);
+    CHECK(first.v == y.v);
+  }
+  grouped.kv_heads = 3;
+  CHECK_THROWS_AS(make_synthetic_dump(grouped), UsageError);
+}

@@ -19,6 +19,9 @@ enum : uint32_t { kCentre = 0, kValueCentre = 1, kCluster = 2, kQueryNoise = 3, 
 DumpContents make_synthetic_dump(const SynthOptions& o) {
   if (o.layers < 1 || o.heads < 1 || o.batch < 1 || o.tokens < 1 || o.dim < 1 || o.clusters < 1)
     throw UsageError("synth: layers, heads, batch, tokens, dim and clusters must all be at least 1");
+  const int kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  require_usage(o.heads % kv_heads == 0, "synth: --kv-heads {} must divide --heads {}", kv_heads, o.heads);
+  const int group = o.heads / kv_heads;
   if (o.temperatures.empty()) throw UsageError("synth: give at least one temperature");
   for (double t : o.temperatures)
     if (!(t > 0) || !std::isfinite(t)) throw UsageError(fmt::format("synth: temperature {} must be positive", t));
@@ -51,10 +54,11 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
     DumpArray& k = out.datasets["k"];
     DumpArray& v = out.datasets["v"];
     q.shape = k.shape = shape;
-    v.shape = {shape[0], shape[1], shape[2], static_cast<hsize_t>(pv)};
+    k.shape[1] = static_cast<hsize_t>(kv_heads);
+    v.shape = {shape[0], static_cast<hsize_t>(kv_heads), shape[2], static_cast<hsize_t>(pv)};
     q.values.resize(o.batch * o.heads * o.tokens * p);
-    k.values.resize(q.values.size());
-    v.values.resize(o.batch * o.heads * o.tokens * pv);
+    k.values.resize(o.batch * kv_heads * o.tokens * p);
+    v.values.resize(o.batch * kv_heads * o.tokens * pv);
 
     for (int head = 0; head < o.heads; ++head) {
       const RandomKey key = make_random_key(o.seed, fmt::format("synth;layer={};head={}", layer, head), 0);
@@ -79,8 +83,10 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
           const RowVectorD val = nu.row(c) + 0.5 * noise_v;
           const size_t base = ((static_cast<size_t>(b) * o.heads + head) * o.tokens + j);
           std::copy(u.data(), u.data() + p, q.values.begin() + base * p);
-          std::copy(w.data(), w.data() + p, k.values.begin() + base * p);
-          std::copy(val.data(), val.data() + pv, v.values.begin() + base * pv);
+          if (head % group) continue;  // grouped K/V: kv head head/group keeps its group's first head's
+          const size_t kv_base = ((static_cast<size_t>(b) * kv_heads + head / group) * o.tokens + j);
+          std::copy(w.data(), w.data() + p, k.values.begin() + kv_base * p);
+          std::copy(val.data(), val.data() + pv, v.values.begin() + kv_base * pv);
         }
       }
     }

@@ -21,6 +21,8 @@ namespace attnprobe {
 struct SynthOptions {
   int layers = 2;
   int heads = 2;
+  int kv_heads =
+      0;  ///< Hkv dividing heads (grouped-query K/V: kv head g holds the K/V of query head g·H/Hkv); 0 = heads
   int batch = 2;
   int64_t tokens = 256;
   int dim = 32;       ///< p
