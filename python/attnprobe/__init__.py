@@ -411,8 +411,9 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
           samples=None, layers="all", heads="all", batch="all", lengths=None, trials: int = 8, seed: int = 0,
           threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
           custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
-          resume: bool = False, overwrite: bool = False, q_path: Optional[str] = None, k_path: Optional[str] = None,
-          v_path: Optional[str] = None, layout: Optional[str] = None, num_heads: int = 0):
+          resume: bool = False, overwrite: bool = False, shard: Optional[str] = None, q_path: Optional[str] = None,
+          k_path: Optional[str] = None, v_path: Optional[str] = None, layout: Optional[str] = None,
+          num_heads: int = 0):
     """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
 
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
@@ -432,7 +433,11 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
       metrics     "all", or names (list or "spec,angle")
       custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
       output      also write the CSV (and NAME.run.json) there, flushed per slice; an existing file
-                  is refused unless resume=True (keep its finished trials) or overwrite=True
+                  is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
+                  records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
+                  ``sweep --resume`` take the file like one the CLI wrote
+      shard       "I/N": only shard I (0-based) of N, dealt as the CLI's ``--shard`` (the same units on
+                  every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
     Your own estimator: ``fn(q, k, v, scale, causal, seed)`` gets one slice (q, k: n x p, v: n x pv,
     float64 numpy arrays; ``causal`` is False; ``seed`` is the 64-bit key of (sweep seed, case,
@@ -489,10 +494,11 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     args.metrics = metrics if isinstance(metrics, str) else ",".join(metrics)
     args.output = "" if output is None else os.fspath(output)
     args.mode = "resume" if resume else "overwrite" if overwrite else "create"
+    args.shard = "" if shard is None else str(shard)
     args.command_line = ["python:attnprobe.sweep", args.dump] + [f"-e {s}" for s in specs] + [
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
-        f"--metrics {args.metrics}"]
+        f"--metrics {args.metrics}"] + ([f"--shard {args.shard}"] if args.shard else [])
     wrappers = {str(name): _custom_wrapper(str(name), fn, args.seed, args.trials) for name, fn in custom.items()}
     text = _core.sweep(args, wrappers)
     return read_csv(args.output) if text is None else _frame(text)

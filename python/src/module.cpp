@@ -41,6 +41,7 @@
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/sweep/plan.h"
 #include "attnprobe/sweep/runner.h"
+#include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
 #include "attnprobe/version.h"
 
@@ -145,21 +146,57 @@ double default_scale(std::optional<double> scale, int64_t p) {
   return *scale;
 }
 
-// A prepared() array into `dst` (float64) and `dstf` (float32), in their memory when the shape is
-// unchanged, in blocks of rows so that the float32 pass reads what the float64 pass just wrote from
-// cache rather than from memory.
-void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf) {
+// Whether `a` (a prepared() array of Scalar) is C-contiguous: then its rows are read as one dense
+// block, which Eigen copies with vector loads (the strided map above copies element by element).
+template <class Scalar>
+bool c_contiguous(const py::array& a) {
+  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
+  return a.strides(1) == item && a.strides(0) == a.shape(1) * item;
+}
+
+template <class Scalar>
+Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> dense_rows(const py::array& a,
+                                                                                                    int64_t r0,
+                                                                                                    int64_t rows) {
+  return {static_cast<const Scalar*>(a.data()) + r0 * a.shape(1), rows, a.shape(1)};
+}
+
+// Rows [r0, r0 + rows) of a prepared() array into `dst` (float64) and `dstf` (float32), already
+// sized. One read of the input: a float64 array is copied into dst and dst's block (still in cache)
+// cast into dstf; a float32 array is copied into dstf and dstf's block cast into dst.
+void assign_rows(const py::array& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_t rows) {
+  if (mappable<double>(a)) {
+    if (c_contiguous<double>(a))
+      dst.middleRows(r0, rows) = dense_rows<double>(a, r0, rows);
+    else
+      dst.middleRows(r0, rows) = map_of<double>(a).middleRows(r0, rows);
+    dstf.middleRows(r0, rows) = dst.middleRows(r0, rows).cast<float>();
+  } else {
+    if (c_contiguous<float>(a))
+      dstf.middleRows(r0, rows) = dense_rows<float>(a, r0, rows);
+    else
+      dstf.middleRows(r0, rows) = map_of<float>(a).middleRows(r0, rows);
+    dst.middleRows(r0, rows) = dstf.middleRows(r0, rows).cast<double>();
+  }
+}
+
+// A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks
+// of 64 rows (the second pass reads what the first just wrote from cache rather than from memory),
+// the blocks spread over `pool`'s threads (the copy is memory-bound: a second core adds bandwidth).
+void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool) {
   constexpr int64_t kBlockRows = 64;
   const int64_t rows = a.shape(0), cols = a.shape(1);
   dst.resize(rows, cols);
   dstf.resize(rows, cols);
-  for (int64_t r = 0; r < rows; r += kBlockRows) {
-    const int64_t b = std::min(kBlockRows, rows - r);
-    if (mappable<double>(a))
-      dst.middleRows(r, b) = map_of<double>(a).middleRows(r, b);
-    else
-      dst.middleRows(r, b) = map_of<float>(a).middleRows(r, b).cast<double>();
-    dstf.middleRows(r, b) = dst.middleRows(r, b).cast<float>();
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  auto block = [&](int64_t b) {
+    const int64_t r0 = b * kBlockRows;
+    assign_rows(a, dst, dstf, r0, std::min(kBlockRows, rows - r0));
+  };
+  if (pool && pool->size() > 1 && blocks > 1) {
+    pool->parallel_for(blocks, block);
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) block(b);
   }
 }
 
@@ -172,7 +209,7 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 // arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
 // handles keep the arrays alive. The returned view is valid until this thread's next call.
 void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-               SliceId id) {
+               SliceId id, ThreadPool* pool) {
   const int64_t n = q.shape(0), p = q.shape(1);
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
   require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
@@ -182,16 +219,16 @@ void fill_view(HeadView& view, const py::array& q, const py::array& k, const py:
   id.n = n;
   view.id = id;
   view.scale = default_scale(scale, p);
-  assign_matrix(q, view.q, view.qf);
-  assign_matrix(k, view.k, view.kf);
-  assign_matrix(v, view.v, view.vf);
+  assign_matrix(q, view.q, view.qf, pool);
+  assign_matrix(k, view.k, view.kf, pool);
+  assign_matrix(v, view.v, view.vf, pool);
 }
 
 const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                          SliceId id) {
+                          SliceId id, ThreadPool* pool) {
   thread_local HeadView view;
   if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
-  fill_view(view, q, k, v, scale, id);
+  fill_view(view, q, k, v, scale, id, pool);
   return view;
 }
 
@@ -349,8 +386,8 @@ py::array exact(const HeadView* given, py::array q, py::array k, py::array v, st
   MatrixF out32;
   {
     py::gil_scoped_release release;
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
     if (float64)
       out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
     else
@@ -380,9 +417,9 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
-    const SliceId id{layer, head, batch, view.n()};
     PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
+    const SliceId id{layer, head, batch, view.n()};
     estimator->estimate(view, EstimateContext{key_of(seed, id, spec.canonical(), trial), pool.get()}, out);
   }
   return to_numpy(std::move(out));
@@ -404,8 +441,8 @@ py::array reference(const std::string& spec_text, const HeadView* given, py::arr
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
       MatrixF f;
@@ -450,6 +487,7 @@ struct SweepArgs {
   int threads = 0;
   std::string device, reference, metrics;
   std::string output, mode;  ///< mode: create | resume | overwrite
+  std::string shard;         ///< "I/N" as the CLI's --shard; "" for the whole plan
   std::vector<std::string> command_line;
 };
 
@@ -480,13 +518,17 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
     request.seed = a.seed;
     request.reference = a.reference;
     request.metrics = parse_metrics(a.metrics);
-    SweepPlan plan = plan_sweep(dump, request);
+    const SweepPlan plan = plan_sweep(dump, request);
+    // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
+    // `summarize` and `sweep --resume` take this output like one the CLI wrote.
+    const ShardSpec shard = a.shard.empty() ? ShardSpec{} : ShardSpec::parse(a.shard);
+    ShardPlan part = plan_shard(dump, plan, unit_costs(dump, plan), shard);
     RunOptions options;
     options.threads = a.threads;
     options.device = parse_device(a.device);
     if (a.output.empty()) {
       std::vector<TrialRow> rows;
-      run_sweep(dump, plan, options,
+      run_sweep(dump, part.plan, options,
                 [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
       text = trial_csv_text(rows);
     } else {
@@ -496,10 +538,11 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
       info.threads = a.threads > 0 ? a.threads : hardware_threads();
       info.device = a.device;
       info.seed = a.seed;
+      info.plan = std::move(part.record);
       const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
                               : a.mode == "overwrite" ? OutputMode::kOverwrite
                                                       : OutputMode::kCreate;
-      SweepRun run(dump, std::move(plan), a.output, mode, options, info);
+      SweepRun run(dump, std::move(part.plan), a.output, mode, options, info);
       run.run();
     }
   }
@@ -599,7 +642,7 @@ PYBIND11_MODULE(_core, m) {
              v = prepared(v, "v");
              auto slice = std::make_unique<Slice>();
              py::gil_scoped_release release;
-             fill_view(slice->view, q, k, v, scale, SliceId{});
+             fill_view(slice->view, q, k, v, scale, SliceId{}, nullptr);
              return slice;
            }),
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none())
@@ -657,6 +700,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("metrics", &SweepArgs::metrics)
       .def_readwrite("output", &SweepArgs::output)
       .def_readwrite("mode", &SweepArgs::mode)
+      .def_readwrite("shard", &SweepArgs::shard)
       .def_readwrite("command_line", &SweepArgs::command_line);
   m.def("sweep", &sweep);
   m.def("summarize", &summarize);

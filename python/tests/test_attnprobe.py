@@ -5,6 +5,7 @@ variant of every registered estimator; sweep()'s DataFrame and CSV equal the CLI
 a numpy softmax; custom Python estimators are measured, summarised and gated like the built-ins, and
 their failures name the case; torch tensors work without a copy. Fixed seeds throughout.
 """
+import json
 import math
 import os
 import subprocess
@@ -101,6 +102,38 @@ def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
     cli("summarize", str(tmp_path / "cli.csv"), "--over", "layer,head,batch", "-o", str(tmp_path / "over.csv"))
     pd.testing.assert_frame_equal(attnprobe.summarize(df, over="layer,head,batch"),
                                   attnprobe.read_csv(tmp_path / "over.csv"), check_exact=True)
+
+
+def test_python_sweep_output_is_a_shard_merge_and_resume_accept(tmp_path):
+    # run.json carries the CLI's plan record: a Python shard merges with a CLI shard of the same plan
+    # into the CLI's whole sweep byte for byte, and the CLI resumes a Python sweep's file.
+    specs = ["vmean", "performer(M=16)", "yoso(m=8,tau=4)"]
+    def grid_of(trials):
+        return ["--layers", "0,1", "--heads", "0", "--batch", "0..1", "--lengths", "64,128", "--trials", str(trials),
+                "--seed", "3", "-q"] + [a for s in specs for a in ("-e", s)]
+
+    grid = grid_of(2)
+    common = dict(layers="0,1", heads="0", batch="0..1", lengths="64,128", trials=2, seed=3, threads=2)
+    cli("sweep", DUMP, *grid, "-o", str(tmp_path / "cli.csv"))
+    attnprobe.sweep(DUMP, specs, output=tmp_path / "py0.csv", shard="0/2", **common)
+    cli("sweep", DUMP, *grid, "--shard", "1/2", "-o", str(tmp_path / "cli1.csv"))
+    py_plan = json.loads((tmp_path / "py0.run.json").read_text())["plan"]
+    cli_plan = json.loads((tmp_path / "cli1.run.json").read_text())["plan"]
+    assert py_plan["fingerprint"] == cli_plan["fingerprint"]
+    assert py_plan["shard"] == {"index": 0, "count": 2}
+    assert 0 < len(py_plan["units"]) < py_plan["units_total"]  # a real shard: part of the units
+    cli("merge", "-o", str(tmp_path / "merged.csv"), str(tmp_path / "py0.csv"), str(tmp_path / "cli1.csv"))
+    assert (tmp_path / "merged.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    # The whole plan from Python: the CLI's --resume finds every trial finished and leaves the rows as they are.
+    attnprobe.sweep(DUMP, specs, output=tmp_path / "py.csv", **common)
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    resumed = cli("sweep", DUMP, *grid, "--resume", "-o", str(tmp_path / "py.csv"))
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes(), resumed.stderr
+    # ...and refuses it for another grid (the plan fingerprint differs): exit 2.
+    other = subprocess.run([BINARY, "sweep", DUMP, *grid_of(3), "--resume", "-o", str(tmp_path / "py.csv")],
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "another grid" in other.stderr, other.stderr
+    cli("summarize", str(tmp_path / "py0.csv"), "-o", str(tmp_path / "sum0.csv"))
 
 
 def test_exact_float64_matches_numpy_softmax():
