@@ -190,7 +190,7 @@ TEST_CASE("eval prints one line per setting and summarize aggregates", "[cli]") 
   const auto over = run_attnprobe("summarize " + out + " --over layer,head,batch");
   REQUIRE(over.exit_code == 0);
   CHECK(count_lines(over.output) == 1 + 2 * 9);
-  CHECK_THAT(over.output, Catch::Contains(",all,all,all,64,16,vmean,vmean,,softmax,spec,4,"));
+  CHECK_THAT(over.output, Catch::Contains(",all,all,all,64,16,full,vmean,vmean,,softmax,spec,4,"));
 }
 
 TEST_CASE("help texts teach with an example", "[cli]") {
@@ -221,8 +221,8 @@ TEST_CASE("bench --backward times backward passes and refuses estimators without
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const std::string text = read_text(csv);
-  CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,pass\n", 0) ==
-        0);
+  CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass\n",
+                   0) == 0);
   CHECK(count_lines(text) == 5);  // header + 2 lengths x 2 estimators, no ceiling rows
   size_t backward_rows = 0;
   for (size_t at = text.find(",backward\n"); at != std::string::npos; at = text.find(",backward\n", at + 1))

@@ -19,12 +19,12 @@
 namespace attnprobe {
 
 const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,pass";
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass";
 
 std::string format_bench_csv_row(const BenchRow& r) {
   return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
                      r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
-                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", r.pass);
+                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass);
 }
 
 namespace {
@@ -92,9 +92,12 @@ void check_bench_request(const BenchRequest& request) {
   const Device device = parse_device(request.device);
   for (const Spec& spec : bench_specs(request)) {
     make_estimator(spec, device);  // an estimator without a version for the device: UsageError
+    require_mask_support(spec, request.mask, device);
     if (!request.backward) continue;
-    // Backward passes are float64 host code (sweeps take them from the CPU version too).
+    // Backward passes are float64 host code (sweeps take them from the CPU version too), of full attention.
     if (device != Device::kCpu) throw UsageError("--backward times the CPU backward passes: leave --device cpu");
+    if (request.mask != Mask::kFull)
+      throw UsageError("--backward times the full-attention backward passes: --mask full");
     if (spec.def().backward.empty())
       throw UsageError(fmt::format("--backward: '{}' has no backward pass (`attnprobe list` shows which have one)",
                                    spec.canonical()));
@@ -119,7 +122,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
   // spin for a while after a multi-threaded call and would steal a core from what comes next.
   for (int64_t n : request.lengths) {
-    const HeadView view = random_view(n, request.p, request.seed);
+    HeadView view = random_view(n, request.p, request.seed);
+    view.mask = request.mask;
     const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
@@ -131,11 +135,14 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
                                  ? time_calls(request.repeat, [&] { estimator->backward(view, upstream, ctx); })
                                  : time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
         // flops() counts the forward pass: no GFLOP/s for a backward row.
-        const double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
+        double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
+        // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
+        // linear estimators' causal forms do the same work as their full forms.
+        if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
                       request.repeat, median, min,
-                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt,
+                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt, request.mask,
                       request.backward ? "backward" : "forward"});
       }
     }

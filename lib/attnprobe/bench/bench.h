@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/view/mask.h"
+
 namespace attnprobe {
 
 struct BenchRequest {
@@ -24,6 +26,7 @@ struct BenchRequest {
   uint64_t seed = 0;
   std::string device = "cpu";  ///< cpu | cuda (the fma-peak and sgemm-floor rows are CPU ceilings)
   bool backward = false;       ///< time Estimator::backward (CPU only; estimators with a backward form)
+  Mask mask = Mask::kFull;     ///< causal: every estimator runs its causal form
 };
 
 struct BenchRow {
@@ -36,6 +39,7 @@ struct BenchRow {
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
   std::string pass = "forward";  ///< forward | backward (what was timed)
+  Mask mask = Mask::kFull;
 };
 
 extern const char* const kBenchHeader;
@@ -44,8 +48,9 @@ std::string format_bench_csv_row(const BenchRow& row);
 /// What the sgemm-floor rows use ("OpenBLAS 0.3.21 ... core SkylakeX"), or why there are none.
 std::string bench_floor_description();
 
-/// Checks a request before anything is timed or printed: repeat and p, the device, each spec (and,
-/// with `backward`, that it has a backward pass and the device is the CPU). Throws UsageError.
+/// Checks a request before anything is timed or printed: repeat and p, the device, each spec (and
+/// its mask support; with `backward`, that it has a backward pass, the device is the CPU and the
+/// mask full). Throws UsageError.
 void check_bench_request(const BenchRequest& request);
 
 /// Runs the grid (after check_bench_request); `on_row` sees each row as soon as it is measured.

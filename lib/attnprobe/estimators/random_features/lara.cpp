@@ -18,6 +18,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
@@ -92,6 +93,35 @@ class Lara final : public Estimator {
         raw_noise_(raw_noise) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const Draws draws = draw(view, ctx);
+    out = (draws.weights * draws.values).cast<float>();
+  }
+
+  // Â_nj = Σ_c w_nc·P_cj with P_cj = softmax_j(ω_c·k̃_j − ‖k̃_j‖²/2), the attention row of sample c that f(ω_c)
+  // averages v with (f(ω_c) = Σ_j P_cj·v_j), so out_n = Σ_j Â_nj·v_j. Rows sum to one (w and P do) and entries
+  // are positive. Setup as estimate() plus O(C·n·p) for P; O(rows·C·keys) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "lara: attention weights under the causal mask are not stated yet");
+    Draws draws = draw(view, ctx);
+    MatrixD rows_of_samples = draws.omegas * draws.k.transpose();  // C × keys
+    rows_of_samples.rowwise() -= 0.5 * draws.k.rowwise().squaredNorm().transpose();
+    softmax_rows(rows_of_samples);
+    return [weights = std::move(draws.weights), rows_of_samples = std::move(rows_of_samples)](
+               int64_t r0, int64_t rows) { return MatrixD(weights.middleRows(r0, rows) * rows_of_samples); };
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
+
+ private:
+  struct Draws {
+    MatrixD weights;  ///< n × C: w_nc, rows sum to one
+    MatrixD values;   ///< C × pv: f(ω_c)
+    MatrixD omegas;   ///< C × p: ω_c (scaled space)
+    MatrixD k;        ///< keys × p: k̃
+  };
+
+  // Everything but the final n × C × pv product, shared by estimate() and weights().
+  Draws draw(const HeadView& view, const EstimateContext& ctx) const {
     const int64_t n = view.n(), p = view.p();
     const double root_scale = std::sqrt(view.scale);
     const MatrixD q = root_scale * view.q, k = root_scale * view.k;  // scaled space
@@ -184,12 +214,9 @@ class Lara final : public Estimator {
     MatrixD log_w = alpha.array().max(1e-8).log() + log_xi_q.array();
     log_w.rowwise() += per_sample;
     softmax_rows(log_w);
-    out = (log_w * f).cast<float>();
+    return {std::move(log_w), f, std::move(omegas), k};
   }
 
-  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
-
- private:
   int64_t proposals_;
   Proposal proposal_;
   LaraWeighting weighting_;
@@ -250,6 +277,7 @@ LaraWeighting parse_weighting(const std::string& name) {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },
     .target = nullptr,
+    .weights = true,
     .ablations = {"lara(weights=coupled,beta=2)", "lara(C=1)"},  // the paper's best beta; its single-proposal ablation
     .make =
         [](const Spec& spec) {
