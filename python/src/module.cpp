@@ -209,7 +209,7 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 // arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
 // handles keep the arrays alive. The returned view is valid until this thread's next call.
 void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-               SliceId id, ThreadPool* pool) {
+               Mask mask, SliceId id, ThreadPool* pool) {
   const int64_t n = q.shape(0), p = q.shape(1);
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
   require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
@@ -219,16 +219,17 @@ void fill_view(HeadView& view, const py::array& q, const py::array& k, const py:
   id.n = n;
   view.id = id;
   view.scale = default_scale(scale, p);
+  view.mask = mask;
   assign_matrix(q, view.q, view.qf, pool);
   assign_matrix(k, view.k, view.kf, pool);
   assign_matrix(v, view.v, view.vf, pool);
 }
 
 const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                          SliceId id, ThreadPool* pool) {
+                          Mask mask, SliceId id, ThreadPool* pool) {
   thread_local HeadView view;
   if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
-  fill_view(view, q, k, v, scale, id, pool);
+  fill_view(view, q, k, v, scale, mask, id, pool);
   return view;
 }
 
@@ -375,8 +376,8 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                         view.scale, causal.value_or(0) != 0);
 }
 
-py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, bool float64,
-                int threads) {
+py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, Mask mask,
+                bool float64, int threads) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -387,24 +388,25 @@ py::array exact(const HeadView* given, py::array q, py::array k, py::array v, st
   {
     py::gil_scoped_release release;
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
     if (float64)
-      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.mask);
     else
-      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get());
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.mask);
   }
   return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
 
-RandomKey key_of(uint64_t seed, const SliceId& id, const std::string& canonical, int64_t trial) {
+// The sweep's key of (seed, case, trial); a causal case's id ends in ";mask=causal" as in the sweep.
+RandomKey key_of(uint64_t seed, const SliceId& id, Mask mask, const std::string& canonical, int64_t trial) {
   require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
-  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n}, canonical),
+  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n, mask}, canonical),
                          static_cast<uint32_t>(trial));
 }
 
 py::array estimate_view(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                        std::optional<double> scale, uint64_t seed, int64_t trial, int layer, int head, int batch,
-                        int threads, const std::string& device) {
+                        std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial, int layer, int head,
+                        int batch, int threads, const std::string& device) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -413,14 +415,16 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask, parse_device(device));  // the sweep's refusal (exit 2 there)
   MatrixF out;
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
     const SliceId id{layer, head, batch, view.n()};
-    estimator->estimate(view, EstimateContext{key_of(seed, id, spec.canonical(), trial), pool.get()}, out);
+    estimator->estimate(view, EstimateContext{key_of(seed, id, view.mask, spec.canonical(), trial), pool.get()}, out);
   }
   return to_numpy(std::move(out));
 }
@@ -428,7 +432,7 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
 // What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
 // estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
 py::array reference(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                    std::optional<double> scale, int threads) {
+                    std::optional<double> scale, Mask mask, int threads) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -437,12 +441,14 @@ py::array reference(const std::string& spec_text, const HeadView* given, py::arr
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask);
   MatrixD out;
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
       MatrixF f;
@@ -486,8 +492,9 @@ struct SweepArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string device, reference, metrics;
-  std::string output, mode;  ///< mode: create | resume | overwrite
-  std::string shard;         ///< "I/N" as the CLI's --shard; "" for the whole plan
+  std::string output, mode;   ///< mode: create | resume | overwrite
+  std::string shard;          ///< "I/N" as the CLI's --shard; "" for the whole plan
+  std::string mask = "auto";  ///< auto | full | causal, as the CLI's --mask
   std::vector<std::string> command_line;
 };
 
@@ -518,6 +525,7 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
     request.seed = a.seed;
     request.reference = a.reference;
     request.metrics = parse_metrics(a.metrics);
+    request.mask = a.mask;
     const SweepPlan plan = plan_sweep(dump, request);
     // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
     // `summarize` and `sweep --resume` take this output like one the CLI wrote.
@@ -636,43 +644,48 @@ PYBIND11_MODULE(_core, m) {
   py::class_<DumpOptions>(m, "DumpOptions");
   m.def("load", &load);
   py::class_<Slice>(m, "Slice")
-      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale) {
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal) {
              q = prepared(q, "q");
              k = prepared(k, "k");
              v = prepared(v, "v");
              auto slice = std::make_unique<Slice>();
              py::gil_scoped_release release;
-             fill_view(slice->view, q, k, v, scale, SliceId{}, nullptr);
+             fill_view(slice->view, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
              return slice;
            }),
-           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none())
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("causal") = false)
       .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("causal", [](const Slice& s) { return s.view.mask == Mask::kCausal; })
       .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
       .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
       .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
       .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })
       .def_property_readonly("k", [](const Slice& s) { return to_numpy(MatrixD(s.view.k)); })
       .def_property_readonly("v", [](const Slice& s) { return to_numpy(MatrixD(s.view.v)); });
-  m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
-    return exact(nullptr, q, k, v, scale, float64, threads);
-  });
+  m.def("exact",
+        [](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal, bool float64, int threads) {
+          return exact(nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, float64, threads);
+        });
   m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
-    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, float64, threads);
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, float64, threads);
   });
   m.def("estimate",
-        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, uint64_t seed,
-           int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
-          return estimate_view(spec, nullptr, q, k, v, scale, seed, trial, layer, head, batch, threads, device);
+        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, bool causal,
+           uint64_t seed, int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
+          return estimate_view(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, seed, trial, layer,
+                               head, batch, threads, device);
         });
   m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
                              int batch, int threads, const std::string& device) {
-    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, seed, trial, layer, head,
-                         batch, threads, device);
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, seed, trial,
+                         layer, head, batch, threads, device);
   });
   m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
-                        int threads) { return reference(spec, nullptr, q, k, v, scale, threads); });
+                        bool causal, int threads) {
+    return reference(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, threads);
+  });
   m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
-    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, threads);
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, threads);
   });
   m.def("metrics", &metrics);
   m.def("metric_names", [] {
@@ -701,6 +714,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("output", &SweepArgs::output)
       .def_readwrite("mode", &SweepArgs::mode)
       .def_readwrite("shard", &SweepArgs::shard)
+      .def_readwrite("mask", &SweepArgs::mask)
       .def_readwrite("command_line", &SweepArgs::command_line);
   m.def("sweep", &sweep);
   m.def("summarize", &summarize);

@@ -136,6 +136,45 @@ def test_python_sweep_output_is_a_shard_merge_and_resume_accept(tmp_path):
     cli("summarize", str(tmp_path / "py0.csv"), "-o", str(tmp_path / "sum0.csv"))
 
 
+def test_causal_matches_the_cli_and_numpy(tmp_path):
+    # causal=True is the CLI's --mask causal: the masked softmax (numpy to 1e-12), each causal form's
+    # estimate bit for bit the sweep's (its case id ends in ';mask=causal'), a refusal for estimators
+    # without a causal form, and a Slice that carries the mask.
+    q, k, v, scale, causal = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    assert causal is False  # synth-demo's layers are not causal: the mask is asked for explicitly
+    logits = scale * q @ k.T
+    logits[np.triu_indices(96, 1)] = -np.inf
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    want = (w / w.sum(axis=1, keepdims=True)) @ v
+    assert np.abs(attnprobe.exact(q, k, v, scale, causal=True) - want).max() < 1e-12
+    assert np.abs(attnprobe.exact(q, k, v, scale) - want).max() > 1e-3  # the mask changed the result
+    specs = [e["spec"] for e in attnprobe.estimators() if e["causal"]]
+    args = ["sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--trials", "2",
+            "--seed", str(SEED), "--mask", "causal", "-q", "-o", str(tmp_path / "causal.csv")]
+    cli(*args, *[a for s in specs for a in ("-e", s)])
+    rows = attnprobe.read_csv(tmp_path / "causal.csv")
+    assert set(rows["mask"]) == {"causal"}
+    sl = attnprobe.Slice(q, k, v, scale, causal=True)
+    assert sl.causal
+    for (spec, ref, trial), group in rows.groupby(["spec", "reference", "trial"], sort=False):
+        case = group.iloc[0]
+        reference = attnprobe.reference(ref, q, k, v, scale, causal=True)
+        for est in (attnprobe.estimate(spec, q, k, v, scale, causal=True, seed=SEED, trial=int(trial), case=case),
+                    attnprobe.estimate(spec, sl, seed=SEED, trial=int(trial), case=case)):
+            values = attnprobe.metrics(reference, est, list(group["metric"]))
+            for metric, value in zip(group["metric"], group["value"]):
+                assert same(values[metric], value), (spec, trial, metric, values[metric], value)
+    with pytest.raises(ValueError, match="causal"):
+        attnprobe.estimate("performer(M=16)", q, k, v, scale, causal=True)
+    with pytest.raises(ValueError, match="Slice"):
+        attnprobe.estimate("softmax", sl, causal=True)
+    # A sweep's mask= is the CLI's --mask: the same rows.
+    df = attnprobe.sweep(DUMP, specs, layers="1", heads="1", batch="1", lengths="96", trials=2, seed=SEED,
+                         mask="causal", threads=2)
+    attnprobe.write_csv(df, tmp_path / "py.csv")
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "causal.csv").read_bytes()
+
+
 def test_exact_float64_matches_numpy_softmax():
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(300, 24)), rng.normal(size=(300, 24)), rng.normal(size=(300, 20))

@@ -38,8 +38,8 @@ struct BenchRow {
   int repeats = 0;
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
-  std::string pass = "forward";  ///< forward | backward (what was timed)
   Mask mask = Mask::kFull;
+  std::string pass = "forward";  ///< forward | backward (what was timed)
 };
 
 extern const char* const kBenchHeader;
