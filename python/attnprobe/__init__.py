@@ -288,7 +288,10 @@ def read_csv(path: Union[str, os.PathLike]):
     """A trial or summary CSV (from the CLI or :func:`sweep`) as a DataFrame, read exactly as
     :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN)."""
     with open(os.fspath(path), encoding="utf-8") as f:
-        return _frame(f.read())
+        df = _frame(f.read())
+    if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
+        df.insert(list(df.columns).index("p") + 1, "mask", "full")
+    return df
 
 
 def write_csv(table, path: Union[str, os.PathLike]) -> None:

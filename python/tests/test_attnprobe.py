@@ -379,8 +379,8 @@ def test_errors_carry_the_cli_messages():
         attnprobe.estimate("nope", q, k, v)
     with pytest.raises(ValueError, match="has no parameter 'x'"):
         attnprobe.estimate("yoso(x=1)", q, k, v)
-    with pytest.raises(ValueError, match="causal=True"):
-        attnprobe.estimate("vmean", q, k, v, causal=True)
+    with pytest.raises(ValueError, match="has no causal form"):
+        attnprobe.estimate("performer(M=16)", q, k, v, causal=True)
     with pytest.raises(ValueError, match="keys must match queries"):
         attnprobe.estimate("vmean", q, k[:10], v)
     with pytest.raises(ValueError, match="2-D array"):
