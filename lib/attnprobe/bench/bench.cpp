@@ -22,7 +22,7 @@ const char* const kBenchHeader =
     "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass";
 
 std::string format_bench_csv_row(const BenchRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
                      r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
                      r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass);
 }
