@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reruns the sweeps behind the three paper figures on the bundled dumps and draws them as PNG and
-# SVG into out/figures/ (YOSO Fig. 8, Skeinformer Fig. 1, LARA Fig. 1), then issue 18's analysis
-# figures on charlm-hd32 (plots/analysis_charlm.sh, into plots/figures/analysis-*.png). plots/README.md explains
+# SVG into out/figures/ (YOSO Fig. 8, Skeinformer Fig. 1, LARA Fig. 1), YOSO Fig. 8 for gradients on
+# our own model (charlm-hd64), then issue 18's analysis figures on charlm-hd32
+# (plots/analysis_charlm.sh, into plots/figures/analysis-*.png). plots/README.md explains
 # each figure, what the paper claimed and what the data shows.
 #
 #   plots/reproduce_all.sh            # the bundled dumps (synth-demo, charlm-hd64), a few minutes on 2 cores
@@ -39,6 +40,18 @@ figures() {  # name dump yoso-lengths sketch-lengths sketch-samples lara-lengths
 figures synth-demo data/synth-demo.h5 64..1024:x2 512,1024 8..256:x2 256,512,1024 8..1024:x2
 # Our own trained model at the papers' lengths (YOSO: up to 4096; Skeinformer: 1024 and 4096).
 figures charlm-hd64 data/charlm-hd64.h5 64..4096:x2 1024,4096 8..256:x2 256,1024,4096 8..1024:x2
+# YOSO Fig. 8 for gradients (issue 20): the backward-pass estimates against the exact YOSO-E gradient on
+# our own model, batch item 0 (4 slices), n = 256 and 1024 (~1 min on 2 shared cores).
+echo "== charlm-hd64: YOSO Fig. 8 for gradients"
+"$bin" sweep data/charlm-hd64.h5 -e yoso -e 'yoso(grad=sparse)' --samples 8..128:x2 --lengths 256,1024 --batch 0 \
+  --trials 4 --metrics grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs --overwrite -q \
+  -o "$out/yoso-grad-charlm-hd64.csv"
+"$bin" sweep data/charlm-hd64.h5 -e 'yoso-e(grad=lower)' --reference yoso-e --lengths 256,1024 --batch 0 \
+  --metrics grad_q_fro_rel,grad_q_angle,grad_v_fro_rel --overwrite -q -o "$out/yoso-bound-charlm-hd64.csv"
+for ext in png svg; do
+  $py plots/yoso_grad_fig8.py "$out/yoso-grad-charlm-hd64.csv" "$out/yoso-bound-charlm-hd64.csv" \
+    -o "$out/yoso-grad-fig8-charlm-hd64.$ext"
+done
 if [ "${1:-}" = "--shared" ]; then
   shared=../shared/data
   if [ -f "$shared/stories260K.h5" ]; then

@@ -213,3 +213,22 @@ TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
   CHECK(info.exit_code == 0);
   CHECK_THAT(info.output, Catch::Contains("float16") && Catch::Contains("50,20"));
 }
+
+TEST_CASE("bench --backward times backward passes and refuses estimators without one", "[cli][bench]") {
+  const std::string csv = temp_path("bench-backward.csv");
+  const auto r = run_attnprobe("bench --backward -e " + quote("yoso(m=4)") +
+                               " -e softmax --lengths 32,64 --threads 1 --repeat 1 --csv " + csv);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string text = read_text(csv);
+  CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass\n",
+                   0) == 0);
+  CHECK(count_lines(text) == 5);  // header + 2 lengths x 2 estimators, no ceiling rows
+  size_t backward_rows = 0;
+  for (size_t at = text.find(",backward\n"); at != std::string::npos; at = text.find(",backward\n", at + 1))
+    ++backward_rows;
+  CHECK(backward_rows == 4);
+  const auto refused = run_attnprobe("bench --backward -e nystrom --lengths 32");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("has no backward pass") && !Catch::Contains("estimator "));
+}

@@ -17,7 +17,7 @@ struct BenchCommandOptions {
   std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", csv;
   int64_t p = 64;
   int repeat = 5;
-  bool no_sgemm = false;
+  bool no_sgemm = false, backward = false;
 };
 }  // namespace
 
@@ -36,9 +36,14 @@ Action add_bench(CLI::App& app) {
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
   app.add_option("--csv", o->csv, "also write the rows to this CSV");
   app.add_flag("--no-sgemm", o->no_sgemm, "skip the fma-peak and sgemm-floor rows");
+  app.add_flag("--backward", o->backward,
+               "time the backward pass (the gradient of <G, Y> for an N(0,1) upstream G, float64, CPU) instead of the "
+               "estimate; only estimators with a backward form (softmax, vmean, performer, yoso, yoso-e); no ceiling "
+               "rows");
   app.footer(
       "Example:\n  attnprobe bench --lengths 512..4096:x2 --threads 1,2\n  attnprobe bench -e vmean -e softmax "
-      "--lengths 4096 --threads 1 --csv out/bench.csv\n\n"
+      "--lengths 4096 --threads 1 --csv out/bench.csv\n  attnprobe bench --backward -e yoso -e softmax "
+      "--lengths 1024..16384:x2 --threads 1\n\n"
       "Inputs are N(0,1) queries, keys and values with scale 1/sqrt(p). gflops counts useful work (4*n^2*p for "
       "exact attention). Two ceilings are measured in the same run on the CPU: fma-peak (vector FMA chains, no memory "
       "traffic: the machine's fp32 peak) and sgemm-floor (the same two products as whole OpenBLAS calls, Q*K^T into an "
@@ -60,19 +65,18 @@ Action add_bench(CLI::App& app) {
     const std::optional<Mask> mask = parse_mask(o->mask);
     if (!mask) throw UsageError(fmt::format("--mask is '{}'; it must be full or causal", o->mask));
     r.mask = *mask;
-    // Fail before any output when the device or an estimator cannot run there.
-    for (const std::string& text : r.estimators) {
-      const Spec spec = parse_spec(text);
-      make_estimator(spec, parse_device(r.device));
-      require_mask_support(spec, r.mask, parse_device(r.device));
-    }
+    r.backward = o->backward;
+    check_bench_request(r);  // fail before any output (device, specs, masks, backward passes)
     std::ofstream csv;
     if (!o->csv.empty()) {
       csv.open(o->csv);
       if (!csv) throw InputError(fmt::format("cannot write '{}'", o->csv));
       csv << kBenchHeader << "\n";
     }
-    if (r.device == "cpu") fmt::print("sgemm floor: {}\n", bench_floor_description());
+    if (r.backward)
+      fmt::print("backward passes (float64, CPU): time of Estimator::backward for an N(0,1) upstream gradient\n");
+    else if (r.device == "cpu")
+      fmt::print("sgemm floor: {}\n", bench_floor_description());
     fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8}\n", "estimator", "spec", "n", "p", "samples",
                "threads", "median ms", "min ms", "GFLOP/s");
     run_bench(r, [&](const BenchRow& row) {

@@ -39,8 +39,6 @@ __all__ = [
     "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
 ]
 
-_CAUSAL_MESSAGE = ("causal=True: attnprobe does not apply masks yet; attention is measured full (bidirectional), "
-                   "as the CLI does (docs/README.md, 'Contract items not implemented yet')")
 
 
 class EstimatorError(RuntimeError):
@@ -81,9 +79,10 @@ def _matrices(q, k, v):
     return _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
 
 
-def _no_causal(causal: bool) -> None:
+def _slice_causal(causal: bool) -> None:
     if causal:
-        raise ValueError(_CAUSAL_MESSAGE)
+        raise ValueError("a Slice carries its mask: build it with Slice(q, k, v, scale, causal=True) "
+                         "and leave causal out of the call")
 
 
 def _threads(threads: int) -> int:
@@ -97,15 +96,16 @@ class Slice(_core.Slice):
     copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
     ``attnprobe bench`` times, without the per-call conversion (~1 ms at 4096 x 64). Pass it as ``q``
     to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v and scale out).
-    Attributes: ``n``, ``p``, ``pv``, ``scale``, and ``q``, ``k``, ``v`` (float64 copies).
+    Attributes: ``n``, ``p``, ``pv``, ``scale``, ``causal`` (the slice's mask: every call on it is
+    causal or full), and ``q``, ``k``, ``v`` (float64 copies).
 
         >>> s = attnprobe.Slice(q, k, v, scale)
         >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
     """
 
-    def __init__(self, q, k, v, scale: Optional[float] = None):
+    def __init__(self, q, k, v, scale: Optional[float] = None, causal: bool = False):
         q, k, v = _matrices(q, k, v)
-        super().__init__(q, k, v, None if scale is None else float(scale))
+        super().__init__(q, k, v, None if scale is None else float(scale), bool(causal))
 
 
 def _slice_only(q, k, v, scale) -> bool:
@@ -160,18 +160,20 @@ def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False
 
     ``dtype=np.float64`` (default) is the reference every metric compares against (row blocks,
     max-subtracted); ``np.float32`` the blocked online-softmax kernel the ``softmax`` estimator uses.
-    ``scale`` defaults to 1/sqrt(p). The result does not depend on ``threads`` (0 = all cores).
+    ``scale`` defaults to 1/sqrt(p). ``causal=True``: query i attends to keys 0..i only (the CLI's
+    ``--mask causal``). The result does not depend on ``threads`` (0 = all cores).
 
         >>> out = attnprobe.exact(q, k, v, scale)
     """
-    _no_causal(causal)
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dt}")
     if _slice_only(q, k, v, scale):
+        _slice_causal(causal)
         return _core.exact_slice(q, dt == np.float64, _threads(threads))
     q, k, v = _matrices(q, k, v)
-    return _core.exact(q, k, v, None if scale is None else float(scale), dt == np.float64, _threads(threads))
+    return _core.exact(q, k, v, None if scale is None else float(scale), bool(causal), dt == np.float64,
+                       _threads(threads))
 
 
 _CASE_FIELDS = ("layer", "head", "batch")
@@ -202,36 +204,39 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
     result is bit for bit what ``attnprobe sweep --seed SEED`` computed for that case and trial.
     ``case=None`` means layer 0, head 0, batch 0. ``threads`` (0 = all cores) never changes the
     result; ``device="cuda"`` runs the estimator's CUDA version where one exists. ``q`` may be a
-    :class:`Slice` (then leave k, v and scale out): converted once, it is the fastest way to call
-    many estimates on one slice.
+    :class:`Slice` (then leave k, v, scale and causal out): converted once, it is the fastest way to
+    call many estimates on one slice. ``causal=True`` runs the estimator's causal form (the CLI's
+    ``--mask causal``, with that case's draws); an estimator without one raises ValueError naming
+    those that have one (``estimators()``' ``causal`` field).
 
         >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 1, 0, 0, length=256)
         >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0, trial=3,
         ...                          case={"layer": 1, "head": 0, "batch": 0})
         >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est)["spec_rel"]   # = the CSV's value
     """
-    _no_causal(causal)
     if _slice_only(q, k, v, scale):
+        _slice_causal(causal)
         layer, head, batch = _case_fields(case, q.n)
         return _core.estimate_slice(str(spec), q, int(seed), int(trial), layer, head, batch, _threads(threads),
                                     str(device))
     q, k, v = _matrices(q, k, v)
     layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
-    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), int(seed), int(trial), layer,
-                          head, batch, _threads(threads), str(device))
+    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal), int(seed),
+                          int(trial), layer, head, batch, _threads(threads), str(device))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
               threads: int = 0) -> np.ndarray:
     """What a sweep compares against when ``spec`` is the reference (a deterministic estimator, e.g.
     ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n x pv. ``reference("softmax", ...)``
-    equals ``exact(...)``.
+    equals ``exact(...)``; ``causal=True`` is its masked form.
     """
-    _no_causal(causal)
     if _slice_only(q, k, v, scale):
+        _slice_causal(causal)
         return _core.reference_slice(str(spec), q, _threads(threads))
     q, k, v = _matrices(q, k, v)
-    return _core.reference(str(spec), q, k, v, None if scale is None else float(scale), _threads(threads))
+    return _core.reference(str(spec), q, k, v, None if scale is None else float(scale), bool(causal),
+                           _threads(threads))
 
 
 def metric_names() -> list:
@@ -283,7 +288,10 @@ def read_csv(path: Union[str, os.PathLike]):
     """A trial or summary CSV (from the CLI or :func:`sweep`) as a DataFrame, read exactly as
     :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN)."""
     with open(os.fspath(path), encoding="utf-8") as f:
-        return _frame(f.read())
+        df = _frame(f.read())
+    if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
+        df.insert(list(df.columns).index("p") + 1, "mask", "full")
+    return df
 
 
 def write_csv(table, path: Union[str, os.PathLike]) -> None:
@@ -411,8 +419,10 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
           samples=None, layers="all", heads="all", batch="all", lengths=None, trials: int = 8, seed: int = 0,
           threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
           custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
-          resume: bool = False, overwrite: bool = False, q_path: Optional[str] = None, k_path: Optional[str] = None,
-          v_path: Optional[str] = None, layout: Optional[str] = None, num_heads: int = 0):
+          resume: bool = False, overwrite: bool = False, shard: Optional[str] = None, mask: str = "auto",
+          q_path: Optional[str] = None,
+          k_path: Optional[str] = None, v_path: Optional[str] = None, layout: Optional[str] = None,
+          num_heads: int = 0):
     """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
 
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
@@ -432,10 +442,16 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
       metrics     "all", or names (list or "spec,angle")
       custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
       output      also write the CSV (and NAME.run.json) there, flushed per slice; an existing file
-                  is refused unless resume=True (keep its finished trials) or overwrite=True
+                  is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
+                  records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
+                  ``sweep --resume`` take the file like one the CLI wrote
+      mask        "auto" (each layer's causal attribute), "full" or "causal", as the CLI's --mask
+      shard       "I/N": only shard I (0-based) of N, dealt as the CLI's ``--shard`` (the same units on
+                  every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
     Your own estimator: ``fn(q, k, v, scale, causal, seed)`` gets one slice (q, k: n x p, v: n x pv,
-    float64 numpy arrays; ``causal`` is False; ``seed`` is the 64-bit key of (sweep seed, case,
+    float64 numpy arrays; ``causal`` is False: custom estimators have no causal form yet, so a
+    causal case (``mask="causal"``, or a causal layer under "auto") with ``custom`` is refused; ``seed`` is the 64-bit key of (sweep seed, case,
     trial), so reruns and filtered reruns repeat) and returns n x pv (numpy or torch). Draw with a
     local generator, e.g. ``torch.Generator().manual_seed(seed)`` or ``np.random.default_rng(seed)``.
     Custom calls run one at a time; built-ins run on all threads beside them. A function that raises
@@ -489,10 +505,12 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     args.metrics = metrics if isinstance(metrics, str) else ",".join(metrics)
     args.output = "" if output is None else os.fspath(output)
     args.mode = "resume" if resume else "overwrite" if overwrite else "create"
+    args.shard = "" if shard is None else str(shard)
+    args.mask = str(mask)
     args.command_line = ["python:attnprobe.sweep", args.dump] + [f"-e {s}" for s in specs] + [
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
-        f"--metrics {args.metrics}"]
+        f"--metrics {args.metrics}", f"--mask {args.mask}"] + ([f"--shard {args.shard}"] if args.shard else [])
     wrappers = {str(name): _custom_wrapper(str(name), fn, args.seed, args.trials) for name, fn in custom.items()}
     text = _core.sweep(args, wrappers)
     return read_csv(args.output) if text is None else _frame(text)

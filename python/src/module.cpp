@@ -41,6 +41,7 @@
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/sweep/plan.h"
 #include "attnprobe/sweep/runner.h"
+#include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
 #include "attnprobe/version.h"
 
@@ -145,21 +146,57 @@ double default_scale(std::optional<double> scale, int64_t p) {
   return *scale;
 }
 
-// A prepared() array into `dst` (float64) and `dstf` (float32), in their memory when the shape is
-// unchanged, in blocks of rows so that the float32 pass reads what the float64 pass just wrote from
-// cache rather than from memory.
-void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf) {
+// Whether `a` (a prepared() array of Scalar) is C-contiguous: then its rows are read as one dense
+// block, which Eigen copies with vector loads (the strided map above copies element by element).
+template <class Scalar>
+bool c_contiguous(const py::array& a) {
+  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
+  return a.strides(1) == item && a.strides(0) == a.shape(1) * item;
+}
+
+template <class Scalar>
+Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> dense_rows(const py::array& a,
+                                                                                                    int64_t r0,
+                                                                                                    int64_t rows) {
+  return {static_cast<const Scalar*>(a.data()) + r0 * a.shape(1), rows, a.shape(1)};
+}
+
+// Rows [r0, r0 + rows) of a prepared() array into `dst` (float64) and `dstf` (float32), already
+// sized. One read of the input: a float64 array is copied into dst and dst's block (still in cache)
+// cast into dstf; a float32 array is copied into dstf and dstf's block cast into dst.
+void assign_rows(const py::array& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_t rows) {
+  if (mappable<double>(a)) {
+    if (c_contiguous<double>(a))
+      dst.middleRows(r0, rows) = dense_rows<double>(a, r0, rows);
+    else
+      dst.middleRows(r0, rows) = map_of<double>(a).middleRows(r0, rows);
+    dstf.middleRows(r0, rows) = dst.middleRows(r0, rows).cast<float>();
+  } else {
+    if (c_contiguous<float>(a))
+      dstf.middleRows(r0, rows) = dense_rows<float>(a, r0, rows);
+    else
+      dstf.middleRows(r0, rows) = map_of<float>(a).middleRows(r0, rows);
+    dst.middleRows(r0, rows) = dstf.middleRows(r0, rows).cast<double>();
+  }
+}
+
+// A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks
+// of 64 rows (the second pass reads what the first just wrote from cache rather than from memory),
+// the blocks spread over `pool`'s threads (the copy is memory-bound: a second core adds bandwidth).
+void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool) {
   constexpr int64_t kBlockRows = 64;
   const int64_t rows = a.shape(0), cols = a.shape(1);
   dst.resize(rows, cols);
   dstf.resize(rows, cols);
-  for (int64_t r = 0; r < rows; r += kBlockRows) {
-    const int64_t b = std::min(kBlockRows, rows - r);
-    if (mappable<double>(a))
-      dst.middleRows(r, b) = map_of<double>(a).middleRows(r, b);
-    else
-      dst.middleRows(r, b) = map_of<float>(a).middleRows(r, b).cast<double>();
-    dstf.middleRows(r, b) = dst.middleRows(r, b).cast<float>();
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  auto block = [&](int64_t b) {
+    const int64_t r0 = b * kBlockRows;
+    assign_rows(a, dst, dstf, r0, std::min(kBlockRows, rows - r0));
+  };
+  if (pool && pool->size() > 1 && blocks > 1) {
+    pool->parallel_for(blocks, block);
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) block(b);
   }
 }
 
@@ -172,7 +209,7 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 // arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
 // handles keep the arrays alive. The returned view is valid until this thread's next call.
 void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-               SliceId id) {
+               Mask mask, SliceId id, ThreadPool* pool) {
   const int64_t n = q.shape(0), p = q.shape(1);
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
   require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
@@ -182,16 +219,17 @@ void fill_view(HeadView& view, const py::array& q, const py::array& k, const py:
   id.n = n;
   view.id = id;
   view.scale = default_scale(scale, p);
-  assign_matrix(q, view.q, view.qf);
-  assign_matrix(k, view.k, view.kf);
-  assign_matrix(v, view.v, view.vf);
+  view.mask = mask;
+  assign_matrix(q, view.q, view.qf, pool);
+  assign_matrix(k, view.k, view.kf, pool);
+  assign_matrix(v, view.v, view.vf, pool);
 }
 
 const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                          SliceId id) {
+                          Mask mask, SliceId id, ThreadPool* pool) {
   thread_local HeadView view;
   if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
-  fill_view(view, q, k, v, scale, id);
+  fill_view(view, q, k, v, scale, mask, id, pool);
   return view;
 }
 
@@ -338,8 +376,8 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                         view.scale, causal.value_or(0) != 0);
 }
 
-py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, bool float64,
-                int threads) {
+py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, Mask mask,
+                bool float64, int threads) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -349,25 +387,26 @@ py::array exact(const HeadView* given, py::array q, py::array k, py::array v, st
   MatrixF out32;
   {
     py::gil_scoped_release release;
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
     if (float64)
-      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get());
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.mask);
     else
-      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get());
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.mask);
   }
   return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
 
-RandomKey key_of(uint64_t seed, const SliceId& id, const std::string& canonical, int64_t trial) {
+// The sweep's key of (seed, case, trial); a causal case's id ends in ";mask=causal" as in the sweep.
+RandomKey key_of(uint64_t seed, const SliceId& id, Mask mask, const std::string& canonical, int64_t trial) {
   require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
-  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n}, canonical),
+  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n, mask}, canonical),
                          static_cast<uint32_t>(trial));
 }
 
 py::array estimate_view(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                        std::optional<double> scale, uint64_t seed, int64_t trial, int layer, int head, int batch,
-                        int threads, const std::string& device) {
+                        std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial, int layer, int head,
+                        int batch, int threads, const std::string& device) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -376,14 +415,16 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask, parse_device(device));  // the sweep's refusal (exit 2 there)
   MatrixF out;
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
-    const SliceId id{layer, head, batch, view.n()};
     PoolLease pool(threads);
-    estimator->estimate(view, EstimateContext{key_of(seed, id, spec.canonical(), trial), pool.get()}, out);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
+    const SliceId id{layer, head, batch, view.n()};
+    estimator->estimate(view, EstimateContext{key_of(seed, id, view.mask, spec.canonical(), trial), pool.get()}, out);
   }
   return to_numpy(std::move(out));
 }
@@ -391,7 +432,7 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
 // What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
 // estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
 py::array reference(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                    std::optional<double> scale, int threads) {
+                    std::optional<double> scale, Mask mask, int threads) {
   if (!given) {
     q = prepared(q, "q");
     k = prepared(k, "k");
@@ -400,12 +441,14 @@ py::array reference(const std::string& spec_text, const HeadView* given, py::arr
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask);
   MatrixD out;
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, SliceId{});
     PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
       MatrixF f;
@@ -449,7 +492,9 @@ struct SweepArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string device, reference, metrics;
-  std::string output, mode;  ///< mode: create | resume | overwrite
+  std::string output, mode;   ///< mode: create | resume | overwrite
+  std::string shard;          ///< "I/N" as the CLI's --shard; "" for the whole plan
+  std::string mask = "auto";  ///< auto | full | causal, as the CLI's --mask
   std::vector<std::string> command_line;
 };
 
@@ -480,13 +525,18 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
     request.seed = a.seed;
     request.reference = a.reference;
     request.metrics = parse_metrics(a.metrics);
-    SweepPlan plan = plan_sweep(dump, request);
+    request.mask = a.mask;
+    const SweepPlan plan = plan_sweep(dump, request);
+    // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
+    // `summarize` and `sweep --resume` take this output like one the CLI wrote.
+    const ShardSpec shard = a.shard.empty() ? ShardSpec{} : ShardSpec::parse(a.shard);
+    ShardPlan part = plan_shard(dump, plan, unit_costs(dump, plan), shard);
     RunOptions options;
     options.threads = a.threads;
     options.device = parse_device(a.device);
     if (a.output.empty()) {
       std::vector<TrialRow> rows;
-      run_sweep(dump, plan, options,
+      run_sweep(dump, part.plan, options,
                 [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
       text = trial_csv_text(rows);
     } else {
@@ -496,10 +546,11 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
       info.threads = a.threads > 0 ? a.threads : hardware_threads();
       info.device = a.device;
       info.seed = a.seed;
+      info.plan = std::move(part.record);
       const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
                               : a.mode == "overwrite" ? OutputMode::kOverwrite
                                                       : OutputMode::kCreate;
-      SweepRun run(dump, std::move(plan), a.output, mode, options, info);
+      SweepRun run(dump, std::move(part.plan), a.output, mode, options, info);
       run.run();
     }
   }
@@ -593,43 +644,48 @@ PYBIND11_MODULE(_core, m) {
   py::class_<DumpOptions>(m, "DumpOptions");
   m.def("load", &load);
   py::class_<Slice>(m, "Slice")
-      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale) {
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal) {
              q = prepared(q, "q");
              k = prepared(k, "k");
              v = prepared(v, "v");
              auto slice = std::make_unique<Slice>();
              py::gil_scoped_release release;
-             fill_view(slice->view, q, k, v, scale, SliceId{});
+             fill_view(slice->view, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
              return slice;
            }),
-           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none())
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("causal") = false)
       .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("causal", [](const Slice& s) { return s.view.mask == Mask::kCausal; })
       .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
       .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
       .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
       .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })
       .def_property_readonly("k", [](const Slice& s) { return to_numpy(MatrixD(s.view.k)); })
       .def_property_readonly("v", [](const Slice& s) { return to_numpy(MatrixD(s.view.v)); });
-  m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, bool float64, int threads) {
-    return exact(nullptr, q, k, v, scale, float64, threads);
-  });
+  m.def("exact",
+        [](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal, bool float64, int threads) {
+          return exact(nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, float64, threads);
+        });
   m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
-    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, float64, threads);
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, float64, threads);
   });
   m.def("estimate",
-        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, uint64_t seed,
-           int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
-          return estimate_view(spec, nullptr, q, k, v, scale, seed, trial, layer, head, batch, threads, device);
+        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, bool causal,
+           uint64_t seed, int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
+          return estimate_view(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, seed, trial, layer,
+                               head, batch, threads, device);
         });
   m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
                              int batch, int threads, const std::string& device) {
-    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, seed, trial, layer, head,
-                         batch, threads, device);
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, seed, trial,
+                         layer, head, batch, threads, device);
   });
   m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
-                        int threads) { return reference(spec, nullptr, q, k, v, scale, threads); });
+                        bool causal, int threads) {
+    return reference(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, threads);
+  });
   m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
-    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, threads);
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, threads);
   });
   m.def("metrics", &metrics);
   m.def("metric_names", [] {
@@ -657,6 +713,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("metrics", &SweepArgs::metrics)
       .def_readwrite("output", &SweepArgs::output)
       .def_readwrite("mode", &SweepArgs::mode)
+      .def_readwrite("shard", &SweepArgs::shard)
+      .def_readwrite("mask", &SweepArgs::mask)
       .def_readwrite("command_line", &SweepArgs::command_line);
   m.def("sweep", &sweep);
   m.def("summarize", &summarize);

@@ -5,6 +5,7 @@ variant of every registered estimator; sweep()'s DataFrame and CSV equal the CLI
 a numpy softmax; custom Python estimators are measured, summarised and gated like the built-ins, and
 their failures name the case; torch tensors work without a copy. Fixed seeds throughout.
 """
+import json
 import math
 import os
 import subprocess
@@ -103,6 +104,77 @@ def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
                                   attnprobe.read_csv(tmp_path / "over.csv"), check_exact=True)
 
 
+def test_python_sweep_output_is_a_shard_merge_and_resume_accept(tmp_path):
+    # run.json carries the CLI's plan record: a Python shard merges with a CLI shard of the same plan
+    # into the CLI's whole sweep byte for byte, and the CLI resumes a Python sweep's file.
+    specs = ["vmean", "performer(M=16)", "yoso(m=8,tau=4)"]
+    def grid_of(trials):
+        return ["--layers", "0,1", "--heads", "0", "--batch", "0..1", "--lengths", "64,128", "--trials", str(trials),
+                "--seed", "3", "-q"] + [a for s in specs for a in ("-e", s)]
+
+    grid = grid_of(2)
+    common = dict(layers="0,1", heads="0", batch="0..1", lengths="64,128", trials=2, seed=3, threads=2)
+    cli("sweep", DUMP, *grid, "-o", str(tmp_path / "cli.csv"))
+    attnprobe.sweep(DUMP, specs, output=tmp_path / "py0.csv", shard="0/2", **common)
+    cli("sweep", DUMP, *grid, "--shard", "1/2", "-o", str(tmp_path / "cli1.csv"))
+    py_plan = json.loads((tmp_path / "py0.run.json").read_text())["plan"]
+    cli_plan = json.loads((tmp_path / "cli1.run.json").read_text())["plan"]
+    assert py_plan["fingerprint"] == cli_plan["fingerprint"]
+    assert py_plan["shard"] == {"index": 0, "count": 2}
+    assert 0 < len(py_plan["units"]) < py_plan["units_total"]  # a real shard: part of the units
+    cli("merge", "-o", str(tmp_path / "merged.csv"), str(tmp_path / "py0.csv"), str(tmp_path / "cli1.csv"))
+    assert (tmp_path / "merged.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    # The whole plan from Python: the CLI's --resume finds every trial finished and leaves the rows as they are.
+    attnprobe.sweep(DUMP, specs, output=tmp_path / "py.csv", **common)
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
+    resumed = cli("sweep", DUMP, *grid, "--resume", "-o", str(tmp_path / "py.csv"))
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes(), resumed.stderr
+    # ...and refuses it for another grid (the plan fingerprint differs): exit 2.
+    other = subprocess.run([BINARY, "sweep", DUMP, *grid_of(3), "--resume", "-o", str(tmp_path / "py.csv")],
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "another grid" in other.stderr, other.stderr
+    cli("summarize", str(tmp_path / "py0.csv"), "-o", str(tmp_path / "sum0.csv"))
+
+
+def test_causal_matches_the_cli_and_numpy(tmp_path):
+    # causal=True is the CLI's --mask causal: the masked softmax (numpy to 1e-12), each causal form's
+    # estimate bit for bit the sweep's (its case id ends in ';mask=causal'), a refusal for estimators
+    # without a causal form, and a Slice that carries the mask.
+    q, k, v, scale, causal = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    assert causal is False  # synth-demo's layers are not causal: the mask is asked for explicitly
+    logits = scale * q @ k.T
+    logits[np.triu_indices(96, 1)] = -np.inf
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    want = (w / w.sum(axis=1, keepdims=True)) @ v
+    assert np.abs(attnprobe.exact(q, k, v, scale, causal=True) - want).max() < 1e-12
+    assert np.abs(attnprobe.exact(q, k, v, scale) - want).max() > 1e-3  # the mask changed the result
+    specs = [e["spec"] for e in attnprobe.estimators() if e["causal"]]
+    args = ["sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--trials", "2",
+            "--seed", str(SEED), "--mask", "causal", "-q", "-o", str(tmp_path / "causal.csv")]
+    cli(*args, *[a for s in specs for a in ("-e", s)])
+    rows = attnprobe.read_csv(tmp_path / "causal.csv")
+    assert set(rows["mask"]) == {"causal"}
+    sl = attnprobe.Slice(q, k, v, scale, causal=True)
+    assert sl.causal
+    for (spec, ref, trial), group in rows.groupby(["spec", "reference", "trial"], sort=False):
+        case = group.iloc[0]
+        reference = attnprobe.reference(ref, q, k, v, scale, causal=True)
+        for est in (attnprobe.estimate(spec, q, k, v, scale, causal=True, seed=SEED, trial=int(trial), case=case),
+                    attnprobe.estimate(spec, sl, seed=SEED, trial=int(trial), case=case)):
+            values = attnprobe.metrics(reference, est, list(group["metric"]))
+            for metric, value in zip(group["metric"], group["value"]):
+                assert same(values[metric], value), (spec, trial, metric, values[metric], value)
+    with pytest.raises(ValueError, match="causal"):
+        attnprobe.estimate("performer(M=16)", q, k, v, scale, causal=True)
+    with pytest.raises(ValueError, match="Slice"):
+        attnprobe.estimate("softmax", sl, causal=True)
+    # A sweep's mask= is the CLI's --mask: the same rows.
+    df = attnprobe.sweep(DUMP, specs, layers="1", heads="1", batch="1", lengths="96", trials=2, seed=SEED,
+                         mask="causal", threads=2)
+    attnprobe.write_csv(df, tmp_path / "py.csv")
+    assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "causal.csv").read_bytes()
+
+
 def test_exact_float64_matches_numpy_softmax():
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(300, 24)), rng.normal(size=(300, 24)), rng.normal(size=(300, 20))
@@ -132,6 +204,9 @@ def test_threads_and_input_dtype_do_not_change_results():
     wide[:, ::2] = v
     d = attnprobe.estimate("performer(M=16)", q.astype(np.float32), k, wide[:, ::2], scale, seed=3)
     assert np.array_equal(c, d)
+    # ...and C-contiguous float64 (the dump holds float16, so every float32 copy above is exact),
+    # converted in blocks over 4 threads: the dense, strided, float32 and threaded paths agree.
+    assert np.array_equal(c, attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, threads=4))
     # Another case, another draw; case=None is layer 0, head 0, batch 0.
     e = attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, case={"layer": 0, "head": 0, "batch": 0})
     f = attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, case={"layer": 0, "head": 1, "batch": 0})
@@ -304,8 +379,8 @@ def test_errors_carry_the_cli_messages():
         attnprobe.estimate("nope", q, k, v)
     with pytest.raises(ValueError, match="has no parameter 'x'"):
         attnprobe.estimate("yoso(x=1)", q, k, v)
-    with pytest.raises(ValueError, match="causal=True"):
-        attnprobe.estimate("vmean", q, k, v, causal=True)
+    with pytest.raises(ValueError, match="has no causal form"):
+        attnprobe.estimate("performer(M=16)", q, k, v, causal=True)
     with pytest.raises(ValueError, match="keys must match queries"):
         attnprobe.estimate("vmean", q, k[:10], v)
     with pytest.raises(ValueError, match="2-D array"):

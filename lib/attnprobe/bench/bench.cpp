@@ -19,12 +19,12 @@
 namespace attnprobe {
 
 const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask";
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass";
 
 std::string format_bench_csv_row(const BenchRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
                      r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
-                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask));
+                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass);
 }
 
 namespace {
@@ -56,13 +56,21 @@ HeadView random_view(int64_t n, int64_t p, uint64_t seed) {
                         std::move(v));
 }
 
+// The upstream gradient G of a backward pass: n × pv, iid N(0, 1), from its own keyed stream.
+MatrixD random_upstream(int64_t n, int64_t pv, uint64_t seed) {
+  const RandomStream stream(make_random_key(seed, "bench;upstream", 0), Purpose::kGeneric);
+  MatrixD g(n, pv);
+  for (int64_t i = 0; i < n; ++i) stream.normals(static_cast<uint32_t>(i), 0, g.row(i).data(), pv);
+  return g;
+}
+
 }  // namespace
 
 std::string bench_floor_description() { return OpenBlasFloor::instance().description(); }
 
-std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row) {
-  if (request.repeat < 1) throw UsageError("--repeat must be at least 1");
-  if (request.p < 1) throw UsageError("--p must be at least 1");
+namespace {
+
+std::vector<Spec> bench_specs(const BenchRequest& request) {
   std::vector<Spec> specs;
   for (const std::string& text : request.estimators) {
     const Spec base = parse_spec(text);
@@ -71,45 +79,76 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     else
       for (int64_t s : request.samples) specs.push_back(base.with_samples(s));
   }
+  return specs;
+}
+
+}  // namespace
+
+void check_bench_request(const BenchRequest& request) {
+  if (request.repeat < 1) throw UsageError("--repeat must be at least 1");
+  if (request.p < 1) throw UsageError("--p must be at least 1");
+  for (int64_t n : request.lengths)
+    if (n < 2) throw UsageError("bench lengths must be at least 2");
+  const Device device = parse_device(request.device);
+  for (const Spec& spec : bench_specs(request)) {
+    make_estimator(spec, device);  // an estimator without a version for the device: UsageError
+    require_mask_support(spec, request.mask, device);
+    if (!request.backward) continue;
+    // Backward passes are float64 host code (sweeps take them from the CPU version too), of full attention.
+    if (device != Device::kCpu) throw UsageError("--backward times the CPU backward passes: leave --device cpu");
+    if (request.mask != Mask::kFull)
+      throw UsageError("--backward times the full-attention backward passes: --mask full");
+    if (spec.def().backward.empty())
+      throw UsageError(fmt::format("--backward: '{}' has no backward pass (`attnprobe list` shows which have one)",
+                                   spec.canonical()));
+  }
+}
+
+std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row) {
+  check_bench_request(request);
+  const std::vector<Spec> specs = bench_specs(request);
   std::vector<BenchRow> rows;
   auto emit = [&](BenchRow row) {
     on_row(row);
     rows.push_back(std::move(row));
   };
   const Device device = parse_device(request.device);
-  if (request.sgemm_floor && device == Device::kCpu) {
+  if (request.sgemm_floor && device == Device::kCpu && !request.backward) {
     // The ceiling: vector FMAs with no memory traffic (seconds = the measuring time).
     for (int64_t threads : request.threads)
       emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3,
                     measure_fma_peak_gflops(static_cast<int>(threads))});
   }
-  for (int64_t n : request.lengths)
-    if (n < 2) throw UsageError("bench lengths must be at least 2");
   // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
   // spin for a while after a multi-threaded call and would steal a core from what comes next.
   for (int64_t n : request.lengths) {
     HeadView view = random_view(n, request.p, request.seed);
     view.mask = request.mask;
+    const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
       for (const Spec& spec : specs) {
         const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
         MatrixF out;
         const EstimateContext ctx{make_random_key(request.seed, "bench;" + spec.canonical(), 0), &pool};
-        auto [median, min] = time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
-        double flops = estimator->flops(n, request.p, view.pv());
+        auto [median, min] = request.backward
+                                 ? time_calls(request.repeat, [&] { estimator->backward(view, upstream, ctx); })
+                                 : time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
+        // flops() counts the forward pass: no GFLOP/s for a backward row.
+        double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
         // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
         // linear estimators' causal forms do the same work as their full forms.
         if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
                       request.repeat, median, min,
-                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt, request.mask});
+                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt, request.mask,
+                      request.backward ? "backward" : "forward"});
       }
     }
   }
   const OpenBlasFloor& blas = OpenBlasFloor::instance();
-  if (!request.sgemm_floor || !blas.available() || device != Device::kCpu) return rows;
+  if (!request.sgemm_floor || !blas.available() || device != Device::kCpu || request.backward) return rows;
   for (int64_t n : request.lengths) {
     const HeadView view = random_view(n, request.p, request.seed);
     // The floor: the same two products exact attention needs, as two whole sgemm calls with the

@@ -2,7 +2,9 @@
 // `attnprobe bench`: per-call time of exact attention and estimators on random inputs, beside
 // two references measured in the same run: the machine's fp32 FMA peak (bench/fma_peak.h) and the
 // OpenBLAS sgemm floor (bench/openblas_floor.h) on the same shapes (the two products Q·Kᵀ and
-// P·V, 4·n²·p flops), so exact attention's GFLOP/s reads as a fraction of both.
+// P·V, 4·n²·p flops), so exact attention's GFLOP/s reads as a fraction of both. With `backward`,
+// it times Estimator::backward (the gradient of ⟨G, Y⟩ for an N(0,1) upstream G, float64, on the
+// CPU) instead of the forward estimate: how a gradient estimate's cost grows with n.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -23,6 +25,7 @@ struct BenchRequest {
   bool sgemm_floor = true;
   uint64_t seed = 0;
   std::string device = "cpu";  ///< cpu | cuda (the fma-peak and sgemm-floor rows are CPU ceilings)
+  bool backward = false;       ///< time Estimator::backward (CPU only; estimators with a backward form)
   Mask mask = Mask::kFull;     ///< causal: every estimator runs its causal form
 };
 
@@ -36,6 +39,7 @@ struct BenchRow {
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
   Mask mask = Mask::kFull;
+  std::string pass = "forward";  ///< forward | backward (what was timed)
 };
 
 extern const char* const kBenchHeader;
@@ -44,7 +48,12 @@ std::string format_bench_csv_row(const BenchRow& row);
 /// What the sgemm-floor rows use ("OpenBLAS 0.3.21 ... core SkylakeX"), or why there are none.
 std::string bench_floor_description();
 
-/// Runs the grid; `on_row` sees each row as soon as it is measured.
+/// Checks a request before anything is timed or printed: repeat and p, the device, each spec (and
+/// its mask support; with `backward`, that it has a backward pass, the device is the CPU and the
+/// mask full). Throws UsageError.
+void check_bench_request(const BenchRequest& request);
+
+/// Runs the grid (after check_bench_request); `on_row` sees each row as soon as it is measured.
 std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row);
 
 }  // namespace attnprobe
