@@ -61,6 +61,14 @@ if [ "${1:-}" = "--shared" ]; then
     figures kwt1 "$shared/kwt1-speech.h5" "" "" 8..64:x2 "" 4..64:x2
   fi
 fi
+# The causal case (issue 14): every estimator with a causal form (`attnprobe list --causal`) on our
+# causal grouped-query decoder (bf16 safetensors; --mask auto reads its causal=1), lengths 64..4096.
+causal=()
+for name in $("$bin" list --causal); do causal+=(-e "$name"); done
+"$bin" sweep data/charlm-causal.safetensors "${causal[@]}" --lengths 64..4096:x2 --trials 4 \
+  --metrics spec_rel,angle,mse --overwrite -q -o "$out/causal-charlm.csv"
+$py plots/plot_sweep.py "$out/causal-charlm.csv" --x n --metric spec_rel --metric angle --logy \
+  --title "causal attention on charlm-causal (4 query / 2 kv heads, bf16)" -o plots/figures/causal-charlm.png
 # Issue 18's figure set on our own model (bias/variance, weight errors, Pareto at n = 1024 and 4096,
 # diagnostics vs error): plots/figures/analysis-*.png, about 2 minutes more.
 plots/analysis_charlm.sh
