@@ -13,8 +13,13 @@ namespace {
 class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
-    if (view.mask == Mask::kCausal) {
-      out = prefix_means(view.vf.cast<double>()).cast<float>();
+    if (view.mask == Mask::kCausal) {  // one pass, the running sum in double, no n × pv temporary
+      out.resize(view.n(), view.pv());
+      RowVectorD sum = RowVectorD::Zero(view.pv());
+      for (int64_t i = 0; i < view.n(); ++i) {
+        sum += view.vf.row(i).cast<double>();
+        out.row(i) = (sum / static_cast<double>(i + 1)).cast<float>();
+      }
       return;
     }
     // Accumulate the mean in double: a float sum over thousands of rows loses ~1e-5 relative.
