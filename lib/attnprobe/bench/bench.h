@@ -32,6 +32,9 @@ struct BenchRow {
   int repeats = 0;
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
+  /// gflops as a fraction of the fp32 FMA peak measured in the same run on as many threads (CPU rows
+  /// with counted flops): where the estimator sits under the roofline.
+  std::optional<double> peak_fraction;
 };
 
 extern const char* const kBenchHeader;
