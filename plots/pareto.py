@@ -44,7 +44,7 @@ def read_bench(path, n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep", help="trial CSV from attnprobe sweep")
+    parser.add_argument("sweep", nargs="+", help="trial CSVs from attnprobe sweep")
     parser.add_argument("bench", help="CSV from attnprobe bench --csv, at the same n and sample counts")
     parser.add_argument("--n", type=int, required=True, help="the length to compare at")
     parser.add_argument("--metric", default="spec_rel", help="error metric (default spec_rel)")
@@ -53,9 +53,9 @@ def main():
     args = parser.parse_args()
 
     times = read_bench(args.bench, args.n)
-    rows = read_rows([args.sweep], metric=args.metric, n=str(args.n))
+    rows = read_rows(args.sweep, metric=args.metric, n=str(args.n))
     if not rows:
-        sys.exit(f"no {args.metric} rows at n = {args.n} in {args.sweep}")
+        sys.exit(f"no {args.metric} rows at n = {args.n} in {', '.join(args.sweep)}")
     errors = aggregate(rows, lambda r: r["spec"], lambda r: 0)  # {spec: [(0, mean, se)]}
     lines = defaultdict(list)
     missing = []
@@ -69,7 +69,8 @@ def main():
     if not lines:
         sys.exit("pareto: no spec of the sweep was timed by the bench CSV (same canonical specs and n?)")
 
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more lines than the default ten colours
     for label, points in sorted(lines.items()):
         points.sort()
         ms, ys, ses = zip(*points)
@@ -82,7 +83,7 @@ def main():
     ax.set_ylabel(f"{args.metric} (mean ± s.e. over slices)")
     ax.set_title(args.title or f"Error against cost at n = {args.n}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(args.output, dpi=130)
     print(f"wrote {args.output}")

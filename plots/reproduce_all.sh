@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the sweeps behind the three paper figures on the bundled dumps and draws them as PNG and
-# SVG into out/figures/ (YOSO Fig. 8, Skeinformer Fig. 1, LARA Fig. 1). plots/README.md explains
+# SVG into out/figures/ (YOSO Fig. 8, Skeinformer Fig. 1, LARA Fig. 1), then issue 18's analysis
+# figures on charlm-hd32 (plots/analysis_charlm.sh, into plots/figures/analysis-*.png). plots/README.md explains
 # each figure, what the paper claimed and what the data shows.
 #
 #   plots/reproduce_all.sh            # the bundled dumps (synth-demo, charlm-hd64), a few minutes on 2 cores
@@ -47,5 +48,8 @@ if [ "${1:-}" = "--shared" ]; then
     figures kwt1 "$shared/kwt1-speech.h5" "" "" 8..64:x2 "" 4..64:x2
   fi
 fi
-echo "reproduce_all: figures in $out/"
+# Issue 18's figure set on our own model (bias/variance, weight errors, Pareto at n = 1024 and 4096,
+# diagnostics vs error): plots/figures/analysis-*.png, about 2 minutes more.
+plots/analysis_charlm.sh
+echo "reproduce_all: figures in $out/ and plots/figures/analysis-*.png"
 ls "$out"/*.png

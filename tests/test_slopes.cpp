@@ -10,7 +10,8 @@ using namespace attnprobe::test;
 namespace {
 SummaryRow row(int64_t samples, double mean, int layer = 0) {
   SummaryRow r;
-  r.key = CaseKey{"d.h5", layer, 0, 0, 256, 32, "yoso", fmt::format("yoso(m={},tau=8)", samples), samples, "yoso-e"};
+  r.key = CaseKey{"d.h5",  layer,   0, 0, 256, 32, Mask::kFull, "yoso", fmt::format("yoso(m={},tau=8)", samples),
+                  samples, "yoso-e"};
   r.metric = "spec_rel";
   r.count = 8;
   r.mean = mean;
@@ -40,7 +41,7 @@ TEST_CASE("slopes recover a power law and group the sample counts of one setting
   // One sample count, or non-positive errors, give no slope.
   CHECK(fit_slopes({row(8, 0.3)}).empty());
   CHECK(fit_slopes({row(8, 0.0), row(16, 0.0)}).empty());
-  CHECK_THAT(slopes_csv_text(slopes), Catch::StartsWith("dump,layer,head,batch,n,p,estimator,spec,reference,metric,"
+  CHECK_THAT(slopes_csv_text(slopes), Catch::StartsWith("dump,layer,head,batch,n,p,mask,estimator,spec,reference,metric,"
                                                         "points,slope,stderr"));
 }
 

@@ -2,9 +2,11 @@
 // (Estimator::weights): one harness over the registry, plus closed forms for softmax and vmean.
 #include <cmath>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/weight_metrics.h"
+#include "attnprobe/sweep/plan.h"
 #include "support.h"
 
 using namespace attnprobe;
@@ -13,29 +15,69 @@ using namespace attnprobe::test;
 TEST_CASE("every estimator that states weights reproduces its output from them", "[weights][registry]") {
   const HeadView view = synth_slice(300, 16, 0.3, 7, 12);
   int walked = 0;
+  double worst = 0;
+  std::string worst_spec;
   for (const EstimatorDef* def : registered_estimators()) {
     if (def->family == "test") continue;
     for (const std::string& text : variants(*def)) {
       const Spec spec = parse_spec(text);
       const auto estimator = spec.make();
-      const EstimateContext ctx{make_random_key(3, text, 1), nullptr};
-      const Estimator::WeightRows rows = estimator->weights(view, ctx);
-      INFO(text);
-      REQUIRE(static_cast<bool>(rows) == def->weights);  // the registry's flag is the truth
-      if (!rows) continue;
-      ++walked;
-      MatrixF out;
-      estimator->estimate(view, ctx, out);
-      // Â·V in float64 against the float32 estimate, in two uneven blocks.
-      MatrixD implied(view.n(), view.pv());
-      implied.topRows(101) = rows(0, 101) * view.v;
-      implied.bottomRows(199) = rows(101, 199) * view.v;
-      const double error = (implied - out.cast<double>()).norm() / out.cast<double>().norm();
-      INFO("relative difference " << error);
-      CHECK(error < 1e-5);  // float32 rounding of the estimate: observed ≤ 8.4e-8
+      // Three keys: the draws (hashes, features, samples, projections) differ between them.
+      for (const uint64_t seed : {3, 4, 5}) {
+        const EstimateContext ctx{make_random_key(seed, text, 1), nullptr};
+        const Estimator::WeightRows rows = estimator->weights(view, ctx);
+        INFO(text << " seed " << seed);
+        REQUIRE(static_cast<bool>(rows) == def->weights);  // the registry's flag is the truth
+        if (!rows) break;
+        ++walked;
+        MatrixF out;
+        estimator->estimate(view, ctx, out);
+        // Â·V in float64 against the float32 estimate, in two uneven blocks.
+        MatrixD implied(view.n(), view.pv());
+        implied.topRows(101) = rows(0, 101) * view.v;
+        implied.bottomRows(199) = rows(101, 199) * view.v;
+        const double error = (implied - out.cast<double>()).norm() / out.cast<double>().norm();
+        INFO("relative difference " << error);
+        // float32 rounding of the estimate: observed ≤ 3.6e-7 over all 57 variants and the three keys. Largest
+        // per estimator: linformer 3.6e-7 (its float32 E·K enters the softmax), favorpp and linformer-jlt 2.3e-7,
+        // ra 1.9e-7, yoso-e 1.5e-7, hyper 1.4e-7, scatterbrain 1.3e-7, kdeformer 1.0e-7, yoso 9.5e-8, lara 3.0e-8,
+        // performer 2.6e-8 (issue 18 asks ≤ 1e-6 of performer).
+        CHECK(error < 1e-5);
+        if (error > worst) worst = error, worst_spec = text;
+      }
     }
   }
-  CHECK(walked >= 8);  // softmax, vmean, informer, nystrom ×2, skeinformer ×6
+  WARN("largest relative difference " << worst << " (" << worst_spec << ")");
+  // Every registered estimator states its weights: 57 variants (`list --variants`: lara ×10, scatterbrain ×7,
+  // skeinformer ×6, favorpp ×5, yoso ×5, hyper ×4, kdeformer ×4, ra ×3, yoso-e ×3, …) × 3 keys.
+  CHECK(walked == 3 * 57);
+}
+
+TEST_CASE("the weights of yoso and yoso-e carry the l2 scale of their output rows", "[weights]") {
+  // Rows of Â need not sum to one (docs/metrics.md): ‖Σ_j Â_ij·v_j‖ = 1 for every row that met a key.
+  const HeadView view = synth_slice(200, 8, 0.5, 2);
+  for (const std::string text : {"yoso-e", "yoso(m=16)"}) {
+    const auto estimator = parse_spec(text).make();
+    const MatrixD w = estimator->weights(view, EstimateContext{make_random_key(9, text, 0), nullptr})(0, 200);
+    const VectorD norms = (w * view.v).rowwise().norm();
+    INFO(text << ": largest |norm - 1| " << (norms.array() - 1).abs().maxCoeff() << ", mean row sum "
+              << w.rowwise().sum().mean());
+    CHECK((norms.array() - 1).abs().maxCoeff() < 1e-12);  // every row met a key here; observed ≤ 1.0e-15
+    // The scale is not one: observed mean row sums 0.440 (yoso-e), 0.441 (yoso).
+    CHECK(std::abs(w.rowwise().sum().mean() - 1) > 0.1);
+  }
+}
+
+TEST_CASE("weights of the full-mask forms are refused under the causal mask", "[weights]") {
+  // Their Â is the full-mask one; stating it for a causal case would compare the wrong matrix.
+  HeadView view = synth_slice(64, 8, 0.5, 3);
+  view.mask = Mask::kCausal;
+  for (const std::string text : {"yoso-e", "yoso", "performer", "ra", "lara", "favorpp", "hyper", "kdeformer",
+                                 "scatterbrain", "linformer", "linformer-jlt"}) {
+    INFO(text);
+    CHECK_THROWS_AS(parse_spec(text).make()->weights(view, EstimateContext{make_random_key(1, text, 0), nullptr}),
+                    UsageError);
+  }
 }
 
 TEST_CASE("weight metrics of softmax and vmean in closed form", "[weights]") {
@@ -64,12 +106,18 @@ TEST_CASE("weight metrics of softmax and vmean in closed form", "[weights]") {
 }
 
 TEST_CASE("weight metrics are refused for estimators that state no weights", "[weights][cli]") {
-  const std::string dump = write_synth("weights.h5", synth_options(1, 1, 1, 64, 8));
-  const auto r = run_attnprobe("eval " + dump + " -e 'yoso(m=8)' --metrics spec_rel,row_tv -q");
-  INFO(r.output);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Catch::Contains("cannot state the attention weights") && Catch::Contains("softmax"));
-  const auto ok = run_attnprobe("eval " + dump + " -e vmean -e 'skeinformer(d=8)' --metrics weights -q");
+  const std::string dump_path = write_synth("weights.h5", synth_options(1, 1, 1, 64, 8));
+  // Every shipped estimator states its weights now; the refusal is the plan's, shown with the registry
+  // test's `test-params` (an estimator without weights, registered in this binary only).
+  const Dump dump = Dump::open(dump_path);
+  SweepRequest request;
+  request.estimators = {"test-params"};
+  request.metrics = parse_metrics("spec_rel,row_tv");
+  CHECK_THROWS_AS(plan_sweep(dump, request), UsageError);
+  CHECK_THROWS_WITH(plan_sweep(dump, request),
+                    Catch::Contains("cannot state the attention weights") && Catch::Contains("softmax"));
+  const auto ok =
+      run_attnprobe("eval " + dump_path + " -e vmean -e 'skeinformer(d=8)' -e 'yoso(m=8)' --metrics weights -q");
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.output, Catch::Contains("topk_recall"));

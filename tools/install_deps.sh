@@ -8,6 +8,7 @@ packages=(
   cmake g++ make pkg-config
   libeigen3-dev libhdf5-dev libcli11-dev libfmt-dev catch2   # build and test
   nlohmann-json3-dev clang-format git                          # run.json/check --json; the format test
+  zlib1g-dev                                                  # .npz dumps (deflated zip entries)
   libopenblas0-pthread                                       # bench's sgemm floor (loaded at run time)
   libopenmpi-dev openmpi-bin                                 # the MPI sweep runner (ATTNPROBE_MPI)
   python3 python3-matplotlib python3-numpy                   # plots/

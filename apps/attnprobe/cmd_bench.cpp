@@ -14,7 +14,7 @@ namespace attnprobe::cli {
 namespace {
 struct BenchCommandOptions {
   std::vector<std::string> estimators;
-  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", csv;
+  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", csv;
   int64_t p = 64;
   int repeat = 5;
   bool no_sgemm = false;
@@ -29,6 +29,9 @@ Action add_bench(CLI::App& app) {
   app.add_option("--samples", o->samples, "values of each estimator's samples knob (default: the spec's own)");
   app.add_option("--threads", o->threads, "thread counts to time, e.g. 1,2")->capture_default_str();
   app.add_option("--device", o->device, "cpu or cuda (per call, including the slice's upload and the download)")
+      ->capture_default_str();
+  app.add_option("--mask", o->mask,
+                 "full or causal (each estimator's causal form; `attnprobe list` says which have one)")
       ->capture_default_str();
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
   app.add_option("--csv", o->csv, "also write the rows to this CSV");
@@ -54,8 +57,15 @@ Action add_bench(CLI::App& app) {
     r.p = o->p;
     r.repeat = o->repeat;
     r.sgemm_floor = !o->no_sgemm;
+    const std::optional<Mask> mask = parse_mask(o->mask);
+    if (!mask) throw UsageError(fmt::format("--mask is '{}'; it must be full or causal", o->mask));
+    r.mask = *mask;
     // Fail before any output when the device or an estimator cannot run there.
-    for (const std::string& spec : r.estimators) make_estimator(parse_spec(spec), parse_device(r.device));
+    for (const std::string& text : r.estimators) {
+      const Spec spec = parse_spec(text);
+      make_estimator(spec, parse_device(r.device));
+      require_mask_support(spec, r.mask, parse_device(r.device));
+    }
     std::ofstream csv;
     if (!o->csv.empty()) {
       csv.open(o->csv);

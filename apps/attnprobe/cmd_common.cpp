@@ -7,7 +7,9 @@ namespace attnprobe::cli {
 
 void add_dump_options(CLI::App& cmd, DumpOptions& options) {
   auto* group = "Dump layout (for files that are not /layer_NN/{q,k,v} [B,H,N,P])";
-  cmd.add_option("--q-path", options.q_path, "dataset path of the queries, e.g. /attn/q (with --k-path, --v-path)")
+  cmd.add_option("--q-path", options.q_path,
+                 "dataset path (HDF5) or tensor name (safetensors, .npz) of the queries, e.g. /attn/q (with --k-path, "
+                 "--v-path)")
       ->group(group);
   cmd.add_option("--k-path", options.k_path, "dataset path of the keys")->group(group);
   cmd.add_option("--v-path", options.v_path, "dataset path of the values")->group(group);

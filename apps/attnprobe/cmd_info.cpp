@@ -22,26 +22,28 @@ struct InfoOptions {
 
 int run_info(const InfoOptions& o) {
   const Dump dump = Dump::open(o.path, o.dump);
-  fmt::print("dump: {}\n", o.path);
+  fmt::print("dump: {} ({})\n", o.path, dump.format());
   for (const char* attr : {"model", "source", "created_by"}) {
     const std::string value = dump.root_attribute(attr);
     if (!value.empty()) fmt::print("{}: {}\n", attr, value);
   }
   fmt::print("layers: {}\n\n", dump.layers().size());
-  std::vector<std::vector<std::string>> table = {
-      {"layer", "group", "batch", "heads", "tokens", "p", "pv", "dtype", "gzip", "scale", "causal", "lengths"}};
+  std::vector<std::vector<std::string>> table = {{"layer", "group", "batch", "heads", "kv heads", "tokens", "p", "pv",
+                                                  "dtype", "gzip", "scale", "causal", "lengths"}};
   for (const LayerInfo& l : dump.layers()) {
     std::string lengths = l.has_lengths ? fmt::format("{}", fmt::join(l.lengths, ",")) : "all full";
     if (lengths.size() > 40) lengths = lengths.substr(0, 37) + "...";
     table.push_back({std::to_string(l.number), l.name, std::to_string(l.batch), std::to_string(l.heads),
-                     std::to_string(l.tokens), std::to_string(l.dim), std::to_string(l.value_dim), l.dtype,
-                     l.compressed ? "yes" : "no",
+                     std::to_string(l.kv_heads), std::to_string(l.tokens), std::to_string(l.dim),
+                     std::to_string(l.value_dim), l.dtype, l.compressed ? "yes" : "no",
                      fmt::format("{:.6g}{}", l.scale, l.scale_from_file ? "" : " (1/sqrt(p))"),
                      l.causal ? std::to_string(*l.causal) : "-", lengths});
   }
   fmt::print("{}", format_table(table));
   if (std::any_of(dump.layers().begin(), dump.layers().end(), [](const LayerInfo& l) { return l.causal.value_or(0); }))
-    fmt::print("note: causal=1 is informational; attnprobe always measures full (unmasked) attention.\n");
+    fmt::print(
+        "note: layers with causal=1 are measured under a causal mask by default (--mask auto); --mask full measures "
+        "them bidirectionally.\n");
   if (!o.check) return 0;
 
   // Read every slice in full: values are checked for NaN/Inf by the reader, zero-norm rows counted.
@@ -81,7 +83,8 @@ int run_info(const InfoOptions& o) {
 
 Action add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
-  app.add_option("dump", o->path, "the HDF5 dump")->required();
+  app.add_option("dump", o->path, "the dump: HDF5, safetensors or .npz (told apart by the file's first bytes)")
+      ->required();
   app.add_flag("!--no-check", o->check, "only print the structure; do not read every slice to check values");
   app.add_flag("--diagnostics", o->diagnostics,
                "also print each slice's head diagnostics: entropy, 90% support, max logit, stable rank, mean "
@@ -91,9 +94,15 @@ Action add_info(CLI::App& app) {
   add_dump_options(app, o->dump);
   app.footer(
       "Example:\n  attnprobe info data/synth-demo.h5 --entropy\n\n"
-      "The layout (docs/dumps.md): /layer_NN/q, k [B,H,N,P] and v [B,H,N,Pv] (float16/32/64, gzip or not); "
-      "optional layer attributes scale (default 1/sqrt(P)) and causal; optional /layer_NN/lengths [B] with the valid "
-      "tokens of each batch item. A length L < N means the first L tokens.");
+      "The layout (docs/dumps.md): /layer_NN/q [B,H,N,P], k [B,Hkv,N,P] and v [B,Hkv,N,Pv] (float16/32/64, gzip or "
+      "not); grouped-query attention: Hkv divides H and query head h reads kv head h/(H/Hkv); optional layer "
+      "attributes scale (default 1/sqrt(P)) and causal; optional /layer_NN/lengths [B] with the valid tokens of each "
+      "batch item, /layer_NN/dy [B,H,N,Pv] with real upstream gradients. A length L < N means the first L tokens.\n\n"
+      "Containers, chosen by the file's first bytes: HDF5 (above); safetensors (tensors layer_NN.q, .k, .v, .lengths, "
+      ".dy in BF16/F16/F32/F64, lengths I32/I64; __metadata__ strings model, source, layer_NN.scale, "
+      "layer_NN.causal; memory-mapped); .npz (arrays layer_NN.q ... as '<f2'/'<f4'/'<f8', 0-d arrays "
+      "layer_NN.scale and layer_NN.causal; stored or deflated). bfloat16 and float16 widen exactly. "
+      "tools/dump_qkv.py --format hdf5|safetensors|npz writes all three.");
   return [o] { return run_info(*o); };
 }
 

@@ -37,6 +37,7 @@ struct RunCommandOptions {
   std::string max_memory;  // empty: default_memory_limit()
   std::string device = "cpu";
   std::string reference = "auto";
+  std::string mask = "auto";
   std::string metrics = "all";
   std::string output;
   std::string shard;  // sweep: "I/N"
@@ -44,7 +45,9 @@ struct RunCommandOptions {
 };
 
 void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
-  cmd.add_option("dump", o.dump, "the HDF5 dump of queries, keys and values (see `attnprobe info --help`)")->required();
+  cmd.add_option("dump", o.dump,
+                 "the dump of queries, keys and values: HDF5, safetensors or .npz (see `attnprobe info --help`)")
+      ->required();
   cmd.add_option("-e,--estimator", o.estimators,
                  "estimator spec, repeatable: name or name(key=value,...), e.g. -e vmean -e 'yoso(m=32,tau=8)'; "
                  "`attnprobe list` shows all")
@@ -77,6 +80,12 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--reference", o.reference,
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
                  "deterministic spec")
+      ->capture_default_str();
+  cmd.add_option("--mask", o.mask,
+                 fmt::format("auto (each layer's causal attribute), full (bidirectional) or causal (query i sees keys "
+                             "j <= i: decoders). Under causal the reference is the masked softmax and only estimators "
+                             "with a causal form run: {}",
+                             join(causal_estimators(), ", ")))
       ->capture_default_str();
   cmd.add_option(
          "--metrics", o.metrics,
@@ -113,6 +122,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
   r.trials = o.trials;
   r.seed = parse_seed(o.seed);
   r.reference = o.reference;
+  r.mask = o.mask;
   r.metrics = parse_metrics(o.metrics);
   return r;
 }

@@ -418,10 +418,10 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
     layer x head x batch item x length x trial, each estimate compared with its reference (the
     estimator's target, or ``reference``), one row per (case, trial, metric) with the columns
-    ``dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value``.
+    ``dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,trial,seed,metric,value``.
 
     Arguments (the CLI's options; lists may be Python lists or the CLI's text, e.g. "64..1024:x2"):
-      dump        the HDF5 dump (docs/dumps.md); q_path/k_path/v_path, layout, num_heads as the CLI's
+      dump        the dump: HDF5, safetensors or .npz (docs/dumps.md); q_path/k_path/v_path, layout, num_heads as the CLI's
       estimators  spec strings, e.g. ["vmean", "yoso(m=32,tau=8)"] (attnprobe.estimators() lists them)
       samples     values of each estimator's samples knob (m, d, M, S, C, L); None: the spec's own
       layers, heads, batch   "all", an int, a list, or text such as "0..3"

@@ -20,12 +20,12 @@
 namespace attnprobe {
 
 const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,peak_fraction";
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,peak_fraction";
 
 std::string format_bench_csv_row(const BenchRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
                      r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
-                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "",
+                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask),
                      r.peak_fraction ? fmt::format("{:.4g}", *r.peak_fraction) : "");
 }
 
@@ -86,7 +86,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     for (int64_t threads : request.threads) {
       peak[threads] = measure_fma_peak_gflops(static_cast<int>(threads));
       if (request.sgemm_floor)
-        emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3, peak[threads], 1.0});
+        emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3, peak[threads], Mask::kFull,
+                      1.0});
     }
   auto fraction = [&](int64_t threads, std::optional<double> gflops) -> std::optional<double> {
     if (!gflops || !peak.count(threads) || !(peak[threads] > 0)) return std::nullopt;
@@ -97,7 +98,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
   // spin for a while after a multi-threaded call and would steal a core from what comes next.
   for (int64_t n : request.lengths) {
-    const HeadView view = random_view(n, request.p, request.seed);
+    HeadView view = random_view(n, request.p, request.seed);
+    view.mask = request.mask;
     for (int64_t threads : request.threads) {
       ThreadPool pool(static_cast<int>(threads));
       for (const Spec& spec : specs) {
@@ -105,11 +107,14 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
         MatrixF out;
         const EstimateContext ctx{make_random_key(request.seed, "bench;" + spec.canonical(), 0), &pool};
         auto [median, min] = time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
-        const double flops = estimator->flops(n, request.p, view.pv());
+        double flops = estimator->flops(n, request.p, view.pv());
+        // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
+        // linear estimators' causal forms do the same work as their full forms.
+        if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
         const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
-                      request.repeat, median, min, gflops, fraction(threads, gflops)});
+                      request.repeat, median, min, gflops, request.mask, fraction(threads, gflops)});
       }
     }
   }
@@ -129,7 +134,7 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
       });
       const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
       emit(BenchRow{"sgemm-floor", "openblas Q*K^T + P*V", n, request.p, "", threads, "cpu", request.repeat, median,
-                    min, flops / median * 1e-9, fraction(threads, flops / median * 1e-9)});
+                    min, flops / median * 1e-9, Mask::kFull, fraction(threads, flops / median * 1e-9)});
     }
     blas.set_threads(1);
   }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/view/mask.h"
+
 namespace attnprobe {
 
 struct BenchRequest {
@@ -21,6 +23,7 @@ struct BenchRequest {
   bool sgemm_floor = true;
   uint64_t seed = 0;
   std::string device = "cpu";  ///< cpu | cuda (the fma-peak and sgemm-floor rows are CPU ceilings)
+  Mask mask = Mask::kFull;     ///< causal: every estimator runs its causal form
 };
 
 struct BenchRow {
@@ -32,6 +35,7 @@ struct BenchRow {
   int repeats = 0;
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
+  Mask mask = Mask::kFull;
   /// gflops as a fraction of the fp32 FMA peak measured in the same run on as many threads (CPU rows
   /// with counted flops): where the estimator sits under the roofline.
   std::optional<double> peak_fraction;

@@ -143,6 +143,32 @@ std::vector<Device> devices_of(const EstimatorDef& def) {
   return devices;
 }
 
+std::vector<std::string> causal_estimators() {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators())
+    if (def->causal) names.push_back(def->name);
+  return names;
+}
+
+void require_mask_support(const Spec& spec, Mask mask, Device device) {
+  if (mask != Mask::kCausal) return;
+  if (!spec.def().causal)
+    throw UsageError(fmt::format(
+        "'{}' has no causal form (each of its output rows depends on later tokens), so it cannot measure causal "
+        "attention; estimators with a causal form: {}. Drop it, or measure bidirectional attention with --mask full.",
+        spec.name(), join(causal_estimators(), ", ")));
+  if (!spec.causal())
+    throw UsageError(fmt::format(
+        "'{}' has no causal form in this configuration (`attnprobe list` says which settings have one, e.g. "
+        "yoso's input=lift scales by the largest norm of the whole sequence); use the default settings or "
+        "--mask full.",
+        spec.canonical()));
+  if (device != Device::kCpu)
+    throw UsageError(
+        fmt::format("'{}' has no causal form on {} yet; run causal cases on the CPU (--device cpu) or use --mask full.",
+                    spec.name(), device_name(device)));
+}
+
 std::vector<std::string> estimators_on(Device device) {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators()) {

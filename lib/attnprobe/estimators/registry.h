@@ -55,7 +55,10 @@ struct EstimatorDef {
   std::function<bool(const Spec&)> random_for;
   /// Canonical spec of what this estimator estimates (`--reference auto`); default "softmax".
   std::function<std::string(const Spec&)> target;
-  bool causal = false;   ///< has a causal form (docs/estimators/*.md, "Causal form")
+  bool causal = false;  ///< has a causal form (docs/estimators/*.md, "Causal form")
+  /// When set, decides per spec whether the causal form exists (e.g. yoso's input=lift scales by
+  /// the largest norm of the whole sequence, so it has none); else `causal`.
+  std::function<bool(const Spec&)> causal_for;
   bool weights = false;  ///< can state the attention weights it implies (docs/metrics.md)
   /// Its backward form (Estimator::backward, the gradient metrics of docs/metrics.md): "" for none,
   /// "out" for ∂⟨G, out⟩/∂(Q, V), "yoso" for ∂⟨G, W·V⟩/∂(Q̂, V). Gradients are compared only
@@ -81,6 +84,8 @@ class Spec {
   bool has_samples_knob() const { return !def_->samples_knob.empty(); }
   /// Whether this configuration draws random numbers (deterministic ones run one trial).
   bool random() const { return def_->random_for ? def_->random_for(*this) : def_->random; }
+  /// Whether this configuration has a causal form (docs/specs.md, "Masks").
+  bool causal() const { return def_->causal_for ? def_->causal_for(*this) : def_->causal; }
   int64_t samples() const { return get_int(def_->samples_knob); }  ///< only if has_samples_knob()
   /// The same spec with the samples knob set (validated against its range).
   Spec with_samples(int64_t samples) const;
@@ -117,6 +122,13 @@ bool device_compiled(Device device);
 /// estimator has no version for the device (naming those that do); InputError when no such device
 /// is visible on this machine.
 std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device);
+/// The names of the estimators registered with a causal form, in `list` order.
+std::vector<std::string> causal_estimators();
+/// UsageError (exit 2) unless `spec` can run under `mask` on `device`: under a causal mask only
+/// estimators registered with a causal form (for this spec), and on the CPU (no device version has
+/// a causal form yet). The message names the estimators that can.
+void require_mask_support(const Spec& spec, Mask mask, Device device = Device::kCpu);
+
 /// All registered estimators, by family then name.
 std::vector<const EstimatorDef*> registered_estimators();
 const EstimatorDef* find_estimator(const std::string& name);

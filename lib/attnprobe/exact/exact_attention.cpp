@@ -20,11 +20,14 @@ using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 }  // namespace
 
-MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows) {
+MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows, Mask mask) {
   MatrixD a = scale * (q.middleRows(r0, rows) * k.transpose());
   for (int64_t i = 0; i < a.rows(); ++i) {
-    a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
-    a.row(i) /= a.row(i).sum();
+    const int64_t seen = visible_keys(r0 + i, k.rows(), mask);
+    auto row = a.row(i).head(seen);
+    row.array() = (row.array() - row.maxCoeff()).exp();
+    row /= row.sum();
+    a.row(i).tail(k.rows() - seen).setZero();
   }
   return a;
 }
@@ -51,20 +54,25 @@ void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const
     C = beta * C + alpha * A * B;
 }
 
-MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool) {
+MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
+                            Mask mask) {
   const int64_t n = q.rows();
   MatrixD out(n, v.cols());
   const int64_t blocks = (n + kReferenceBlock - 1) / kReferenceBlock;
   auto run_block = [&](int64_t block) {
     const int64_t r0 = block * kReferenceBlock;
     const int64_t rows = std::min(kReferenceBlock, n - r0);
-    MatrixD scores = scale * (q.middleRows(r0, rows) * k.transpose());
+    // Under a causal mask the block's last row sees keys 0..r0 + rows − 1: no later key is touched.
+    const int64_t keys = visible_keys(r0 + rows - 1, k.rows(), mask);
+    MatrixD scores = scale * (q.middleRows(r0, rows) * k.topRows(keys).transpose());
     for (int64_t i = 0; i < rows; ++i) {
-      auto row = scores.row(i);
+      const int64_t seen = visible_keys(r0 + i, keys, mask);
+      auto row = scores.row(i).head(seen);
       row.array() = (row.array() - row.maxCoeff()).exp();
       row /= row.sum();
+      scores.row(i).tail(keys - seen).setZero();
     }
-    out.middleRows(r0, rows).noalias() = scores * v;
+    out.middleRows(r0, rows).noalias() = scores * v.topRows(keys);
   };
   if (pool)
     pool->parallel_for(blocks, run_block);
@@ -74,7 +82,7 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
 }
 
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool) {
+                         ThreadPool* pool, Mask mask) {
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
@@ -91,12 +99,20 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     sum_buffer.assign(rows, 0.0f);
     auto acc = out.middleRows(r0, rows);
     acc.setZero();
-    for (int64_t c0 = 0; c0 < keys; c0 += kKeyBlock) {
-      const int64_t cols = std::min(kKeyBlock, keys - c0);
+    // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
+    // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
+    const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
+    for (int64_t c0 = 0; c0 < block_keys; c0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, block_keys - c0);
       Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
       gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(p), scale, q.data() + r0 * p,
                static_cast<int>(p), k.data() + c0 * p, static_cast<int>(p), 0.0f, scores.data(),
                static_cast<int>(cols));
+      if (mask == Mask::kCausal && c0 + cols > r0 + 1)
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t first_masked = std::clamp<int64_t>(r0 + i + 1 - c0, 0, cols);
+          scores.row(i).tail(cols - first_masked).setConstant(-std::numeric_limits<float>::infinity());
+        }
       for (int64_t i = 0; i < rows; ++i) {
         const float block_max = scores.row(i).maxCoeff();
         const float new_max = std::max(max_buffer[i], block_max);

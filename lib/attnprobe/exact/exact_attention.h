@@ -6,22 +6,34 @@
 //    block of queries, key blocks are visited once with an online softmax (running max m,
 //    running sum l, output rescaled by exp(m_old − m_new)), so the n × n matrix is never formed.
 // Shapes: q n × p, k n × p (any number of keys), v (keys) × pv, out n × pv; all row-major.
+// Mask::kCausal: query i attends to keys j ≤ i only (needs keys ≥ n); keys past a block's last
+// query are never read, so row i depends on tokens 0..i alone, bit for bit.
+#include <algorithm>
+
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/view/mask.h"
 
 namespace attnprobe {
 
+/// How many keys (a prefix 0..count−1 of `keys`) query `row` attends to under `mask`.
+inline int64_t visible_keys(int64_t row, int64_t keys, Mask mask) {
+  return mask == Mask::kCausal ? std::min(row + 1, keys) : keys;
+}
+
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
-                            ThreadPool* pool = nullptr);
+                            ThreadPool* pool = nullptr, Mask mask = Mask::kFull);
 
 /// Rows [r0, r0 + rows) of the exact attention matrix A = softmax(s·QKᵀ) in float64 (rows × keys,
-/// row max subtracted): what the head diagnostics and the attention-weight metrics compare with.
-MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows);
+/// row max subtracted, masked entries 0): what the head diagnostics and the attention-weight
+/// metrics compare with.
+MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
+                           Mask mask = Mask::kFull);
 
 /// `out` is resized to n × pv. With a pool, query blocks are spread over its threads; the result
 /// does not depend on the thread count (each query row sees the same key blocking).
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool = nullptr);
+                         ThreadPool* pool = nullptr, Mask mask = Mask::kFull);
 
 /// C = alpha·A·Bᵀ + beta·C (row-major, float) with Eigen's GEMM. Eigen rather than OpenBLAS: built
 /// with -march=native it uses AVX-512 wherever the CPU has it, while OpenBLAS picks its kernel from

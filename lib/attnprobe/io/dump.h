@@ -1,13 +1,13 @@
 #pragma once
-// Reading the HDF5 dump layout of docs/dumps.md, lazily: opening a dump reads only shapes and
-// attributes; read_slice() reads the hyperslab of one (layer, head, batch item, prefix length).
+// Reading the dump layout of docs/dumps.md from any container (HDF5, safetensors, .npz; chosen by
+// the file's magic bytes, container.h), lazily: opening a dump reads only shapes and attributes;
+// read_slice() reads the block of one (layer, head, batch item, prefix length).
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "attnprobe/io/h5_handle.h"
 #include "attnprobe/view/head_view.h"
 
 namespace attnprobe {
@@ -21,22 +21,26 @@ struct DumpOptions {
 
 /// Where a layer's tensors live and how their dimensions map to (b, h, n, p).
 struct LayerInfo {
-  int number = 0;    ///< NN of layer_NN (0 for explicit paths)
-  std::string name;  ///< group name, e.g. "layer_03"
-  std::string q_path, k_path, v_path;
-  std::string layout;              ///< resolved layout letters
-  std::string dtype;               ///< float16 | float32 | float64 (of q)
-  bool compressed = false;         ///< any filter (e.g. gzip) on q
-  int64_t batch = 1, heads = 1;    ///< B, H
-  int64_t tokens = 0;              ///< N (queries); keys M == N is required
-  int64_t dim = 0, value_dim = 0;  ///< P, Pv
-  double scale = 0;                ///< attribute or 1/sqrt(P)
+  int number = 0;                      ///< NN of layer_NN (0 for explicit paths)
+  std::string name;                    ///< group name, e.g. "layer_03" ("/" for the root)
+  std::string group;                   ///< the container's group of its attributes ("" for the root)
+  std::string q_path, k_path, v_path;  ///< array names in the container ("/layer_03/q", "layer_03.q")
+  std::string layout;                  ///< resolved layout letters
+  std::string dtype;                   ///< bfloat16 | float16 | float32 | float64 (of q)
+  bool compressed = false;             ///< any filter (e.g. gzip, deflate) on q
+  int64_t batch = 1, heads = 1;        ///< B, H (query heads)
+  int64_t kv_heads = 1;                ///< Hkv of k and v, dividing H: query head h reads kv head h / (H / Hkv)
+  int64_t tokens = 0;                  ///< N (queries); keys M == N is required
+  int64_t dim = 0, value_dim = 0;      ///< P, Pv
+  double scale = 0;                    ///< attribute or 1/sqrt(P)
   bool scale_from_file = false;
   std::optional<int> causal;     ///< attribute, informational
   std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
   bool has_lengths = false;
-  std::string dy_path;  ///< layer_NN/dy (shape of v: real upstream gradients), "" when absent
+  std::string dy_path;  ///< layer_NN/dy ([B, H, N, Pv]: real upstream gradients), "" when absent
 };
+
+class Container;
 
 class Dump {
  public:
@@ -45,11 +49,13 @@ class Dump {
   static Dump open(const std::string& path, const DumpOptions& options = {});
 
   const std::string& path() const { return path_; }
+  const std::string& format() const { return format_; }  ///< HDF5 | safetensors | npz
   const std::vector<LayerInfo>& layers() const { return layers_; }
   const LayerInfo& layer(int number) const;                   ///< by layer number; throws InputError if absent
   std::string root_attribute(const std::string& name) const;  ///< "" when absent
 
-  /// Reads the prefix of n tokens of one head of one batch item. n must be ≤ the item's valid
+  /// Reads the prefix of n tokens of one (query) head of one batch item; k and v come from the
+  /// head's kv head h / (H / Hkv). n must be ≤ the item's valid
   /// length. Values are checked: NaN/Inf throws InputError naming layer, head, batch and token.
   HeadView read_slice(int layer, int head, int batch, int64_t n) const;
   /// The prefix of n rows of layer_NN/dy (n × Pv, upstream gradients of the attention output, for
@@ -57,12 +63,12 @@ class Dump {
   std::optional<MatrixD> read_upstream(int layer, int head, int batch, int64_t n) const;
 
  private:
-  void read_block(const std::string& dataset, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
+  void read_block(const std::string& tensor, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
                   MatrixD& out) const;
 
-  std::string path_;
+  std::string path_, format_;
   int num_heads_split_ = 0;
-  std::shared_ptr<H5Handle> file_;
+  std::shared_ptr<const Container> container_;
   std::vector<LayerInfo> layers_;
 };
 

@@ -20,6 +20,12 @@ TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(pat
     std::string first;
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();
+    if (first == csv_header(legacy_trial_columns()))
+      throw InputError(
+          fmt::format("'{}' was written by an older attnprobe (no `mask` column); attnprobe still reads it, but "
+                      "will not append rows of the new layout to it. Write the rest of the sweep to another -o "
+                      "file (the two files summarize and merge together).",
+                      path));
     if (first != csv_header(trial_columns()))
       throw InputError(
           fmt::format("'{}' is not an attnprobe trial CSV (its header differs); refusing to append. "
@@ -60,6 +66,9 @@ CsvContents read_csv(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const std::string trial_header = csv_header(trial_columns()), summary_header = csv_header(summary_columns());
+  // Files written before the `mask` column existed are read as mask `full` (docs/csv.md).
+  const std::vector<Column<TrialRow>>* trial_layout = &trial_columns();
+  const std::vector<Column<SummaryRow>>* summary_layout = &summary_columns();
   CsvContents out;
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -73,11 +82,17 @@ CsvContents read_csv(const std::string& path) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
-      if (line == trial_header)
+      if (line == trial_header) {
         out.summary = false;
-      else if (line == summary_header)
+      } else if (line == summary_header) {
         out.summary = true;
-      else
+      } else if (line == csv_header(legacy_trial_columns())) {
+        out.summary = false;
+        trial_layout = &legacy_trial_columns();
+      } else if (line == csv_header(legacy_summary_columns())) {
+        out.summary = true;
+        summary_layout = &legacy_summary_columns();
+      } else
         throw InputError(fmt::format("'{}' is not an attnprobe CSV: its header is not\n  {}\nnor\n  {}", path,
                                      trial_header, summary_header));
       continue;
@@ -91,9 +106,9 @@ CsvContents read_csv(const std::string& path) {
       throw InputError(fmt::format("{}: {}", where, e.what()));
     }
     if (out.summary)
-      parse_row(summary_columns(), fields, where, out.summaries.emplace_back());
+      parse_row(*summary_layout, fields, where, out.summaries.emplace_back());
     else
-      parse_row(trial_columns(), fields, where, out.trials.emplace_back());
+      parse_row(*trial_layout, fields, where, out.trials.emplace_back());
   }
   if (line_no == 0) throw InputError(fmt::format("'{}' is empty: it has no CSV header", path));
   return out;

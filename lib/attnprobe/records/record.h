@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "attnprobe/view/mask.h"
+
 namespace attnprobe {
 
 /// A slice coordinate of a case (layer, head, batch item, n): a number, or the wildcard `all` once
@@ -36,6 +38,7 @@ struct CaseKey {
   Coordinate layer, head, batch;
   Coordinate n;                    ///< tokens (prefix length)
   int64_t p = 0;                   ///< head dim
+  Mask mask = Mask::kFull;         ///< `full` for files written before the column existed
   std::string estimator;           ///< estimator name
   std::string spec;                ///< canonical spec
   std::optional<int64_t> samples;  ///< samples knob value; none when the estimator has no knob

@@ -69,6 +69,12 @@ const std::vector<KeyColumn>& case_key_columns() {
        [](CaseKey& k, const std::string& t) { k.n = to_coordinate(t); }},
       {"p", [](const CaseKey& k) { return std::to_string(k.p); },
        [](CaseKey& k, const std::string& t) { k.p = to_int(t); }},
+      {"mask", [](const CaseKey& k) { return std::string(mask_name(k.mask)); },
+       [](CaseKey& k, const std::string& t) {
+         const auto mask = parse_mask(t);
+         if (!mask) throw std::invalid_argument("not 'full' or 'causal'");
+         k.mask = *mask;
+       }},
       {"estimator", [](const CaseKey& k) { return k.estimator; },
        [](CaseKey& k, const std::string& t) { k.estimator = t; }},
       {"spec", [](const CaseKey& k) { return k.spec; }, [](CaseKey& k, const std::string& t) { k.spec = t; }},
@@ -129,7 +135,7 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
   static const std::vector<Column<DiagnosticRow>> kColumns = [] {
     std::vector<Column<DiagnosticRow>> c;
     for (const KeyColumn& k : case_key_columns()) {
-      if (k.name == "estimator") break;  // dump, layer, head, batch, n, p
+      if (k.name == "mask") break;  // dump, layer, head, batch, n, p: diagnostics describe the slice
       c.push_back({k.name,
                    [get = k.get](const DiagnosticRow& r) {
                      return get(CaseKey{
@@ -141,6 +147,16 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
     c.push_back({"value", [](const DiagnosticRow& r) { return format_real(r.value); }, nullptr});
     return c;
   }();
+  return kColumns;
+}
+
+const std::vector<Column<TrialRow>>& legacy_trial_columns() {
+  static const std::vector<Column<TrialRow>> kColumns = without_column(trial_columns(), "mask");
+  return kColumns;
+}
+
+const std::vector<Column<SummaryRow>>& legacy_summary_columns() {
+  static const std::vector<Column<SummaryRow>> kColumns = without_column(summary_columns(), "mask");
   return kColumns;
 }
 

@@ -18,7 +18,7 @@ struct Column {
   std::function<void(Row&, const std::string&)> set;
 };
 
-/// dump,layer,head,batch,n,p,estimator,spec,samples,reference: the case key, shared by every layout.
+/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference: the case key, shared by every layout.
 const std::vector<Column<CaseKey>>& case_key_columns();
 
 /// The case-key columns as columns of a row type that holds a `key`; `skip` names columns to leave out.
@@ -35,10 +35,21 @@ std::vector<Column<Row>> lifted_key_columns(const std::vector<std::string>& skip
   return columns;
 }
 
-/// dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value
+/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,trial,seed,metric,value
 const std::vector<Column<TrialRow>>& trial_columns();
-/// dump,layer,head,batch,n,p,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
+/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
 const std::vector<Column<SummaryRow>>& summary_columns();
+
+/// The layouts as written before the `mask` column existed (read as mask `full`, docs/csv.md).
+const std::vector<Column<TrialRow>>& legacy_trial_columns();
+const std::vector<Column<SummaryRow>>& legacy_summary_columns();
+
+/// A table without the column `name`.
+template <class Row>
+std::vector<Column<Row>> without_column(std::vector<Column<Row>> columns, const std::string& name) {
+  std::erase_if(columns, [&](const Column<Row>& c) { return c.name == name; });
+  return columns;
+}
 
 /// Quotes a field when it contains a comma, quote or newline (RFC 4180).
 std::string csv_field(const std::string& text);

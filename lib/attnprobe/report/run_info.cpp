@@ -39,7 +39,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Units as compact arrays [index, layer, head, batch, n, p]: a whole-model plan has tens of
+// Units as compact arrays [index, layer, head, batch, n, p], with a 7th element "causal" for causal
+// units only (files written before masks existed read as full): a whole-model plan has tens of
 // thousands of them.
 Json plan_json(const PlanRecord& plan) {
   Json settings = Json::array();
@@ -50,7 +51,11 @@ Json plan_json(const PlanRecord& plan) {
                         {"reference", s.reference},
                         {"trials", s.trials}});
   Json units = Json::array();
-  for (const UnitRecord& u : plan.units) units.push_back({u.index, u.layer, u.head, u.batch, u.n, u.p});
+  for (const UnitRecord& u : plan.units) {
+    Json unit = {u.index, u.layer, u.head, u.batch, u.n, u.p};
+    if (u.mask == Mask::kCausal) unit.push_back(mask_name(u.mask));
+    units.push_back(std::move(unit));
+  }
   return {{"dump", plan.dump},
           {"seed", plan.seed},
           {"settings", settings},
@@ -83,7 +88,8 @@ PlanRecord plan_from_json(const Json& j) {
                                     .head = u.at(2).get<int>(),
                                     .batch = u.at(3).get<int>(),
                                     .n = u.at(4).get<long long>(),
-                                    .p = u.at(5).get<long long>()});
+                                    .p = u.at(5).get<long long>(),
+                                    .mask = u.size() > 6 && u.at(6) == "causal" ? Mask::kCausal : Mask::kFull});
   return plan;
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/view/mask.h"
+
 namespace attnprobe {
 
 /// One estimator setting of a sweep's plan, as run.json records it (its `plan.settings`).
@@ -22,7 +24,8 @@ struct SettingRecord {
 struct UnitRecord {
   long long index = 0;  ///< position among all units of the plan
   int layer = 0, head = 0, batch = 0;
-  long long n = 0, p = 0;  ///< length and head dim (the `n` and `p` columns)
+  long long n = 0, p = 0;   ///< length and head dim (the `n` and `p` columns)
+  Mask mask = Mask::kFull;  ///< the `mask` column
   bool operator==(const UnitRecord&) const = default;
 };
 

@@ -52,7 +52,7 @@ std::optional<int64_t> CanonicalOrder::position(const TrialRow& row, size_t* uni
   const UnitRecord& u = plan_.units[unit->second];
   const SettingRecord& s = plan_.settings[setting->second];
   const std::optional<long long> samples = k.samples ? std::optional<long long>(*k.samples) : std::nullopt;
-  if (k.p != u.p || k.estimator != s.estimator || samples != s.samples) return std::nullopt;
+  if (k.p != u.p || k.mask != u.mask || k.estimator != s.estimator || samples != s.samples) return std::nullopt;
   const int64_t base = u.index * rows_per_unit_ + setting_offset_[setting->second];
   const int64_t per_trial = static_cast<int64_t>(trial_metrics_.size());
   const bool case_metric = metric->second < case_metrics_.size() && case_metrics_[metric->second] == row.metric;
@@ -80,6 +80,7 @@ TrialRow CanonicalOrder::row_at(int64_t position) const {
                     .batch = u.batch,
                     .n = u.n,
                     .p = u.p,
+                    .mask = u.mask,
                     .estimator = setting.estimator,
                     .spec = setting.spec,
                     .samples = setting.samples ? std::optional<int64_t>(*setting.samples) : std::nullopt,

@@ -34,8 +34,14 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
 }
 
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
-  return fmt::format("layer={};head={};batch={};n={};spec={}", slice.layer, slice.head, slice.batch, slice.n,
-                     canonical_spec);
+  return fmt::format("layer={};head={};batch={};n={};spec={}{}", slice.layer, slice.head, slice.batch, slice.n,
+                     canonical_spec, slice.mask == Mask::kCausal ? ";mask=causal" : "");
+}
+
+Mask resolve_mask(const std::string& mask, const LayerInfo& layer) {
+  if (mask == "auto") return layer.causal.value_or(0) ? Mask::kCausal : Mask::kFull;
+  if (const auto parsed = parse_mask(mask)) return *parsed;
+  throw UsageError(fmt::format("--mask is '{}'; it must be auto (the dump's causal attribute), full or causal", mask));
 }
 
 SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
@@ -85,6 +91,20 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   for (const LayerInfo& info : dump.layers()) layer_numbers.push_back(info.number);
   for (int layer : resolve_indices(request.layers, 0, "layer", layer_numbers)) {
     const LayerInfo& info = dump.layer(layer);
+    const Mask mask = resolve_mask(request.mask, info);
+    if (mask == Mask::kCausal) {
+      for (const EstimatorSetting& setting : plan.settings) {
+        require_mask_support(setting.spec, mask);
+        require_mask_support(parse_spec(setting.reference), mask);
+      }
+      const auto unsupported = std::find_if(plan.metrics.begin(), plan.metrics.end(),
+                                            [](Metric m) { return is_weight_metric(m) || is_gradient_metric(m); });
+      if (unsupported != plan.metrics.end())
+        throw UsageError(fmt::format(
+            "the metric {} is not computed for causal cases yet (layer {} is causal{}); leave it out of --metrics, "
+            "or measure bidirectional attention with --mask full.",
+            metric_name(*unsupported), layer, request.mask == "auto" ? ", from the dump's causal attribute" : ""));
+    }
     const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");
     const std::vector<int> batch = resolve_indices(request.batch, info.batch, "batch item");
     std::vector<std::vector<int64_t>> lengths_of(info.batch);
@@ -105,7 +125,7 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     // its longest length and serves the shorter prefixes from it.
     for (int h : heads)
       for (int b : batch)
-        for (int64_t n : lengths_of[b]) plan.slices.push_back(SliceRef{layer, h, b, n});
+        for (int64_t n : lengths_of[b]) plan.slices.push_back(SliceRef{layer, h, b, n, mask});
   }
   return plan;
 }

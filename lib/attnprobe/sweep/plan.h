@@ -22,6 +22,7 @@ struct SweepRequest {
   int trials = 8;                ///< per random setting; deterministic ones run once
   uint64_t seed = 0;
   std::string reference = "auto";  ///< auto | softmax | any deterministic spec
+  std::string mask = "auto";       ///< auto (each layer's `causal` attribute) | full | causal
   std::vector<Metric> metrics = all_metrics();
 };
 
@@ -37,6 +38,7 @@ struct EstimatorSetting {
 struct SliceRef {
   int layer = 0, head = 0, batch = 0;
   int64_t n = 0;
+  Mask mask = Mask::kFull;
 };
 
 struct SweepPlan {
@@ -49,6 +51,10 @@ struct SweepPlan {
   int64_t total_tasks() const { return tasks_per_slice() * static_cast<int64_t>(slices.size()); }
 };
 
+/// The mask of a layer's cases: `mask` is auto | full | causal (auto: the layer's `causal`
+/// attribute, full when absent). UsageError for any other word.
+Mask resolve_mask(const std::string& mask, const LayerInfo& layer);
+
 /// Throws UsageError/InputError on an empty or invalid request.
 SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request);
 
@@ -57,7 +63,8 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
                                  const std::vector<int>& valid = {});
 
 /// The canonical case id that keys randomness (docs/randomness.md): independent of the dump's file
-/// name, of the thread and of which other cases run.
+/// name, of the thread and of which other cases run. Causal cases end in ";mask=causal", so every
+/// full-mask case keeps the id (and the numbers) it had before masks existed.
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 
 }  // namespace attnprobe

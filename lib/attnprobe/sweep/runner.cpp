@@ -84,6 +84,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
+  for (const SliceRef& slice : plan.slices)  // the planner checked the CPU; a device may lack the causal form
+    for (const EstimatorSetting& s : plan.settings) require_mask_support(s.spec, slice.mask, options.device);
   // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come
   // from the CPU versions whatever the device.
   const bool gradients = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
@@ -130,6 +132,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                      .batch = slice.batch,
                      .n = slice.n,
                      .p = dump.layer(slice.layer).dim,
+                     .mask = slice.mask,
                      .estimator = s.spec.name(),
                      .spec = s.canonical,
                      .samples = s.samples,
@@ -163,10 +166,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       cached = dump.read_slice(slice.layer, slice.head, slice.batch, longest[id]);
       cached_id = id;
     }
+    cached.mask = slice.mask;
     HeadView prefix;
     if (slice.n != cached.n())
-      prefix = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, cached.scale,
-                              cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n));
+      prefix =
+          make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, cached.scale,
+                         cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n), slice.mask);
     const HeadView& view = slice.n == cached.n() ? cached : prefix;
 
     // G: the dump's layer_NN/dy when present, else the keyed generator's.

@@ -184,8 +184,8 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
                   "another -o file.",
                   csv_path_, command);
   // Every row must be a case of this grid (a check that needs no run.json).
-  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> slices;
-  for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask>> slices;
+  for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n, s.mask);
   std::set<std::pair<std::string, std::string>> settings;
   for (const EstimatorSetting& s : plan_.settings) settings.emplace(s.canonical, s.reference);
   const std::string label = dump_label(dump_.path());
@@ -195,13 +195,13 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
     const CaseKey& k = r.key;
     const bool in_grid = k.dump == label && !k.layer.is_all() && !k.head.is_all() && !k.batch.is_all() &&
                          !k.n.is_all() &&
-                         slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value()}) &&
+                         slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value(), k.mask}) &&
                          settings.count({k.spec, k.reference});
     require_usage(in_grid,
-                  "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} {} vs {}, which this "
-                  "command does not measure{}. Resume with the same command, or write to another -o file.",
-                  csv_path_, k.dump, k.layer.text(), k.head.text(), k.batch.text(), k.n.text(), k.spec, k.reference,
-                  command);
+                  "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} mask={} {} vs {}, which "
+                  "this command does not measure{}. Resume with the same command, or write to another -o file.",
+                  csv_path_, k.dump, k.layer.text(), k.head.text(), k.batch.text(), k.n.text(), mask_name(k.mask),
+                  k.spec, k.reference, command);
   }
 }
 

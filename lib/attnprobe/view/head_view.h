@@ -1,23 +1,12 @@
 #pragma once
 // One (layer, head, batch item, length n) slice of a dump: the unit every estimator works on.
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <string_view>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/view/mask.h"
 
 namespace attnprobe {
-
-/// Which keys a query attends to: all n (`full`, bidirectional) or j ≤ i (`causal`, decoders).
-/// The mask is part of the case (docs/specs.md, "Masks"): the reference is the softmax with this
-/// mask, and only estimators registered with a causal form may run under `causal`.
-enum class Mask { kFull, kCausal };
-
-/// "full" | "causal" (the CSV's `mask` column and the case id's `;mask=causal`).
-const char* mask_name(Mask mask);
-/// Parses "full" | "causal"; nullopt for anything else.
-std::optional<Mask> parse_mask(std::string_view text);
 
 struct SliceId {
   int layer = 0;  ///< layer number (NN of layer_NN)

@@ -1,6 +1,7 @@
 // softmax — exact attention, the target of most estimators (docs/estimators/exact.md).
 // As an estimator it runs the blocked float32 path, so its row in a sweep shows the float32
 // rounding floor (~1e-7 relative) against the float64 reference; as a reference it is float64.
+// Causal form (mask = causal): keys j ≤ i only; the float32 path skips the masked key blocks.
 // Backward (float64, blocks of 256 query rows, never n × n): with A = softmax(s·QKᵀ) and L = ⟨G, A·V⟩,
 //   dA = G·Vᵀ,  dS = A ⊙ (dA − rowsum(A ⊙ dA)),  ∇_Q = s·dS·K,  ∇_V = Aᵀ·G.
 #include <algorithm>
@@ -14,10 +15,10 @@ namespace {
 class SoftmaxEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool);
+    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.mask);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
-    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool);
+    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.mask);
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
@@ -44,7 +45,9 @@ class SoftmaxEstimator final : public Estimator {
   }
 
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
-    return [&view](int64_t r0, int64_t rows) { return attention_rows_f64(view.q, view.k, view.scale, r0, rows); };
+    return [&view](int64_t r0, int64_t rows) {
+      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
+    };
   }
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
@@ -58,6 +61,7 @@ class SoftmaxEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
+    .causal = true,
     .weights = true,
     .backward = "out",
     .make = [](const Spec&) { return std::make_unique<SoftmaxEstimator>(); },

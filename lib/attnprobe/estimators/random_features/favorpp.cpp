@@ -52,12 +52,13 @@ FavorppParams FavorppParams::from_spec(const Spec& spec) {
   return params;
 }
 
+namespace {
+
+// The query features (n × M, or n × 2M trigonometric) and key features (keys × M or 2M) up to factors that
+// cancel in the ratio, in precision S: what favorpp_attention contracts with V, and what weights() states.
 template <typename S>
-MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted) {
-  const GerfMap map = fit_gerf(params.gerf, view.q, view.k, view.scale, params.features, params.orthogonal, key);
-  if (fitted) *fitted = map;
-  const SliceData<S> data = slice_data<S>(view);
-  MatrixT<S> query_features, key_features;
+void favorpp_features(const GerfMap& map, const HeadView& view, const SliceData<S>& data, MatrixT<S>& query_features,
+                      MatrixT<S>& key_features) {
   if (map.sign > 0) {
     // Per query row the constants (log D, −½ log M, −‖q̃‖²/2) and the shifts cancel in the ratio.
     query_features = gerf_log_features<S>(map, data.q, view.scale, true);
@@ -85,6 +86,17 @@ MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, 
     query_features = trig(q_scaled, query_log);
     key_features = trig(k_scaled, key_log);
   }
+}
+
+}  // namespace
+
+template <typename S>
+MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted) {
+  const GerfMap map = fit_gerf(params.gerf, view.q, view.k, view.scale, params.features, params.orthogonal, key);
+  if (fitted) *fitted = map;
+  const SliceData<S> data = slice_data<S>(view);
+  MatrixT<S> query_features, key_features;
+  favorpp_features<S>(map, view, data, query_features, key_features);
   const MatrixT<S> kv = key_features.transpose() * data.v;              // M × pv
   const VectorT<S> key_sum = key_features.colwise().sum().transpose();  // M
   const MatrixT<S> numerator = query_features * kv;                     // n × pv
@@ -103,6 +115,25 @@ class Favorpp final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     out = favorpp_attention<float>(params_, view, ctx.key);
+  }
+
+  // Â_ij = φ(q_i)·φ(k_j) / φ(q_i)·Σ_j′ φ(k_j′) with the fitted map of estimate() (same ω, same A), in
+  // float64. Rows sum to one; entries are positive for s=1 and of either sign for the trigonometric s=−1
+  // (whose denominators can be ≤ 0). Setup O(n·M·p); O(rows·keys·M) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "favorpp has no causal form");
+    const GerfMap map =
+        fit_gerf(params_.gerf, view.q, view.k, view.scale, params_.features, params_.orthogonal, ctx.key);
+    MatrixD query_features, key_features;
+    favorpp_features<double>(map, view, slice_data<double>(view), query_features, key_features);
+    VectorD key_sum = key_features.colwise().sum().transpose();
+    return [query_features = std::move(query_features), key_features = std::move(key_features),
+            key_sum = std::move(key_sum)](int64_t r0, int64_t rows) {
+      const auto a = query_features.middleRows(r0, rows);
+      MatrixD w = a * key_features.transpose();
+      w.array().colwise() /= (a * key_sum).array();
+      return w;
+    };
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -133,6 +164,7 @@ class Favorpp final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .ablations = {"favorpp(ortho=0)", "favorpp(variant=arf,arf_ref=1)"},  // iid features; ARF as the reference codes it
     .make = [](const Spec& spec) { return std::make_unique<Favorpp>(FavorppParams::from_spec(spec)); },
 });

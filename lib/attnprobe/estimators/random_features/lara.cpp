@@ -12,15 +12,16 @@
 // reproduces the reference code: ε is drawn with std √s (raw units) while every density (q_c, the
 // balance heuristic, α) is still evaluated as N(·; μ_c, I) — the draw and the density disagree, and
 // the option measures that code, it does not fix it (its extra bias is tested). Self-normalised:
-// consistent (noise=scaled), biased. Float64. Everything O(n) runs over blocks of 512 rows (keys with a
-// running per-ω maximum, queries in two passes: the column log-normalisers of r′, then the weights), so
-// no n × C or n × p temporary is formed (the attn and mixture proposals still form C × n π).
+// consistent (noise=scaled), biased. Float64. estimate() runs everything O(n) over blocks of 512 rows (keys
+// with a running per-ω maximum, queries in two passes: the column log-normalisers of r′, then the
+// weights), so it forms no n × C or n × p temporary (the attn and mixture proposals still form C × n π).
 #include "attnprobe/estimators/random_features/lara.h"
 
 #include <cmath>
 #include <limits>
 #include <numbers>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
@@ -94,6 +95,8 @@ class Lara final : public Estimator {
         sample_(sample),
         raw_noise_(raw_noise) {}
 
+  // The forward pass in 512-row blocks (the header): the same draws and weights as draw() below, which
+  // weights() uses and which forms the n × C matrices whole.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.k.rows(), p = view.p(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
@@ -238,9 +241,126 @@ class Lara final : public Estimator {
     }
   }
 
+  // Â_nj = Σ_c w_nc·P_cj with P_cj = softmax_j(ω_c·k̃_j − ‖k̃_j‖²/2), the attention row of sample c that f(ω_c)
+  // averages v with (f(ω_c) = Σ_j P_cj·v_j), so out_n = Σ_j Â_nj·v_j. Rows sum to one (w and P do) and entries
+  // are positive. Setup as estimate() plus O(C·n·p) for P; O(rows·C·keys) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "lara: attention weights under the causal mask are not stated yet");
+    Draws draws = draw(view, ctx);
+    MatrixD rows_of_samples = draws.omegas * draws.k.transpose();  // C × keys
+    rows_of_samples.rowwise() -= 0.5 * draws.k.rowwise().squaredNorm().transpose();
+    softmax_rows(rows_of_samples);
+    return [weights = std::move(draws.weights), rows_of_samples = std::move(rows_of_samples)](
+               int64_t r0, int64_t rows) { return MatrixD(weights.middleRows(r0, rows) * rows_of_samples); };
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
 
  private:
+  struct Draws {
+    MatrixD weights;  ///< n × C: w_nc, rows sum to one
+    MatrixD values;   ///< C × pv: f(ω_c)
+    MatrixD omegas;   ///< C × p: ω_c (scaled space)
+    MatrixD k;        ///< keys × p: k̃
+  };
+
+  // Everything but the final n × C × pv product, shared by estimate() and weights().
+  Draws draw(const HeadView& view, const EstimateContext& ctx) const {
+    const int64_t n = view.n(), p = view.p();
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD q = root_scale * view.q, k = root_scale * view.k;  // scaled space
+    const auto segments = contiguous_segments(n, proposals_);
+    const int64_t c_count = static_cast<int64_t>(segments.size());
+    const MatrixD q_bar = segment_means(q, segments), k_bar = segment_means(k, segments);
+    // The noise's std in the scaled space; the densities below always use std 1 (see the header).
+    const double draw_sigma = raw_noise_ ? root_scale : 1.0;
+
+    // Mixture weights π_cj = softmax_j(q̄_c·k̃_j) (attn and mixture proposals).
+    MatrixD log_pi;
+    if (proposal_ == Proposal::kAttn || proposal_ == Proposal::kMixture) {
+      log_pi = q_bar * k.transpose();
+      for (int64_t c = 0; c < c_count; ++c) log_pi.row(c).array() -= log_sum_exp(log_pi.row(c));
+    }
+    MatrixD mu;
+    switch (proposal_) {
+      case Proposal::kSegment:
+        mu = q_bar + k_bar;
+        break;
+      case Proposal::kAttn:
+      case Proposal::kMixture:
+        mu = q_bar + log_pi.array().exp().matrix() * k;
+        break;
+      case Proposal::kMixed: {
+        MatrixD weights = k_bar * k_bar.transpose();
+        softmax_rows(weights);
+        mu = q_bar + weights * k_bar;
+        break;
+      }
+    }
+
+    // One sample per proposal.
+    MatrixD omegas = mu;
+    if (sample_) {
+      const RandomStream noise(ctx.key, Purpose::kNoise), component(ctx.key, Purpose::kComponent);
+      RowVectorD eps(p);
+      for (int64_t c = 0; c < c_count; ++c) {
+        if (proposal_ == Proposal::kMixture) {
+          const RowVectorD row = log_pi.row(c).array().exp();
+          const std::vector<double> pi(row.data(), row.data() + n);
+          const int64_t j = sample_with_replacement(pi, 1, component, static_cast<uint32_t>(c))[0];
+          omegas.row(c) = q_bar.row(c) + k.row(j);
+        }
+        noise.normals(static_cast<uint32_t>(c), 0, eps.data(), p);
+        omegas.row(c) += draw_sigma * eps;
+      }
+    }
+
+    // log q_c′(ω_c) for every sample c and proposal c′ (C × C), q_c′ = N(μ_c′, I) whatever the noise.
+    const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
+    MatrixD log_q(c_count, c_count);
+    if (proposal_ == Proposal::kMixture) {
+      // ‖ω − q̄_c′ − k̃_j‖² = ‖ω − q̄_c′‖² − 2(ω·k̃_j − q̄_c′·k̃_j) + ‖k̃_j‖²  (O(C²·n) after two products)
+      const MatrixD omega_k = omegas * k.transpose(), qbar_k = q_bar * k.transpose();
+      const RowVectorD k_norm2 = k.rowwise().squaredNorm().transpose();
+      for (int64_t c = 0; c < c_count; ++c)
+        for (int64_t cp = 0; cp < c_count; ++cp) {
+          const double base = (omegas.row(c) - q_bar.row(cp)).squaredNorm();
+          const RowVectorD terms =
+              log_pi.row(cp).array() - (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / 2;
+          log_q(c, cp) = log_norm + log_sum_exp(terms);
+        }
+    } else {
+      // ‖ω_c − μ_c′‖² = ‖ω_c‖² + ‖μ_c′‖² − 2·ω_c·μ_c′, one C × C × p product.
+      log_q = 2 * omegas * mu.transpose();
+      log_q.colwise() -= omegas.rowwise().squaredNorm();
+      log_q.rowwise() -= mu.rowwise().squaredNorm().transpose();
+      log_q = (log_q.array() / 2 + log_norm).matrix();
+    }
+
+    // r′_nc = softmax over queries n of q̃_n·q̄_c: formed as C × n so the softmax runs along rows
+    // (column passes over the row-major n × C matrix took half of the whole estimator's time).
+    MatrixD r_prime_t = q_bar * q.transpose();
+    softmax_rows(r_prime_t);
+    const MatrixD r_prime = r_prime_t.transpose();
+
+    // f(ω_c) and log Σ_j ξ(k_j, ω_c); log ξ(q_n, ω_c).
+    VectorD log_key_sum;
+    const MatrixD f = key_value_average(omegas, k, view.v, &log_key_sum);  // C × pv
+    const MatrixD log_xi_q = log_features(q, omegas);                      // n × C
+
+    // log w_nc = log α_nc + log N(ω_c; 0, I) + log ξ(q_n, ω_c) + log Σ_j ξ(k_j, ω_c) − log q_c(ω_c),
+    // as whole-matrix operations (column-wise passes over a row-major n × C matrix were 5× slower).
+    const MatrixD alpha = lara_alpha_at_samples(weighting_, beta_, log_q, r_prime);
+    RowVectorD per_sample(c_count);
+    for (int64_t c = 0; c < c_count; ++c)
+      per_sample(c) =
+          -0.5 * omegas.row(c).squaredNorm() - 0.5 * p * std::log(2 * std::numbers::pi) + log_key_sum(c) - log_q(c, c);
+    MatrixD log_w = alpha.array().max(1e-8).log() + log_xi_q.array();
+    log_w.rowwise() += per_sample;
+    softmax_rows(log_w);
+    return {std::move(log_w), f, std::move(omegas), k};
+  }
+
   int64_t proposals_;
   Proposal proposal_;
   LaraWeighting weighting_;
@@ -308,6 +428,7 @@ LaraWeighting parse_weighting(const std::string& name) {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_choice("mode") == "sample"; },
     .target = nullptr,
+    .weights = true,
     .ablations = {"lara(weights=coupled,beta=2)", "lara(C=1)"},  // the paper's best beta; its single-proposal ablation
     .make =
         [](const Spec& spec) {

@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/random_features/performer_params.h"
@@ -111,6 +112,29 @@ class Performer final : public Estimator {
     return out;
   }
 
+  // Â_ij = φ(q_i)·φ(k_j) / φ(q_i)·Σ_j′ φ(k_j′) (rows sum to one, entries positive), from the same ω as
+  // estimate(). The features are formed here on their own (the per-row query shift and the one key shift
+  // cancel in the ratio, as in estimate) so that this stays independent of how estimate() is evaluated.
+  // Setup O(n·M·p); O(rows·keys·M) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "performer: attention weights under the causal mask are not stated yet");
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);  // M × p
+    MatrixD query_logits = (root_scale * view.q) * omegas.transpose();              // n × M
+    MatrixD key_features = log_features(root_scale * view.k, omegas);               // keys × M
+    key_features = (key_features.array() - key_features.maxCoeff()).exp();
+    VectorD key_sum = key_features.colwise().sum().transpose();
+    return [query_logits = std::move(query_logits), key_features = std::move(key_features),
+            key_sum = std::move(key_sum)](int64_t r0, int64_t rows) {
+      MatrixD a = query_logits.middleRows(r0, rows);  // rows × M
+      for (int64_t i = 0; i < rows; ++i) a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+      const VectorD denominator = a * key_sum;
+      MatrixD w = a * key_features.transpose();  // rows × keys
+      w.array().colwise() /= denominator.array();
+      return w;
+    };
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     return 2.0 * 2.0 * n * features_ * p + 2.0 * 2.0 * n * features_ * pv;
   }
@@ -189,6 +213,7 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .backward = "out",
     .ablations = {"performer(ortho=0)"},
     .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },

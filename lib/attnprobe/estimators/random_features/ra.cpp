@@ -8,6 +8,9 @@
 // space), as the reference code does, and is biased (~10% relative; the test detects it).
 // f(ω) is attention of the query ω over keys k̃ with a per-key bias −‖k̃‖²/2, i.e. plain attention
 // of [ω, 1] over [k̃, −‖k̃‖²/2]: the blocked float32 kernel computes it.
+// Causal form: π_i and f_i(ω) over keys j ≤ i (the draws are indexed by (i, s) as before; O(n²p)).
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -21,11 +24,65 @@ class RandomizedAttention final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), p = view.p();
+    const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
+    const MatrixD centres = draw_centres(view, ctx);
+
+    // f(ω) for every (i, s) at once: [ω, 1]·[k̃, −‖k̃‖²/2]ᵀ with scale 1.
+    MatrixF omega_aug(centres.rows(), p + 1), key_aug(n, p + 1);
+    omega_aug.leftCols(p) = centres.cast<float>();
+    omega_aug.col(p).setOnes();
+    key_aug.leftCols(p) = k_scaled.cast<float>();
+    key_aug.col(p) = (-0.5 * k_scaled.rowwise().squaredNorm()).cast<float>();
+    if (view.mask == Mask::kCausal) {
+      // One causal pass per sample: row i of sample s is ω_{i,s} over keys j ≤ i.
+      out = MatrixF::Zero(n, view.pv());
+      MatrixF omega_s(n, p + 1), per_sample;
+      for (int64_t s = 0; s < samples_; ++s) {
+        for (int64_t i = 0; i < n; ++i) omega_s.row(i) = omega_aug.row(i * samples_ + s);
+        exact_attention_f32(omega_s, key_aug, view.vf, 1.0f, per_sample, ctx.pool, Mask::kCausal);
+        out += per_sample;
+      }
+      out /= static_cast<float>(samples_);
+      return;
+    }
+    MatrixF per_sample;
+    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
+    out.resize(n, view.pv());
+    for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
+  }
+
+  // Â_ij = (1/S)·Σ_s softmax_j(ω_is·k̃_j − ‖k̃_j‖²/2): the mean of the S attention rows of the query's
+  // samples (rows sum to one, entries positive), so that out_i = Σ_j Â_ij·v_j. The ω are those of
+  // estimate() under the same key (draw_centres repeats its draws). Setup O(n²·p) for variant=unbiased
+  // (the sampling rows), O(rows·S·keys·p) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "ra: attention weights under the causal mask are not stated yet");
+    const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
+    RowVectorD bias = -0.5 * k_scaled.rowwise().squaredNorm().transpose();
+    return [omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_](int64_t r0,
+                                                                                                    int64_t rows) {
+      MatrixD logits = omegas.middleRows(r0 * samples, rows * samples) * k_scaled.transpose();  // rows·S × keys
+      logits.rowwise() += bias;
+      softmax_rows(logits);
+      MatrixD w(rows, k_scaled.rows());
+      for (int64_t i = 0; i < rows; ++i)
+        w.row(i) = logits.middleRows(i * samples, samples).colwise().sum() / static_cast<double>(samples);
+      return w;
+    };
+  }
+
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return samples_ * (2.0 * n * n * (p + 1) + 2.0 * n * n * pv) + 2.0 * n * n * p;
+  }
+
+ private:
+  // ω_{i,s} (row i·S + s, n·S × p), for estimate() and weights() alike. Centres: q̃_i + k̃_{j*}
+  // (j* ~ π_i, one per sample) or q̃_i + Σ_j π_i(j)·k̃_j, over j ≤ i under the causal mask; then the noise.
+  MatrixD draw_centres(const HeadView& view, const EstimateContext& ctx) const {
+    const int64_t n = view.n(), p = view.p();
     const double root_scale = std::sqrt(view.scale);
     const MatrixD q_scaled = root_scale * view.q, k_scaled = root_scale * view.k;
     const double noise_std = raw_noise_ ? root_scale : 1.0;
-
-    // Centres: q̃_i + k̃_{j*} (j* ~ π_i, one per sample) or q̃_i + Σ_j π_i(j)·k̃_j.
     MatrixD centres(n * samples_, p);
     if (unbiased_) {
       // j* ~ π_i: the logits of a block of queries in float32 (one GEMM), exponentiated row-wise
@@ -37,11 +94,14 @@ class RandomizedAttention final : public Estimator {
       std::vector<double> probs(n);
       for (int64_t r0 = 0; r0 < n; r0 += block) {
         const int64_t rows = std::min(block, n - r0);
-        logits.topRows(rows).noalias() = q_f.middleRows(r0, rows) * k_f.transpose();
+        const int64_t cols = visible_keys(r0 + rows - 1, n, view.mask);
+        logits.topRows(rows).leftCols(cols).noalias() = q_f.middleRows(r0, rows) * k_f.topRows(cols).transpose();
         for (int64_t r = 0; r < rows; ++r) {
-          auto row = logits.row(r);
+          const int64_t seen = visible_keys(r0 + r, n, view.mask);  // causal: j* ~ π_i over j ≤ i
+          auto row = logits.row(r).head(seen);
           row.array() = (row.array() - row.maxCoeff()).exp();
-          for (int64_t j = 0; j < n; ++j) probs[j] = row(j);
+          probs.resize(seen);
+          for (int64_t j = 0; j < seen; ++j) probs[j] = row(j);
           const auto picked = sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(r0 + r));
           for (int64_t s = 0; s < samples_; ++s)
             centres.row((r0 + r) * samples_ + s) = q_scaled.row(r0 + r) + k_scaled.row(picked[s]);
@@ -49,7 +109,8 @@ class RandomizedAttention final : public Estimator {
       }
     } else {
       MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃
-      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key);
+      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key, nullptr,
+                          view.mask);
       for (int64_t i = 0; i < n; ++i)
         for (int64_t s = 0; s < samples_; ++s)
           centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
@@ -60,24 +121,9 @@ class RandomizedAttention final : public Estimator {
       noise.normals(static_cast<uint32_t>(r), 0, eps.data(), p);
       centres.row(r) += noise_std * eps;
     }
-
-    // f(ω) for every (i, s) at once: [ω, 1]·[k̃, −‖k̃‖²/2]ᵀ with scale 1.
-    MatrixF omega_aug(centres.rows(), p + 1), key_aug(n, p + 1);
-    omega_aug.leftCols(p) = centres.cast<float>();
-    omega_aug.col(p).setOnes();
-    key_aug.leftCols(p) = k_scaled.cast<float>();
-    key_aug.col(p) = (-0.5 * k_scaled.rowwise().squaredNorm()).cast<float>();
-    MatrixF per_sample;
-    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
-    out.resize(n, view.pv());
-    for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
+    return centres;
   }
 
-  double flops(int64_t n, int64_t p, int64_t pv) const override {
-    return samples_ * (2.0 * n * n * (p + 1) + 2.0 * n * n * pv) + 2.0 * n * n * p;
-  }
-
- private:
   int64_t samples_;
   bool unbiased_, raw_noise_;
 };
@@ -104,6 +150,8 @@ class RandomizedAttention final : public Estimator {
     .samples_knob = "S",
     .random = true,
     .target = nullptr,
+    .causal = true,
+    .weights = true,
     .make =
         [](const Spec& spec) {
           return std::make_unique<RandomizedAttention>(spec.get_int("S"), spec.get_choice("variant") == "unbiased",

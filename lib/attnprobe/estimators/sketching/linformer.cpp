@@ -7,6 +7,8 @@
 //                   estimate is unbiased for B·V. O(n²): it shows what Linformer gave up.
 #include <cmath>
 
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/linformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -36,6 +38,22 @@ class Linformer final : public Estimator {
     exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out);
   }
 
+  // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × n): row i is a mixture of E's rows,
+  // summing to Σ_r P_ir·Σ_j E_rj, not one, with entries of either sign (E is Gaussian). Float64 from the same
+  // E. Setup O(d·n·p); O(rows·d·(p + n)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "linformer has no causal form");
+    MatrixD e =
+        gaussian_matrix(params_.d, view.n(), params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection))
+            .cast<double>();      // d × n
+    MatrixD k_proj = e * view.k;  // d × p
+    return [&view, e = std::move(e), k_proj = std::move(k_proj)](int64_t r0, int64_t rows) {
+      MatrixD p = view.scale * (view.q.middleRows(r0, rows) * k_proj.transpose());  // rows × d
+      softmax_rows(p);
+      return MatrixD(p * e);
+    };
+  }
+
   // E (d × n), EK and EV (d × p, d × pv) and the n × d scores, float32.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
@@ -58,6 +76,18 @@ class LinformerJlt final : public Estimator {
     exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out);
   }
 
+  // out = A·S·Sᵀ·V, so Â = A·S·Sᵀ (rows × n) with A the exact softmax: unbiased for A entry by entry, rows
+  // summing to A_i·S·Sᵀ·1 ≠ 1, entries of either sign. Float64 from the same S. O(rows·n·(p + d)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "linformer-jlt has no causal form");
+    MatrixD s =
+        gaussian_matrix(view.n(), params_.d, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection))
+            .cast<double>();  // n × d
+    return [&view, s = std::move(s)](int64_t r0, int64_t rows) {
+      return MatrixD((attention_rows_f64(view.q, view.k, view.scale, r0, rows) * s) * s.transpose());
+    };
+  }
+
   // S (n × d), Sᵀ·V (d × pv) and S·Sᵀ·V (n × pv), float32.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
@@ -78,6 +108,7 @@ class LinformerJlt final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection
     .make = [](const Spec& spec) { return std::make_unique<Linformer>(LinformerParams::from_spec(spec)); },
 });
@@ -90,6 +121,7 @@ class LinformerJlt final : public Estimator {
     .samples_knob = "d",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .make = [](const Spec& spec) { return std::make_unique<LinformerJlt>(LinformerParams::from_spec(spec)); },
 });
 

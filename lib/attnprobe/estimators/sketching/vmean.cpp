@@ -1,7 +1,10 @@
 // vmean — the rank-one baseline of the Skeinformer paper (docs/estimators/sketching.md):
 // out_i = (1/n)·Σ_j v_j for every query i, i.e. uniform attention. Deterministic; exact when
 // attention is uniform, and the error every sampling method must beat on peaked attention.
+// Causal form: out_i = (1/(i+1))·Σ_{j≤i} v_j, a running sum in float64 (so row i never sees j > i).
 // Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
+#include <algorithm>
+
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -10,11 +13,16 @@ namespace {
 class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    if (view.mask == Mask::kCausal) {
+      out = prefix_means(view.vf.cast<double>()).cast<float>();
+      return;
+    }
     // Accumulate the mean in double: a float sum over thousands of rows loses ~1e-5 relative.
     const RowVectorF mean = view.vf.cast<double>().colwise().mean().cast<float>();
     out = mean.replicate(view.n(), 1);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
+    if (view.mask == Mask::kCausal) return prefix_means(view.v);
     return MatrixD(view.v.colwise().mean().replicate(view.n(), 1));
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -24,9 +32,28 @@ class VMeanEstimator final : public Estimator {
     out.v = (upstream.colwise().sum() / static_cast<double>(view.k.rows())).replicate(view.k.rows(), 1);
     return out;
   }
-  // Uniform attention: Â_ij = 1/keys.
+  // Uniform attention: Â_ij = 1/keys (causal: 1/(i+1) for j ≤ i).
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
-    return [keys = view.v.rows()](int64_t, int64_t rows) { return MatrixD::Constant(rows, keys, 1.0 / keys); };
+    return [keys = view.v.rows(), mask = view.mask](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Zero(rows, keys);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t seen = mask == Mask::kCausal ? std::min(r0 + i + 1, keys) : keys;
+        w.row(i).head(seen).setConstant(1.0 / static_cast<double>(seen));
+      }
+      return w;
+    };
+  }
+
+ private:
+  // Row i: the mean of rows 0..i of v (n × pv), summed in token order.
+  static MatrixD prefix_means(const MatrixD& v) {
+    MatrixD out(v.rows(), v.cols());
+    RowVectorD sum = RowVectorD::Zero(v.cols());
+    for (int64_t i = 0; i < v.rows(); ++i) {
+      sum += v.row(i);
+      out.row(i) = sum / static_cast<double>(i + 1);
+    }
+    return out;
   }
 };
 
@@ -38,6 +65,7 @@ class VMeanEstimator final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = nullptr,
+    .causal = true,
     .weights = true,
     .backward = "out",
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },

@@ -15,6 +15,7 @@
 // Cost O(n·r·p + n log n + n·(b + m)·(p + pv)), memory O(b·(b + m)) per block; float32 except the hash.
 #include "attnprobe/estimators/sorted_lsh/hyper.h"
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -29,17 +30,28 @@ HyperParams HyperParams::from_spec(const Spec& spec) {
   return params;
 }
 
-template <typename S>
-MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key, VectorD* log_denominator,
-                           const SortLshBlocks* given_blocks) {
-  const int64_t n = view.n();
-  const SortLshBlocks blocks =
-      given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
-  std::vector<int64_t> samples;
+namespace {
+
+// The residual samples t_u (uniform on [0, n), with replacement) and their weights c_u = n/m.
+void hyper_samples(const HyperParams& params, int64_t n, RandomKey key, std::vector<int64_t>& samples,
+                   std::vector<double>& weights) {
+  samples.clear();
   if (params.samples > 0)
     samples =
         sample_with_replacement(std::vector<double>(n, 1.0), params.samples, RandomStream(key, Purpose::kColumnSample));
-  const std::vector<double> weights(samples.size(), static_cast<double>(n) / static_cast<double>(params.samples));
+  weights.assign(samples.size(), static_cast<double>(n) / static_cast<double>(params.samples));
+}
+
+}  // namespace
+
+template <typename S>
+MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key, VectorD* log_denominator,
+                           const SortLshBlocks* given_blocks) {
+  const SortLshBlocks blocks =
+      given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
+  std::vector<int64_t> samples;
+  std::vector<double> weights;
+  hyper_samples(params, view.n(), key, samples, weights);
   MatrixT<S> out;
   block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, weights, params.mask, out, log_denominator);
   return out;
@@ -58,6 +70,20 @@ class Hyper final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     out = hyper_attention<float>(params_, view, ctx.key);
+  }
+
+  // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus n/m per kept sample of key j
+  // (sort_lsh.h, block_plus_samples_rows): the same hash and samples as estimate(). O(rows·n·p) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "hyper has no causal form in this version");
+    SortLshBlocks blocks = sort_lsh_blocks(view.q, view.k, params_.bits, params_.block, params_.order, ctx.key);
+    std::vector<int64_t> samples;
+    std::vector<double> sample_weights;
+    hyper_samples(params_, view.n(), ctx.key, samples, sample_weights);
+    return [&view, blocks = std::move(blocks), samples = std::move(samples), sample_weights = std::move(sample_weights),
+            mask = params_.mask](int64_t r0, int64_t rows) {
+      return block_plus_samples_rows(view.q, view.k, view.scale, blocks, samples, sample_weights, mask, r0, rows);
+    };
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -88,6 +114,7 @@ class Hyper final : public Estimator {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_int("m") > 0 || spec.get_int("r") > 0; },
     .target = nullptr,
+    .weights = true,
     .ablations = {"hyper(mask=0)", "hyper(m=0)"},  // the reference's double count; heavy blocks only
     .make = [](const Spec& spec) { return std::make_unique<Hyper>(HyperParams::from_spec(spec)); },
 });

@@ -18,6 +18,7 @@
 
 #include <cmath>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sorted_lsh/hyper.h"
 
@@ -68,23 +69,36 @@ std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, cons
   return weights;
 }
 
+namespace {
+
+// The residual samples t_u ∝ w (with replacement) and their weights c_u = 1/(m·P_{t_u}); `weights` receives w.
+void kdeformer_samples(const KdeformerParams& params, const HeadView& view, const SortLshBlocks& blocks, RandomKey key,
+                       std::vector<double>& weights, std::vector<int64_t>& samples,
+                       std::vector<double>& sample_weights) {
+  weights = kdeformer_weights(params.probs, view, blocks);
+  double total = 0;
+  for (double w : weights) total += w;
+  samples.clear();
+  sample_weights.clear();
+  // total = 0 only under colnorm when every column is masked for every query (b ≥ n): no residual.
+  if (params.samples > 0 && total > 0) {
+    samples = sample_with_replacement(weights, params.samples, RandomStream(key, Purpose::kColumnSample));
+    for (int64_t t : samples) sample_weights.push_back(total / (static_cast<double>(params.samples) * weights[t]));
+  }
+}
+
+}  // namespace
+
 template <typename S>
 MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& view, RandomKey key,
                                VectorD* log_denominator, std::vector<double>* weights_out,
                                const SortLshBlocks* given_blocks) {
   const SortLshBlocks blocks =
       given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
-  const std::vector<double> weights = kdeformer_weights(params.probs, view, blocks);
-  if (weights_out) *weights_out = weights;
-  double total = 0;
-  for (double w : weights) total += w;
+  std::vector<double> weights, sample_weights;
   std::vector<int64_t> samples;
-  std::vector<double> sample_weights;
-  // total = 0 only under colnorm when every column is masked for every query (b ≥ n): no residual.
-  if (params.samples > 0 && total > 0) {
-    samples = sample_with_replacement(weights, params.samples, RandomStream(key, Purpose::kColumnSample));
-    for (int64_t t : samples) sample_weights.push_back(total / (static_cast<double>(params.samples) * weights[t]));
-  }
+  kdeformer_samples(params, view, blocks, key, weights, samples, sample_weights);
+  if (weights_out) *weights_out = weights;
   MatrixT<S> out;
   block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, sample_weights, true, out, log_denominator);
   return out;
@@ -103,6 +117,21 @@ class Kdeformer final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     out = kdeformer_attention<float>(params_, view, ctx.key);
+  }
+
+  // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus 1/(m·P_j) per off-block sample of
+  // key j (sort_lsh.h, block_plus_samples_rows): the same hash and samples as estimate(). O(rows·n·p) per
+  // block (plus kdeformer_weights' O(n²·p) once for probs=colnorm).
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "kdeformer has no causal form");
+    SortLshBlocks blocks = sort_lsh_blocks(view.q, view.k, params_.bits, params_.block, params_.order, ctx.key);
+    std::vector<double> probabilities, sample_weights;
+    std::vector<int64_t> samples;
+    kdeformer_samples(params_, view, blocks, ctx.key, probabilities, samples, sample_weights);
+    return [&view, blocks = std::move(blocks), samples = std::move(samples),
+            sample_weights = std::move(sample_weights)](int64_t r0, int64_t rows) {
+      return block_plus_samples_rows(view.q, view.k, view.scale, blocks, samples, sample_weights, true, r0, rows);
+    };
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -139,6 +168,7 @@ class Kdeformer final : public Estimator {
     .random = true,
     .random_for = [](const Spec& spec) { return spec.get_int("m") > 0 || spec.get_int("r") > 0; },
     .target = nullptr,
+    .weights = true,
     .make = [](const Spec& spec) { return std::make_unique<Kdeformer>(KdeformerParams::from_spec(spec)); },
 });
 

@@ -89,4 +89,24 @@ template void block_plus_samples<double>(const SliceData<double>&, double, const
                                          const std::vector<int64_t>&, const std::vector<double>&, bool,
                                          MatrixT<double>&, VectorD*);
 
+MatrixD block_plus_samples_rows(const MatrixD& q, const MatrixD& k, double scale, const SortLshBlocks& blocks,
+                                const std::vector<int64_t>& samples, const std::vector<double>& sample_weights,
+                                bool mask, int64_t r0, int64_t rows) {
+  MatrixD w = scale * (q.middleRows(r0, rows) * k.transpose());  // logits, rows × keys
+  VectorD count(k.rows());                                       // c_ij for one row
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = blocks.query_block[r0 + r];
+    count.setZero();
+    for (int64_t t = blocks.begin(g); t < blocks.end(g); ++t) count(blocks.key_order[t]) += 1.0;
+    for (size_t u = 0; u < samples.size(); ++u)
+      if (!mask || blocks.key_block[samples[u]] != g) count(samples[u]) += sample_weights[u];
+    double shift = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < k.rows(); ++j)
+      if (count(j) > 0) shift = std::max(shift, w(r, j));
+    for (int64_t j = 0; j < k.rows(); ++j) w(r, j) = count(j) > 0 ? count(j) * std::exp(w(r, j) - shift) : 0.0;
+    w.row(r) /= w.row(r).sum();
+  }
+  return w;
+}
+
 }  // namespace attnprobe

@@ -52,4 +52,12 @@ void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlo
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
                         MatrixT<S>& out, VectorD* log_denominator);
 
+/// Rows [r0, r0 + rows) of the attention matrix the kernel above implies (rows × n, float64), so that
+/// out_i = Σ_j Â_ij·v_j:  Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′,  c_ij = [β_K(j) = β_Q(i)] + Σ_{u kept for i, t_u = j}
+/// c_u (a key sampled twice counts twice; with `mask` false an in-block sample adds to the block's 1). Rows sum to one,
+/// entries ≥ 0. q, k: n × p (raw). O(rows·n·p).
+MatrixD block_plus_samples_rows(const MatrixD& q, const MatrixD& k, double scale, const SortLshBlocks& blocks,
+                                const std::vector<int64_t>& samples, const std::vector<double>& sample_weights,
+                                bool mask, int64_t r0, int64_t rows);
+
 }  // namespace attnprobe

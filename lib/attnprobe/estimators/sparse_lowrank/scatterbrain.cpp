@@ -398,6 +398,40 @@ class Scatterbrain final : public Estimator {
     out = scatterbrain_attention<float>(params_, view, ctx.key);
   }
 
+  // Â_ij = e_ij/D̂_i on the support S_i and φ(q_i)·φ(k_j)/D̂_i off it, with D̂_i = Σ_{j∈S_i} e_ij +
+  // max(0, Σ_{j∉S_i} φ(q_i)·φ(k_j)) — estimate()'s denominator, clamp included (so a row sums to one unless
+  // the clamp acts) — from the same support and features, in float64. One shift per row, max(c_i, max_S
+  // s·q_i·k_j), as estimate(). Setup O(n·M·p) plus the support; O(rows·n·(p + M)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "scatterbrain has no causal form in this version");
+    SparseSupport support = scatterbrain_support(params_, view, ctx.key);
+    const GerfMap map = scatterbrain_features(params_, view, ctx.key);
+    MatrixD query_features = gerf_log_features<double>(map, view.q, view.scale, true);  // n × M
+    MatrixD key_features = gerf_log_features<double>(map, view.k, view.scale, false);   // n × M
+    VectorD query_shift;
+    exponentiate_features<double>(query_features, key_features, &query_shift);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
+    return [&view, support = std::move(support), query_features = std::move(query_features),
+            key_features = std::move(key_features), query_shift = std::move(query_shift)](int64_t r0, int64_t rows) {
+      const MatrixD logits = view.scale * (view.q.middleRows(r0, rows) * view.k.transpose());  // rows × keys
+      MatrixD w = query_features.middleRows(r0, rows) * key_features.transpose();              // ê·e^{−c_i}
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r0 + r, begin = support.offsets[i], end = support.offsets[i + 1];
+        double top = query_shift(i);
+        for (int64_t t = begin; t < end; ++t) top = std::max(top, logits(r, support.keys[t]));
+        w.row(r) *= std::exp(query_shift(i) - top);
+        double complement = w.row(r).sum(), exact = 0;
+        for (int64_t t = begin; t < end; ++t) {
+          const int32_t j = support.keys[t];
+          complement -= w(r, j);
+          w(r, j) = std::exp(logits(r, j) - top);
+          exact += w(r, j);
+        }
+        w.row(r) /= exact + std::max(0.0, complement);
+      }
+      return w;
+    };
+  }
+
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     const double support = static_cast<double>(std::min<int64_t>(params_.width + 2 * params_.ext, n)) *
                            (params_.sparse == SbSupport::kSmyrf ? params_.rounds : 1);
@@ -435,6 +469,7 @@ class Scatterbrain final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .weights = true,
     .ablations = {"scatterbrain(sparse=block,ext=8)"},  // Scatterbrain's extended blocks
     .make = [](const Spec& spec) { return std::make_unique<Scatterbrain>(ScatterbrainParams::from_spec(spec)); },
 });

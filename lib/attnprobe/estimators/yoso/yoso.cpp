@@ -8,12 +8,17 @@
 // normalisation (tested). hash=hadamard collides 1–13% less often and is biased (tested, reported).
 // Cost O(n·m·(τ·p + pv)); never n × n: per hash, keys fill 2^τ bucket sums and queries read them.
 // A query that collides with no key in any hash gets the zero vector (the metrics count it).
+// Causal form (input=l2): the same draws; tables are filled in token order and query i reads them
+// right after key i went in (prefix bucket sums), so with hash=gauss it stays unbiased for causal
+// yoso-e before the normalisation (tested).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -51,10 +56,34 @@ class YosoSampling final : public Estimator {
       for (int f0 = 0; f0 < m_; f0 += group) {
         const int g_count = std::min(group, m_ - f0);
         tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
-        for (int64_t j = 0; j < keys; ++j)
+        auto add_key = [&](int64_t j) {
           for (int g = 0; g < g_count; ++g) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
-        for (int64_t i = 0; i < n; ++i)
+        };
+        auto read_query = [&](int64_t i) {
           for (int g = 0; g < g_count; ++g) y.row(i) += tables.row(g * buckets + query_codes[i * m_ + f0 + g]);
+        };
+        if (view.mask == Mask::kCausal) {  // prefix bucket sums: query i reads the tables of keys 0..i
+          for (int64_t i = 0; i < n; ++i) {
+            add_key(i);
+            read_query(i);
+          }
+        } else {
+          for (int64_t j = 0; j < keys; ++j) add_key(j);
+          for (int64_t i = 0; i < n; ++i) read_query(i);
+        }
+      }
+    } else if (view.mask == Mask::kCausal) {
+      // Large τ, causal: per hash, the buckets met so far in a map (code → row of running sums).
+      std::unordered_map<uint32_t, int64_t> slot;
+      MatrixF sums(n, pv);
+      for (int f = 0; f < m_; ++f) {
+        slot.clear();
+        for (int64_t i = 0; i < n; ++i) {
+          const auto [it, inserted] = slot.try_emplace(key_codes[i * m_ + f], static_cast<int64_t>(slot.size()));
+          if (inserted) sums.row(it->second).setZero();
+          sums.row(it->second) += view.vf.row(i);
+          if (const auto hit = slot.find(query_codes[i * m_ + f]); hit != slot.end()) y.row(i) += sums.row(hit->second);
+        }
       }
     } else {
       // Large τ: sort the keys' codes and look each query up (no 2^τ memory).
@@ -98,6 +127,44 @@ class YosoSampling final : public Estimator {
     hash_inputs(view, ctx.key, &q_hat, &k_hat, query_codes, key_codes);
     if (sparse_gradient_) return yoso_sparse_gradient(query_codes, key_codes, m_, tau_, q_hat, k_hat, view.v, upstream);
     return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream);
+  }
+
+  // Â_ij = (1/m)·#{f : h_f(q̂_i) = h_f(k̂_j)}, divided by ‖Y_i‖ with norm=l2 (so rows need not sum to one,
+  // docs/metrics.md); a query that meets no key gets a zero row, as its estimate. The codes are those of
+  // estimate() under the same key; per hash the keys are sorted by code once, and each query row reads its
+  // bucket: O(n·m·log n) to set up, O(rows·(m·log n + collisions + keys·pv)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask == Mask::kFull, "yoso: attention weights under the causal mask are not stated yet");
+    const int64_t keys = view.k.rows();
+    std::vector<uint32_t> query_codes, key_codes;
+    hash_inputs(view, ctx.key, nullptr, nullptr, query_codes, key_codes);
+    // Hash f's keys in code order: sorted_keys[f·keys + t], with their codes in sorted_codes.
+    std::vector<int64_t> sorted_keys(static_cast<size_t>(m_) * keys);
+    std::vector<uint32_t> sorted_codes(sorted_keys.size());
+    for (int f = 0; f < m_; ++f) {
+      const auto first = sorted_keys.begin() + static_cast<int64_t>(f) * keys;
+      std::iota(first, first + keys, 0);
+      std::stable_sort(first, first + keys,
+                       [&](int64_t a, int64_t b) { return key_codes[a * m_ + f] < key_codes[b * m_ + f]; });
+      for (int64_t t = 0; t < keys; ++t) sorted_codes[f * keys + t] = key_codes[first[t] * m_ + f];
+    }
+    return [&view, m = m_, keys, normalize = normalize_, query_codes = std::move(query_codes),
+            sorted_keys = std::move(sorted_keys), sorted_codes = std::move(sorted_codes)](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Zero(rows, keys);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int f = 0; f < m; ++f) {
+          const auto first = sorted_codes.begin() + static_cast<int64_t>(f) * keys;
+          const auto [lo, hi] = std::equal_range(first, first + keys, query_codes[(r0 + i) * m + f]);
+          for (auto it = lo; it != hi; ++it) w(i, sorted_keys[it - sorted_codes.begin()]) += 1.0;
+        }
+      w /= static_cast<double>(m);
+      if (normalize) {
+        const VectorD norms = (w * view.v).rowwise().norm();
+        for (int64_t i = 0; i < rows; ++i)
+          if (norms(i) > 0) w.row(i) /= norms(i);
+      }
+      return w;
+    };
   }
 
   // Projections for both sides (m·τ·p multiply-adds per row, or the FWHTs for hadamard, counted
@@ -169,6 +236,10 @@ class YosoSampling final : public Estimator {
         [](const Spec& spec) {
           return fmt::format("yoso-e(tau={},input={},grad=exact)", spec.get_int("tau"), spec.get_choice("input"));
         },
+    .causal = true,
+    // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
+    .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
+    .weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });

@@ -6,11 +6,13 @@
 // before arccos: in float32 q̂·q̂ rounds above 1 for about a fifth of vectors, and the reference
 // code returns NaN there. Backward (yoso_backward.h): the exact gradient (grad=exact) or the
 // paper's lower bound (grad=lower) of ⟨G, W·V⟩ with respect to q̂ and V, O(n²(p + pv)) in row blocks.
+// Causal form (input=l2): W_ij = 0 for j > i; the float32 path skips the key blocks past a block's rows.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <numbers>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -65,17 +67,21 @@ class YosoExpectation final : public Estimator {
     const float inv_pi = static_cast<float>(1.0 / std::numbers::pi);
     for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, n - r0);
-      Eigen::Map<MatrixF> w(weights.data(), rows, keys);
-      gemm_abt(static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(q.cols()), 1.0f,
+      // Causal: the block reads keys up to its last query only, and W_ij = 0 for j > i.
+      const int64_t cols = visible_keys(r0 + rows - 1, keys, view.mask);
+      Eigen::Map<MatrixF> w(weights.data(), rows, cols);
+      gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(q.cols()), 1.0f,
                q.data() + r0 * q.cols(), static_cast<int>(q.cols()), k.data(), static_cast<int>(k.cols()), 0.0f,
-               w.data(), static_cast<int>(keys));
+               w.data(), static_cast<int>(cols));
       float* data = w.data();
-      for (int64_t e = 0; e < rows * keys; ++e) {
+      for (int64_t e = 0; e < rows * cols; ++e) {
         const float c = std::clamp(data[e], -1.0f, 1.0f);
         data[e] = integer_power(1.0f - fast_acos(c) * inv_pi, tau_);
       }
-      gemm_ab(static_cast<int>(rows), static_cast<int>(view.pv()), static_cast<int>(keys), 1.0f, w.data(),
-              static_cast<int>(keys), view.vf.data(), static_cast<int>(view.pv()), 0.0f, out.data() + r0 * view.pv(),
+      if (view.mask == Mask::kCausal)
+        for (int64_t i = 0; i < rows; ++i) w.row(i).tail(cols - visible_keys(r0 + i, cols, view.mask)).setZero();
+      gemm_ab(static_cast<int>(rows), static_cast<int>(view.pv()), static_cast<int>(cols), 1.0f, w.data(),
+              static_cast<int>(cols), view.vf.data(), static_cast<int>(view.pv()), 0.0f, out.data() + r0 * view.pv(),
               static_cast<int>(view.pv()));
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -92,10 +98,12 @@ class YosoExpectation final : public Estimator {
     MatrixD y(view.n(), view.pv());
     for (int64_t r0 = 0; r0 < view.n(); r0 += kRowBlock * 2) {
       const int64_t rows = std::min(kRowBlock * 2, view.n() - r0);
-      const MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
+      const int64_t cols = visible_keys(r0 + rows - 1, k.rows(), view.mask);
+      MatrixD w = (q.middleRows(r0, rows) * k.topRows(cols).transpose()).unaryExpr([&](double c) {
         return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau_);
       });
-      y.middleRows(r0, rows).noalias() = w * view.v;
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(cols - visible_keys(r0 + i, cols, view.mask)).setZero();
+      y.middleRows(r0, rows).noalias() = w * view.v.topRows(cols);
     }
     return normalize_rows(y);
   }
@@ -105,6 +113,24 @@ class YosoExpectation final : public Estimator {
     MatrixD q, k;
     yoso_inputs(view.q, view.k, lift_, q, k);
     return yoso_expectation_gradient(q, k, view.v, upstream, tau_, lower_bound_);
+  }
+
+  // Â_ij = W_ij/‖Y_i‖ (rows × keys, float64 as reference()), so estimate's row i is Σ_j Â_ij·v_j. Its
+  // rows do not sum to one: the ℓ2 scale is part of Â (docs/metrics.md). A row with Y_i = 0 keeps W_i (its
+  // estimate is 0 either way). O(rows·keys·(p + pv)) per block.
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    require_usage(view.mask == Mask::kFull, "yoso-e: attention weights under the causal mask are not stated yet");
+    MatrixD q, k;
+    yoso_inputs(view.q, view.k, lift_, q, k);
+    return [&view, q = std::move(q), k = std::move(k), tau = tau_](int64_t r0, int64_t rows) {
+      MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
+        return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau);
+      });
+      const VectorD norms = (w * view.v).rowwise().norm();
+      for (int64_t i = 0; i < rows; ++i)
+        if (norms(i) > 0) w.row(i) /= norms(i);
+      return w;
+    };
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
@@ -136,6 +162,10 @@ class YosoExpectation final : public Estimator {
     .samples_knob = "",
     .random = false,
     .target = [](const Spec&) { return std::string("softmax"); },
+    .causal = true,
+    // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
+    .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
+    .weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });

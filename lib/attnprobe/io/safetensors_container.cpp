@@ -1,0 +1,213 @@
+// The safetensors container (docs/dumps.md): an 8-byte little-endian header length, a JSON header
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {string: string}}, then the
+// raw little-endian bytes of every tensor (offsets relative to the end of the header). The file is
+// memory-mapped; opening parses and validates only the header (every offset against the file size,
+// no overlaps, shape × dtype = byte count), so a block read never touches a byte past the end.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/io/container.h"
+#include "attnprobe/io/raw_array.h"
+
+namespace attnprobe {
+
+namespace {
+
+// The reference implementation refuses headers over 100 MB; a longer one is a damaged length.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Every dtype of the safetensors format and its size; only the first six are read as numbers.
+struct DtypeEntry {
+  const char* name;
+  size_t size;
+  std::optional<RawType> type;
+};
+constexpr DtypeEntry kDtypes[] = {
+    {"BF16", 2, RawType::kBFloat16}, {"F16", 2, RawType::kFloat16}, {"F32", 4, RawType::kFloat32},
+    {"F64", 8, RawType::kFloat64},   {"I32", 4, RawType::kInt32},   {"I64", 8, RawType::kInt64},
+    {"BOOL", 1, std::nullopt},       {"U8", 1, std::nullopt},       {"I8", 1, std::nullopt},
+    {"F8_E5M2", 1, std::nullopt},    {"F8_E4M3", 1, std::nullopt},  {"I16", 2, std::nullopt},
+    {"U16", 2, std::nullopt},        {"U32", 4, std::nullopt},      {"U64", 8, std::nullopt}};
+
+struct Tensor {
+  std::string dtype_name;
+  std::optional<RawType> type;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // absolute byte offsets in the file
+};
+
+bool is_layer_prefix(const std::string& name, std::string* prefix) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || dot <= 6 || name.compare(0, 6, "layer_") != 0) return false;
+  for (size_t i = 6; i < dot; ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  *prefix = name.substr(0, dot);
+  return true;
+}
+
+class SafetensorsContainer final : public Container {
+ public:
+  explicit SafetensorsContainer(const std::string& path) : path_(path), file_(path) {
+    const uint64_t size = file_.size();
+    require_input(size >= 8,
+                  "'{}' is too short for a safetensors file ({} bytes; the 8-byte header length alone needs 8). The "
+                  "file is truncated: re-create or re-copy it.",
+                  path, size);
+    uint64_t header_bytes = 0;
+    std::memcpy(&header_bytes, file_.data(), 8);
+    require_input(header_bytes >= 2 && header_bytes <= kMaxHeaderBytes && header_bytes <= size - 8,
+                  "'{}': the safetensors header length is {} bytes, but the file has {} bytes after it{}. The file is "
+                  "truncated or not safetensors: re-create or re-copy it.",
+                  path, header_bytes, size - 8,
+                  header_bytes > kMaxHeaderBytes ? fmt::format(" (and at most {} are allowed)", kMaxHeaderBytes) : "");
+    const uint64_t data_start = 8 + header_bytes, data_bytes = size - data_start;
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(reinterpret_cast<const char*>(file_.data()) + 8,
+                                     reinterpret_cast<const char*>(file_.data()) + data_start);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(
+          fmt::format("'{}': the safetensors header is not JSON ({}). Re-create the file.", path, e.what()));
+    }
+    require_input(header.is_object(), "'{}': the safetensors header is JSON but not an object. Re-create the file.",
+                  path);
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        require_input(entry.is_object(), "'{}': the safetensors __metadata__ is not an object of strings.", path);
+        for (const auto& [key, value] : entry.items()) {
+          require_input(value.is_string(), "'{}': the safetensors __metadata__ value of '{}' is not a string ({}).",
+                        path, key, value.dump());
+          metadata_[key] = value.get<std::string>();
+        }
+        continue;
+      }
+      require_input(entry.is_object() && entry.contains("dtype") && entry["dtype"].is_string() &&
+                        entry.contains("shape") && entry["shape"].is_array() && entry.contains("data_offsets") &&
+                        entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+                    "'{}': the safetensors header entry of tensor {} is not {{\"dtype\", \"shape\", \"data_offsets\": "
+                    "[begin, end]}} ({}).",
+                    path, name, entry.dump().substr(0, 200));
+      Tensor t;
+      t.dtype_name = entry["dtype"].get<std::string>();
+      const DtypeEntry* dtype = nullptr;
+      for (const DtypeEntry& d : kDtypes)
+        if (t.dtype_name == d.name) dtype = &d;
+      require_input(dtype != nullptr,
+                    "'{}': tensor {} has the unknown safetensors dtype '{}' (known: BF16, F16, F32, F64, I32, I64, "
+                    "BOOL, U8, I8, I16, U16, U32, U64, F8_E5M2, F8_E4M3).",
+                    path, name, t.dtype_name);
+      t.type = dtype->type;
+      for (const auto& d : entry["shape"]) {
+        require_input(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
+                      "'{}': tensor {} has a shape entry {} that is not a non-negative integer.", path, name, d.dump());
+        const uint64_t value = d.get<uint64_t>();
+        require_input(value <= static_cast<uint64_t>(INT64_MAX), "'{}': tensor {} has a dimension {} beyond 2^63.",
+                      path, name, value);
+        t.shape.push_back(static_cast<int64_t>(value));
+      }
+      const auto& offsets = entry["data_offsets"];
+      require_input(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+                    "'{}': tensor {} has data_offsets {} that are not non-negative integers.", path, name,
+                    offsets.dump());
+      const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+      require_input(begin <= end && end <= data_bytes,
+                    "'{}': tensor {} has data_offsets [{}, {}], past the end of the data ({} bytes after the header) "
+                    "or reversed. The file is truncated or damaged: re-create or re-copy it.",
+                    path, name, begin, end, data_bytes);
+      const std::optional<uint64_t> need = raw_byte_count(t.shape, dtype->size);
+      require_input(need && *need == end - begin,
+                    "'{}': tensor {} is {} of shape [{}], which needs {} bytes, but its data_offsets [{}, {}] hold {}. "
+                    "Re-create the file.",
+                    path, name, t.dtype_name, fmt::join(t.shape, ", "),
+                    need ? fmt::format("{}", *need) : std::string("more than 2^64"), begin, end, end - begin);
+      t.begin = data_start + begin;
+      t.end = data_start + end;
+      tensors_.emplace(name, std::move(t));
+    }
+    // No two tensors may share bytes (a writer bug or a crafted file would alias them).
+    std::vector<std::pair<const std::string*, const Tensor*>> order;
+    for (const auto& [name, t] : tensors_)
+      if (t.end > t.begin) order.emplace_back(&name, &t);
+    std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.second->begin < b.second->begin; });
+    for (size_t i = 1; i < order.size(); ++i)
+      require_input(order[i].second->begin >= order[i - 1].second->end,
+                    "'{}': the tensors {} and {} overlap (bytes {}..{} and {}..{} of the file). Re-create the file.",
+                    path, *order[i - 1].first, *order[i].first, order[i - 1].second->begin, order[i - 1].second->end,
+                    order[i].second->begin, order[i].second->end);
+  }
+
+  std::string format() const override { return "safetensors"; }
+  std::string noun() const override { return "tensor"; }
+
+  std::vector<std::string> layer_groups() const override {
+    std::vector<std::string> groups;
+    std::string prefix;
+    for (const auto& [name, t] : tensors_)
+      if (is_layer_prefix(name, &prefix) && std::find(groups.begin(), groups.end(), prefix) == groups.end())
+        groups.push_back(prefix);
+    return groups;
+  }
+  std::string member_name(const std::string& group, const std::string& member) const override {
+    return group.empty() ? member : group + "." + member;
+  }
+  std::string group_of(const std::string& name) const override {
+    const size_t dot = name.rfind('.');
+    return dot == std::string::npos ? "" : name.substr(0, dot);
+  }
+  bool has_tensor(const std::string& name) const override { return tensors_.count(name) > 0; }
+
+  TensorInfo tensor(const std::string& name) const override {
+    const Tensor& t = tensors_.at(name);
+    TensorInfo info;
+    info.shape = t.shape;
+    info.dtype = t.type ? raw_type_name(*t.type) : t.dtype_name;
+    info.floating = t.type && raw_type_floating(*t.type);
+    info.integer = t.type && !raw_type_floating(*t.type);
+    return info;
+  }
+
+  std::optional<double> number_attribute(const std::string& group, const std::string& name) const override {
+    const std::string key = group.empty() ? name : group + "." + name;
+    const auto it = metadata_.find(key);
+    if (it == metadata_.end()) return std::nullopt;
+    double value = 0;
+    const std::string& text = it->second;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    require_input(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+                  "'{}': the __metadata__ value {} is '{}', which is not one number. Write it as a decimal number.",
+                  path_, key, text);
+    return value;
+  }
+  std::string string_attribute(const std::string& name) const override {
+    const auto it = metadata_.find(name);
+    return it == metadata_.end() ? "" : it->second;
+  }
+
+  void read(const std::string& name, const std::vector<int64_t>& start, const std::vector<int64_t>& count,
+            double* out) const override {
+    const Tensor& t = tensors_.at(name);
+    require_input(t.type.has_value(), "'{}': tensor {} is {}, which attnprobe does not read.", path_, name,
+                  t.dtype_name);
+    read_raw_block(file_.data() + t.begin, *t.type, t.shape, start, count, out);
+  }
+
+ private:
+  std::string path_;
+  MappedFile file_;
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace
+
+std::unique_ptr<Container> open_safetensors_container(const std::string& path) {
+  return std::make_unique<SafetensorsContainer>(path);
+}
+
+}  // namespace attnprobe

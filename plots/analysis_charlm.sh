@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 18's figure set on our own model (data/charlm-hd32.h5, head dim 32): the bias/variance split,
+# the attention-weight errors, error per unit of cost (Pareto) at n = 1024 and 4096, and head diagnostics
+# against error. Sweeps into out/analysis/, figures into plots/figures/analysis-*.png; plots/README.md
+# ("Issue 18: bias, variance, weights, cost, hard heads") reads them. Small on purpose (one slice for the
+# per-estimator figures, few trials): about 2 minutes on 2 shared cores (2 min 3 s here, load average 12).
+#
+#   plots/analysis_charlm.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${ATTNPROBE:-build/attnprobe}
+dump=data/charlm-hd32.h5
+out=out/analysis
+py=/usr/bin/python3
+mkdir -p "$out" plots/figures
+
+# Random estimators at n = 1024 on one slice (layer 1, head 0, item 0), 8 trials, the samples knob
+# 8..256: errors, the case rows (bias/variance) and the weight metrics, all against softmax (yoso too, not its
+# YOSO-E target: the question is the distance from exact attention). b = w = 128 = n/8 (beyond_compare.sh).
+main_estimators=(-e performer -e favorpp -e 'favorpp(variant=sderf)' -e lara -e yoso -e 'yoso(hash=hadamard)'
+  -e 'hyper(b=128)' -e 'kdeformer(b=128)' -e 'scatterbrain(w=128)' -e linformer -e linformer-jlt -e skeinformer
+  -e informer)
+"$bin" sweep "$dump" "${main_estimators[@]}" --layers 1 --heads 0 --batch 0 --lengths 1024 --samples 8..256:x2 \
+  --trials 8 --reference softmax --metrics spec_rel,nmse,case,weights --overwrite -q -o "$out/main-1024.csv"
+# RA costs O(S·n²·p): its own knob range (S per query).
+"$bin" sweep "$dump" -e ra -e 'ra(noise=raw)' --layers 1 --heads 0 --batch 0 --lengths 1024 --samples 1..16:x2 \
+  --trials 8 --metrics spec_rel,nmse,case,weights --overwrite -q -o "$out/ra-1024.csv"
+# Deterministic lines for the weight and Pareto figures (one trial each).
+"$bin" sweep "$dump" -e vmean -e nystrom -e yoso-e --layers 1 --heads 0 --batch 0 --lengths 1024 \
+  --samples 8..256:x2 --trials 1 --metrics spec_rel,nmse,weights --overwrite -q -o "$out/det-1024.csv"
+"$bin" summarize "$out/main-1024.csv" "$out/ra-1024.csv" --slopes --table >"$out/slopes-1024.txt"
+
+# Pareto at n = 4096: errors (2 trials) and bench times at the same specs, p = 32, one thread.
+pareto_estimators=(-e performer -e favorpp -e lara -e yoso -e 'hyper(b=512)' -e 'kdeformer(b=512)'
+  -e 'scatterbrain(w=512)' -e linformer -e skeinformer -e nystrom)
+"$bin" sweep "$dump" "${pareto_estimators[@]}" -e vmean --layers 1 --heads 0 --batch 0 --lengths 4096 \
+  --samples 16..256:x4 --trials 2 --reference softmax --metrics spec_rel --overwrite -q -o "$out/pareto-4096.csv"
+"$bin" bench "${main_estimators[@]}" -e nystrom -e vmean -e yoso-e -e softmax --samples 8..256:x2 --lengths 1024 --p 32 \
+  --threads 1 --repeat 3 --no-sgemm --csv "$out/bench-1024.csv" >/dev/null
+"$bin" bench "${pareto_estimators[@]}" -e vmean -e softmax --samples 16..256:x4 --lengths 4096 --p 32 --threads 1 \
+  --repeat 2 --no-sgemm --csv "$out/bench-4096.csv" >/dev/null
+
+# Why a head is hard: every slice (2 layers × 2 heads × 2 items) at n = 1024, three estimators.
+"$bin" diagnose "$dump" --lengths 1024 -o "$out/diagnose-1024.csv"
+"$bin" sweep "$dump" -e 'performer(M=64)' -e 'yoso(m=32)' -e 'scatterbrain(w=128)' -e 'hyper(b=128)' --lengths 1024 \
+  --trials 2 --reference softmax --metrics spec_rel --overwrite -q -o "$out/heads-1024.csv"
+
+$py plots/bias_variance.py "$out/main-1024.csv" "$out/ra-1024.csv" \
+  --title "charlm-hd32, n = 1024, layer 1 head 0: bias² vs variance of one trial (8 trials)" \
+  -o plots/figures/analysis-bias-variance.png
+$py plots/weight_metrics.py "$out/main-1024.csv" "$out/ra-1024.csv" "$out/det-1024.csv" \
+  --title "charlm-hd32, n = 1024, layer 1 head 0: attention-weight errors" -o plots/figures/analysis-weights.png
+$py plots/pareto.py "$out/main-1024.csv" "$out/det-1024.csv" "$out/bench-1024.csv" --n 1024 \
+  --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, shared machine)" \
+  -o plots/figures/analysis-pareto-1024.png
+$py plots/pareto.py "$out/pareto-4096.csv" "$out/bench-4096.csv" --n 4096 \
+  --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, shared machine)" \
+  -o plots/figures/analysis-pareto-4096.png
+$py plots/diagnostics_vs_error.py "$out/diagnose-1024.csv" "$out/heads-1024.csv" \
+  -o plots/figures/analysis-diagnostics.png
+cat "$out/slopes-1024.txt"
+ls plots/figures/analysis-*.png

@@ -1,0 +1,274 @@
+// Causal forms (docs/specs.md "Masks", docs/estimators/*.md "Causal form"): the exact causal
+// reference against an independent float64 loop, the causality-leak harness over every estimator
+// that declares a causal form, and the statistical checks of the random causal forms.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numbers>
+#include <tuple>
+
+#include "attnprobe/common/atomic_file.h"
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/rng/random_stream.h"
+#include "support.h"
+
+namespace attnprobe {
+namespace {
+
+using test::run_estimator;
+using test::synth_slice;
+
+HeadView causal(HeadView view) {
+  view.mask = Mask::kCausal;
+  return view;
+}
+
+// Causal softmax attention by its definition, one scalar loop per (i, j ≤ i): the independent reference.
+MatrixD naive_causal_softmax(const HeadView& view) {
+  MatrixD out = MatrixD::Zero(view.n(), view.pv());
+  for (int64_t i = 0; i < view.n(); ++i) {
+    std::vector<double> logits(i + 1);
+    double top = -INFINITY, total = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      logits[j] = view.scale * view.q.row(i).dot(view.k.row(j));
+      top = std::max(top, logits[j]);
+    }
+    for (int64_t j = 0; j <= i; ++j) total += std::exp(logits[j] - top);
+    for (int64_t j = 0; j <= i; ++j) out.row(i) += std::exp(logits[j] - top) / total * view.v.row(j);
+  }
+  return out;
+}
+
+// Rows from `row` on replaced by other data: what a later token may not influence.
+HeadView with_tokens_replaced(const HeadView& view, int64_t row, uint64_t seed) {
+  const HeadView other = synth_slice(view.n(), static_cast<int>(view.p()), 0.3, seed, static_cast<int>(view.pv()));
+  MatrixD q = view.q, k = view.k, v = view.v;
+  const int64_t tail = view.n() - row;
+  q.bottomRows(tail) = 3.0 * other.q.bottomRows(tail);
+  k.bottomRows(tail) = -2.0 * other.k.bottomRows(tail);
+  v.bottomRows(tail) = 5.0 * other.v.bottomRows(tail);
+  return make_head_view(view.id, view.scale, q, k, v, view.mask);
+}
+
+bool rows_identical(const MatrixF& a, const MatrixF& b, int64_t rows) {
+  return std::memcmp(a.data(), b.data(), sizeof(float) * rows * a.cols()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("causal exact attention matches the masked softmax by its definition", "[causal][exact]") {
+  for (const int64_t n : {1, 7, 150, 700}) {  // one row; within one block; across 128/512 blocks
+    const HeadView view = causal(synth_slice(n, 16, 0.2, 5));
+    const MatrixD naive = naive_causal_softmax(view);
+    const MatrixD f64 = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, Mask::kCausal);
+    MatrixF f32;
+    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), f32, nullptr, Mask::kCausal);
+    const double f64_error = (f64 - naive).norm() / naive.norm();
+    const double f32_error = (f32.cast<double>() - naive).norm() / naive.norm();
+    INFO("n " << n << " f64 " << f64_error << " f32 " << f32_error);
+    CHECK(f64_error < 1e-13);  // observed ≤ 3e-16 (summation order only)
+    CHECK(f32_error < 2e-6);   // observed ≤ 2.5e-7 (float32 rounding)
+    // Row 0 sees only key 0: its output is v_0 exactly; the last row sees every key, as full attention does.
+    CHECK((f64.row(0) - view.v.row(0)).norm() < 1e-12 * view.v.row(0).norm());
+    const MatrixD full = exact_attention_f64(view.q, view.k, view.v, view.scale);
+    CHECK((f64.row(n - 1) - full.row(n - 1)).norm() < 1e-12 * full.row(n - 1).norm());
+  }
+}
+
+TEST_CASE("causal exact attention does not depend on the thread count, bit for bit", "[causal][exact]") {
+  const HeadView view = causal(synth_slice(1100, 32, 0.3, 9));
+  ThreadPool one(1), two(2);
+  MatrixF a, b;
+  exact_attention_f32(view.qf, view.kf, view.vf, 0.17f, a, &one, Mask::kCausal);
+  exact_attention_f32(view.qf, view.kf, view.vf, 0.17f, b, &two, Mask::kCausal);
+  CHECK(rows_identical(a, b, a.rows()));
+}
+
+TEST_CASE("the causal attention matrix has zeros above the diagonal and unit row sums", "[causal][exact]") {
+  const HeadView view = causal(synth_slice(40, 8, 0.5, 3));
+  const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 5, 30, Mask::kCausal);
+  for (int64_t i = 0; i < a.rows(); ++i) {
+    CHECK(std::abs(a.row(i).sum() - 1.0) < 1e-14);
+    CHECK(a.row(i).tail(view.n() - (5 + i + 1)).norm() == 0.0);
+  }
+}
+
+// The leak harness: for every estimator with a causal form and every variant of it that has one,
+// replacing the tokens from position j on (same key, same trial) leaves rows 0..j−1 of the
+// estimate, and of its float64 reference where it has one, bit-identical. Several shapes (inside
+// and across the kernels' 64/128/256/512-row blocks) and several j.
+TEST_CASE("no causal form lets a later token change an earlier row (leak harness)", "[causal][leak]") {
+  int checked = 0;
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (!def->causal) continue;
+    for (const std::string& text : variants(*def)) {
+      const Spec spec = parse_spec(text);
+      if (!spec.causal()) continue;
+      for (const auto& [n, p] : std::vector<std::pair<int64_t, int>>{{37, 8}, {300, 16}, {700, 32}}) {
+        const HeadView view = causal(synth_slice(n, p, 0.3, 11));
+        for (const int64_t j : {int64_t{1}, n / 3, n / 2 + 1, n - 1}) {
+          const HeadView changed = with_tokens_replaced(view, j, 77 + j);
+          INFO(spec.canonical() << " n " << n << " p " << p << " j " << j);
+          const MatrixF a = run_estimator(text, view, 3), b = run_estimator(text, changed, 3);
+          CHECK(rows_identical(a, b, j));
+          const auto estimator = spec.make();
+          const auto ref_a = estimator->reference(view, nullptr), ref_b = estimator->reference(changed, nullptr);
+          if (ref_a) CHECK(ref_a->topRows(j) == ref_b->topRows(j));
+          ++checked;
+        }
+      }
+    }
+  }
+  // softmax, vmean, yoso-e, yoso ×2 hash kinds, ra and its choice variants: every (shape, j) pair.
+  CHECK(checked >= 6 * 12);
+  // The harness can fail: without the mask the same replacement changes row 0 of every one of them.
+  const HeadView full = synth_slice(300, 16, 0.3, 11);
+  CHECK_FALSE(
+      rows_identical(run_estimator("softmax", full), run_estimator("softmax", with_tokens_replaced(full, 150, 5)), 1));
+}
+
+TEST_CASE("causal vmean is the running mean of the values", "[causal][vmean]") {
+  const HeadView view = causal(synth_slice(50, 8, 0.5, 4));
+  const MatrixF out = run_estimator("vmean", view);
+  for (const int64_t i : {0, 1, 17, 49}) {
+    const RowVectorD expected = view.v.topRows(i + 1).colwise().mean();
+    CHECK((out.row(i).cast<double>() - expected).norm() < 1e-6 * expected.norm());  // observed ~3e-8 (float32 cast)
+  }
+}
+
+TEST_CASE("causal yoso-e is masked yoso-e by its definition", "[causal][yoso]") {
+  const HeadView view = causal(synth_slice(90, 16, 0.3, 6));
+  const int tau = 4;
+  MatrixD y = MatrixD::Zero(view.n(), view.pv());
+  for (int64_t i = 0; i < view.n(); ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      const double c = view.q.row(i).normalized().dot(view.k.row(j).normalized());
+      y.row(i) += std::pow(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau) * view.v.row(j);
+    }
+  for (int64_t i = 0; i < y.rows(); ++i) y.row(i).normalize();
+  const MatrixD reference = *parse_spec("yoso-e(tau=4)").make()->reference(view, nullptr);
+  const MatrixF estimate = run_estimator("yoso-e(tau=4)", view);
+  CHECK((reference - y).norm() / y.norm() < 1e-13);               // observed ~2e-16
+  CHECK((estimate.cast<double>() - y).norm() / y.norm() < 1e-5);  // observed ~1e-7 (float32, fast acos 2e-8)
+}
+
+TEST_CASE("causal yoso with Gaussian hashing is unbiased for causal yoso-e before normalisation",
+          "[causal][yoso][statistics]") {
+  const HeadView view = causal(synth_slice(48, 8, 0.3, 12));
+  const int tau = 3;
+  MatrixD target = MatrixD::Zero(view.n(), view.pv());  // W·V with W_ij = 0 for j > i
+  for (int64_t i = 0; i < view.n(); ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      const double c = view.q.row(i).normalized().dot(view.k.row(j).normalized());
+      target.row(i) += std::pow(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau) * view.v.row(j);
+    }
+  double mean_error = 0;
+  const auto z = test::weighted_z_scores("yoso(m=4,tau=3,norm=none)", view, target, 1500, &mean_error);
+  for (double value : z) CHECK(std::abs(value) < 4);
+  // Observed: z = see INFO; mean error of 1500 seeds ~0.02 (the 1/sqrt(m·seeds) noise level).
+  INFO("z " << z[0] << " " << z[1] << " " << z[2] << " " << z[3] << " mean error " << mean_error);
+  CHECK(mean_error < 0.06);
+  // hash=hadamard under the same mask is measurably biased (as in the full case): the test has power.
+  const auto z_hadamard = test::weighted_z_scores("yoso(m=4,tau=3,norm=none,hash=hadamard)", view, target, 1500);
+  double worst = 0;
+  for (double value : z_hadamard) worst = std::max(worst, std::abs(value));
+  CHECK(worst > 4);
+}
+
+TEST_CASE("causal RA is unbiased for causal softmax attention", "[causal][random-features][statistics]") {
+  const HeadView view = causal(synth_slice(24, 8, 0.5, 2));
+  const MatrixD target = naive_causal_softmax(view);
+  double mean_error = 0;
+  const auto z = test::weighted_z_scores("ra(S=1,variant=unbiased,noise=scaled)", view, target, 3000, &mean_error);
+  INFO("z " << z[0] << " " << z[1] << " " << z[2] << " " << z[3] << " mean error " << mean_error);
+  for (double value : z) CHECK(std::abs(value) < 4);
+  const auto z_raw = test::weighted_z_scores("ra(S=1,variant=unbiased,noise=raw)", view, target, 3000);
+  double worst = 0;
+  for (double value : z_raw) worst = std::max(worst, std::abs(value));
+  CHECK(worst > 4);  // noise=raw stays biased under the mask: the test has power
+}
+
+TEST_CASE("an estimator without a causal form is refused under a causal mask, naming those with one",
+          "[causal][registry]") {
+  try {
+    require_mask_support(parse_spec("linformer"), Mask::kCausal);
+    FAIL("linformer accepted a causal mask");
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    CHECK(message.find("linformer") != std::string::npos);
+    CHECK(message.find("yoso-e") != std::string::npos);
+    CHECK(message.find("--mask full") != std::string::npos);
+  }
+  CHECK_THROWS_AS(require_mask_support(parse_spec("yoso(input=lift)"), Mask::kCausal), UsageError);
+  CHECK_NOTHROW(require_mask_support(parse_spec("yoso"), Mask::kCausal));
+  CHECK_NOTHROW(require_mask_support(parse_spec("linformer"), Mask::kFull));
+  CHECK_THROWS_AS(require_mask_support(parse_spec("softmax"), Mask::kCausal, Device::kCuda), UsageError);
+}
+
+TEST_CASE("sweep --mask: auto follows the dump's attribute, the CSV says the mask, old CSVs read as full",
+          "[causal][cli]") {
+  DumpContents contents = make_synthetic_dump(test::synth_options(2, 1, 1, 64, 8));
+  contents.layers[0].causal = 1;  // layer 0 causal, layer 1 without the attribute (full)
+  const std::string dump = test::temp_path("causal_attr.h5");
+  write_dump(dump, contents, DumpWriteOptions{});
+  const std::string csv = test::temp_path("causal_auto.csv");
+  const auto run = test::run_attnprobe(fmt::format(
+      "sweep {} -e softmax -e vmean -e yoso-e -e 'yoso(m=8)' -e ra --trials 2 -q --overwrite -o {}", dump, csv));
+  REQUIRE(run.exit_code == 0);
+  const CsvContents rows = read_csv(csv);
+  int causal_rows = 0, full_rows = 0;
+  for (const TrialRow& r : rows.trials) (r.key.mask == Mask::kCausal ? causal_rows : full_rows) += 1;
+  for (const TrialRow& r : rows.trials) CHECK((r.key.mask == Mask::kCausal) == (r.key.layer.value() == 0));
+  CHECK(causal_rows > 0);
+  CHECK(full_rows == causal_rows);
+  CHECK(test::read_text(csv).find(",causal,") != std::string::npos);
+
+  // --mask full measures both layers bidirectionally; the full-mask rows of layer 1 are unchanged.
+  const std::string full_csv = test::temp_path("causal_full.csv");
+  REQUIRE(test::run_attnprobe(fmt::format("sweep {} -e softmax -e vmean -e yoso-e -e 'yoso(m=8)' -e ra --trials 2 "
+                                          "--mask full -q --overwrite -o {}",
+                                          dump, full_csv))
+              .exit_code == 0);
+  std::map<std::tuple<std::string, int64_t, std::string>, double> layer1;
+  for (const TrialRow& r : read_csv(full_csv).trials)
+    if (r.key.layer.value() == 1) layer1[{r.key.spec, r.trial, r.metric}] = r.value;
+  for (const TrialRow& r : rows.trials)
+    if (r.key.layer.value() == 1) CHECK(layer1.at({r.key.spec, r.trial, r.metric}) == r.value);
+
+  // An estimator without a causal form under the causal layer: exit 2, naming those with one.
+  const auto refused = test::run_attnprobe(fmt::format("sweep {} -e linformer -q --overwrite -o {}", dump, csv));
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("--mask full") != std::string::npos);
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e linformer --mask full -q -o {}", dump, csv)).exit_code == 0);
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e vmean --mask sideways -q -o {}", dump, csv)).exit_code == 2);
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics row_tv -q -o {}", dump, csv))
+            .exit_code == 2);
+
+  // A CSV written before the mask column existed reads as mask=full.
+  std::string legacy =
+      "dump,layer,head,batch,n,p,estimator,spec,samples,reference,trial,seed,metric,value\n"
+      "d.h5,0,0,0,64,8,vmean,vmean,,softmax,0,0,mse,0.5\n";
+  const std::string legacy_path = test::temp_path("legacy.csv");
+  write_file_atomically(legacy_path, legacy);
+  const CsvContents old = read_csv(legacy_path);
+  REQUIRE(old.trials.size() == 1);
+  CHECK(old.trials[0].key.mask == Mask::kFull);
+  CHECK(test::run_attnprobe("summarize " + legacy_path).exit_code == 0);
+}
+
+TEST_CASE("bench --mask causal runs the causal forms and refuses the others", "[causal][cli]") {
+  const auto run = test::run_attnprobe(
+      "bench -e softmax -e vmean --mask causal --lengths 256 --threads 1 --repeat 1 "
+      "--no-sgemm");
+  CHECK(run.exit_code == 0);
+  CHECK(
+      test::run_attnprobe("bench -e nystrom --mask causal --lengths 256 --threads 1 --repeat 1 --no-sgemm").exit_code ==
+      2);
+}
+
+}  // namespace attnprobe
