@@ -221,11 +221,12 @@ TEST_CASE("bench --backward times backward passes and refuses estimators without
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const std::string text = read_text(csv);
-  CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass\n",
+  CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,"
+                   "peak_fraction\n",
                    0) == 0);
   CHECK(count_lines(text) == 5);  // header + 2 lengths x 2 estimators, no ceiling rows
   size_t backward_rows = 0;
-  for (size_t at = text.find(",backward\n"); at != std::string::npos; at = text.find(",backward\n", at + 1))
+  for (size_t at = text.find(",backward,\n"); at != std::string::npos; at = text.find(",backward,\n", at + 1))
     ++backward_rows;
   CHECK(backward_rows == 4);
   const auto refused = run_attnprobe("bench --backward -e nystrom --lengths 32");

@@ -77,12 +77,13 @@ Action add_bench(CLI::App& app) {
       fmt::print("backward passes (float64, CPU): time of Estimator::backward for an N(0,1) upstream gradient\n");
     else if (r.device == "cpu")
       fmt::print("sgemm floor: {}\n", bench_floor_description());
-    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8}\n", "estimator", "spec", "n", "p", "samples",
-               "threads", "median ms", "min ms", "GFLOP/s");
+    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8} {:>6}\n", "estimator", "spec", "n", "p",
+               "samples", "threads", "median ms", "min ms", "GFLOP/s", "%peak");
     run_bench(r, [&](const BenchRow& row) {
-      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8}\n", row.estimator, row.spec, row.n,
-                 row.p, row.samples, row.threads, row.seconds_median * 1e3, row.seconds_min * 1e3,
-                 row.gflops ? fmt::format("{:.1f}", *row.gflops) : "");
+      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8} {:>6}\n", row.estimator, row.spec,
+                 row.n, row.p, row.samples, row.threads, row.seconds_median * 1e3, row.seconds_min * 1e3,
+                 row.gflops ? fmt::format("{:.1f}", *row.gflops) : "",
+                 row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "");
       std::fflush(stdout);
       if (csv) csv << format_bench_csv_row(row) << std::flush;
     });

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
@@ -19,12 +20,13 @@
 namespace attnprobe {
 
 const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass";
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction";
 
 std::string format_bench_csv_row(const BenchRow& r) {
   return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
                      r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
-                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass);
+                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass,
+                     r.peak_fraction ? fmt::format("{:.4g}", *r.peak_fraction) : "");
 }
 
 namespace {
@@ -113,12 +115,20 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     rows.push_back(std::move(row));
   };
   const Device device = parse_device(request.device);
-  if (request.sgemm_floor && device == Device::kCpu && !request.backward) {
-    // The ceiling: vector FMAs with no memory traffic (seconds = the measuring time).
-    for (int64_t threads : request.threads)
-      emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3,
-                    measure_fma_peak_gflops(static_cast<int>(threads))});
-  }
+  // The ceiling: vector FMAs with no memory traffic (seconds = the measuring time), per thread count; a
+  // row of its own with the floor, and the denominator of every CPU row's peak_fraction.
+  std::map<int64_t, double> peak;
+  if (device == Device::kCpu && !request.backward)
+    for (int64_t threads : request.threads) {
+      peak[threads] = measure_fma_peak_gflops(static_cast<int>(threads));
+      if (request.sgemm_floor)
+        emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3, peak[threads], Mask::kFull,
+                      "forward", 1.0});
+    }
+  auto fraction = [&](int64_t threads, std::optional<double> gflops) -> std::optional<double> {
+    if (!gflops || !peak.count(threads) || !(peak[threads] > 0)) return std::nullopt;
+    return *gflops / peak[threads];
+  };
   // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
   // spin for a while after a multi-threaded call and would steal a core from what comes next.
   for (int64_t n : request.lengths) {
@@ -139,11 +149,11 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
         // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
         // linear estimators' causal forms do the same work as their full forms.
         if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
+        const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
-                      request.repeat, median, min,
-                      flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt, request.mask,
-                      request.backward ? "backward" : "forward"});
+                      request.repeat, median, min, gflops, request.mask, request.backward ? "backward" : "forward",
+                      fraction(threads, gflops)});
       }
     }
   }
@@ -163,7 +173,7 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
       });
       const double flops = 2.0 * n * n * request.p + 2.0 * n * n * view.pv();
       emit(BenchRow{"sgemm-floor", "openblas Q*K^T + P*V", n, request.p, "", threads, "cpu", request.repeat, median,
-                    min, flops / median * 1e-9});
+                    min, flops / median * 1e-9, Mask::kFull, "forward", fraction(threads, flops / median * 1e-9)});
     }
     blas.set_threads(1);
   }

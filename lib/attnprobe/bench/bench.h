@@ -40,6 +40,9 @@ struct BenchRow {
   std::optional<double> gflops;  ///< from the median time
   Mask mask = Mask::kFull;
   std::string pass = "forward";  ///< forward | backward (what was timed)
+  /// gflops as a fraction of the fp32 FMA peak measured in the same run on as many threads (CPU rows
+  /// with counted flops): where the estimator sits under the roofline.
+  std::optional<double> peak_fraction;
 };
 
 extern const char* const kBenchHeader;

@@ -61,15 +61,13 @@ class RandomStream {
     return i >= n ? n - 1 : i;
   }
 
-  /// Element t of the standard-normal sequence of row (a, c): Box–Muller on the Philox block at
-  /// counter (a, t/2, c), which yields the pair (t even, t odd).
+  /// Element t of the standard-normal sequence of row (a, c): Box–Muller (philox.h's box_muller) on the
+  /// Philox block at counter (a, t/2, c), which yields the pair (t even: r·cos φ, t odd: r·sin φ).
   ATTNPROBE_HOST_DEVICE double normal(uint32_t a, uint32_t t, uint32_t c = 0) const {
     PhiloxCounter r = bits(a, t >> 1, c);
-    double u1 = uint_to_unit_double(r.v[0], r.v[1]);
-    double u2 = uint_to_unit_double(r.v[2], r.v[3]);
-    double radius = sqrt(-2.0 * log(u1));
-    double angle = 6.283185307179586476925 * u2;
-    return (t & 1u) ? radius * sin(angle) : radius * cos(angle);
+    double first, second;
+    box_muller(uint_to_unit_double(r.v[0], r.v[1]), uint_to_unit_double(r.v[2], r.v[3]), first, second);
+    return (t & 1u) ? second : first;
   }
 
   /// A random sign at position (row, index): ±1, 128 signs per Philox block (block index/128 of the
@@ -79,20 +77,14 @@ class RandomStream {
     return (r.v[(index >> 5) & 3] >> (index & 31)) & 1u ? 1 : -1;
   }
 
-  /// Fills out[0..count) with elements 0..count-1 of the normal sequence of row (a, c); the same
-  /// numbers as normal(a, t, c), two per Philox call.
-  template <typename T>
-  void normals(uint32_t a, uint32_t c, T* out, int64_t count) const {
-    for (int64_t t = 0; t < count; t += 2) {
-      PhiloxCounter r = bits(a, static_cast<uint32_t>(t >> 1), c);
-      double u1 = uint_to_unit_double(r.v[0], r.v[1]);
-      double u2 = uint_to_unit_double(r.v[2], r.v[3]);
-      double radius = std::sqrt(-2.0 * std::log(u1));
-      double angle = 6.283185307179586476925 * u2;
-      out[t] = static_cast<T>(radius * std::cos(angle));
-      if (t + 1 < count) out[t + 1] = static_cast<T>(radius * std::sin(angle));
-    }
-  }
+  /// The fill API. out[0..count) = elements 0..count-1 of the normal sequence of row (a, c): the same
+  /// numbers as normal(a, t, c), bit for bit, drawn a block of Philox counters at a time with the
+  /// vectorised Box–Muller (rng/random_stream.cpp). The float version rounds the double values.
+  void normals(uint32_t a, uint32_t c, double* out, int64_t count) const;
+  void normals(uint32_t a, uint32_t c, float* out, int64_t count) const;
+
+  /// out[j] = uniform(a, b0 + j, c) for j in [0, count): the same numbers, a block at a time.
+  void uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, int64_t count) const;
 
  private:
   PhiloxKey key_;

@@ -12,10 +12,13 @@
 // reproduces the reference code: ε is drawn with std √s (raw units) while every density (q_c, the
 // balance heuristic, α) is still evaluated as N(·; μ_c, I) — the draw and the density disagree, and
 // the option measures that code, it does not fix it (its extra bias is tested). Self-normalised:
-// consistent (noise=scaled), biased.
+// consistent (noise=scaled), biased. Float64. estimate() runs everything O(n) over blocks of 512 rows (keys
+// with a running per-ω maximum, queries in two passes: the column log-normalisers of r′, then the
+// weights), so it forms no n × C or n × p temporary (the attn and mixture proposals still form C × n π).
 #include "attnprobe/estimators/random_features/lara.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "attnprobe/common/error.h"
@@ -92,9 +95,150 @@ class Lara final : public Estimator {
         sample_(sample),
         raw_noise_(raw_noise) {}
 
+  // The forward pass in 512-row blocks (the header): the same draws and weights as draw() below, which
+  // weights() uses and which forms the n × C matrices whole.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const Draws draws = draw(view, ctx);
-    out = (draws.weights * draws.values).cast<float>();
+    const int64_t n = view.n(), keys = view.k.rows(), p = view.p(), pv = view.pv();
+    const double root_scale = std::sqrt(view.scale);
+    const auto segments = contiguous_segments(n, proposals_);
+    const int64_t c_count = static_cast<int64_t>(segments.size());
+    // Landmarks in the scaled space: the mean of √s·x is √s times the mean of x.
+    const MatrixD q_bar = root_scale * segment_means(view.q, segments),
+                  k_bar = root_scale * segment_means(view.k, segments);
+    // The noise's std in the scaled space; the densities below always use std 1 (see the header).
+    const double draw_sigma = raw_noise_ ? root_scale : 1.0;
+
+    // Mixture weights π_cj = softmax_j(q̄_c·k̃_j) (attn and mixture proposals only: C × n, and the scaled
+    // keys; the default segment proposal forms neither).
+    MatrixD log_pi, k;
+    if (proposal_ == Proposal::kAttn || proposal_ == Proposal::kMixture) {
+      k = root_scale * view.k;
+      log_pi = q_bar * k.transpose();
+      for (int64_t c = 0; c < c_count; ++c) log_pi.row(c).array() -= log_sum_exp(log_pi.row(c));
+    }
+    MatrixD mu;
+    switch (proposal_) {
+      case Proposal::kSegment:
+        mu = q_bar + k_bar;
+        break;
+      case Proposal::kAttn:
+      case Proposal::kMixture:
+        mu = q_bar + log_pi.array().exp().matrix() * k;
+        break;
+      case Proposal::kMixed: {
+        MatrixD weights = k_bar * k_bar.transpose();
+        softmax_rows(weights);
+        mu = q_bar + weights * k_bar;
+        break;
+      }
+    }
+
+    // One sample per proposal.
+    MatrixD omegas = mu;
+    if (sample_) {
+      const RandomStream noise(ctx.key, Purpose::kNoise), component(ctx.key, Purpose::kComponent);
+      RowVectorD eps(p);
+      for (int64_t c = 0; c < c_count; ++c) {
+        if (proposal_ == Proposal::kMixture) {
+          const RowVectorD row = log_pi.row(c).array().exp();
+          const std::vector<double> pi(row.data(), row.data() + n);
+          const int64_t j = sample_with_replacement(pi, 1, component, static_cast<uint32_t>(c))[0];
+          omegas.row(c) = q_bar.row(c) + k.row(j);
+        }
+        noise.normals(static_cast<uint32_t>(c), 0, eps.data(), p);
+        omegas.row(c) += draw_sigma * eps;
+      }
+    }
+
+    // log q_c′(ω_c) for every sample c and proposal c′ (C × C), q_c′ = N(μ_c′, I) whatever the noise.
+    const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
+    MatrixD log_q(c_count, c_count);
+    if (proposal_ == Proposal::kMixture) {
+      // ‖ω − q̄_c′ − k̃_j‖² = ‖ω − q̄_c′‖² − 2(ω·k̃_j − q̄_c′·k̃_j) + ‖k̃_j‖²  (O(C²·n) after two products)
+      const MatrixD omega_k = omegas * k.transpose(), qbar_k = q_bar * k.transpose();
+      const RowVectorD k_norm2 = k.rowwise().squaredNorm().transpose();
+      for (int64_t c = 0; c < c_count; ++c)
+        for (int64_t cp = 0; cp < c_count; ++cp) {
+          const double base = (omegas.row(c) - q_bar.row(cp)).squaredNorm();
+          const RowVectorD terms =
+              log_pi.row(cp).array() - (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / 2;
+          log_q(c, cp) = log_norm + log_sum_exp(terms);
+        }
+    } else {
+      // ‖ω_c − μ_c′‖² = ‖ω_c‖² + ‖μ_c′‖² − 2·ω_c·μ_c′, one C × C × p product.
+      log_q = 2 * omegas * mu.transpose();
+      log_q.colwise() -= omegas.rowwise().squaredNorm();
+      log_q.rowwise() -= mu.rowwise().squaredNorm().transpose();
+      log_q = (log_q.array() / 2 + log_norm).matrix();
+    }
+
+    // From here on everything is O(n) in blocks of kRowBlock rows with √s folded into the C × p
+    // factors (ω̃ = √s·ω, q̄̃ = √s·q̄), so no n × p copy and no n × C matrix is formed (fresh n × C
+    // float64 temporaries made the call superlinear past n = 32768).
+    const MatrixD omegas_root = root_scale * omegas, q_bar_root = root_scale * q_bar;
+
+    // f(ω_c) and log Σ_j ξ(k_j, ω_c), over key blocks with a running maximum per ω_c (online softmax).
+    RowVectorD key_max = RowVectorD::Constant(c_count, -std::numeric_limits<double>::infinity());
+    RowVectorD key_sum = RowVectorD::Zero(c_count);
+    MatrixD f = MatrixD::Zero(c_count, pv);  // Σ_j exp(logit − max)·v_j, divided by the sum at the end
+    MatrixD& block = workspace();
+    for (int64_t j0 = 0; j0 < keys; j0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, keys - j0);
+      block.noalias() = view.k.middleRows(j0, rows) * omegas_root.transpose();  // rows × C: ω_c·k̃_j
+      block.colwise() -= 0.5 * view.scale * view.k.middleRows(j0, rows).rowwise().squaredNorm();
+      const RowVectorD block_max = block.colwise().maxCoeff();
+      for (int64_t c = 0; c < c_count; ++c)
+        if (block_max(c) > key_max(c)) {
+          const double rescale = std::exp(key_max(c) - block_max(c));  // 0 for the first block
+          f.row(c) *= rescale;
+          key_sum(c) *= rescale;
+          key_max(c) = block_max(c);
+        }
+      block = (block.rowwise() - key_max).array().exp();
+      f.noalias() += block.transpose() * view.v.middleRows(j0, rows);
+      key_sum += block.colwise().sum();
+    }
+    f.array().colwise() /= key_sum.transpose().array();
+    const RowVectorD log_key_sum = key_max.array() + key_sum.array().log();
+
+    // r′_nc = softmax over queries n of q̃_n·q̄_c needs each column's log-normaliser first: one pass of
+    // running log-sum-exps over query blocks.
+    RowVectorD query_max = RowVectorD::Constant(c_count, -std::numeric_limits<double>::infinity());
+    RowVectorD query_sum = RowVectorD::Zero(c_count);
+    for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, n - i0);
+      block.noalias() = view.q.middleRows(i0, rows) * q_bar_root.transpose();  // rows × C
+      const RowVectorD block_max = block.colwise().maxCoeff();
+      for (int64_t c = 0; c < c_count; ++c)
+        if (block_max(c) > query_max(c)) {
+          query_sum(c) *= std::exp(query_max(c) - block_max(c));
+          query_max(c) = block_max(c);
+        }
+      query_sum += (block.rowwise() - query_max).array().exp().matrix().colwise().sum();
+    }
+    const RowVectorD query_log_norm = query_max.array() + query_sum.array().log();
+
+    // log w_nc = log α_nc + log N(ω_c; 0, I) + log ξ(q_n, ω_c) + log Σ_j ξ(k_j, ω_c) − log q_c(ω_c),
+    // per query block as whole-matrix operations (column-wise passes over a row-major n × C matrix were
+    // 5× slower); α is row-wise in r′, so a block of rows of r′ gives the same rows of α.
+    RowVectorD per_sample(c_count);
+    for (int64_t c = 0; c < c_count; ++c)
+      per_sample(c) = -0.5 * omegas.row(c).squaredNorm() + log_norm + log_key_sum(c) - log_q(c, c);
+    out.resize(n, pv);
+    MatrixD log_w;
+    for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, n - i0);
+      const auto q_rows = view.q.middleRows(i0, rows);
+      block.noalias() = q_rows * q_bar_root.transpose();
+      block = (block.rowwise() - query_log_norm).array().exp();  // r′ rows
+      const MatrixD alpha = lara_alpha_at_samples(weighting_, beta_, log_q, block);
+      log_w.noalias() = q_rows * omegas_root.transpose();  // log ξ(q_n, ω_c) = ω_c·q̃_n − ‖q̃_n‖²/2
+      log_w.colwise() -= 0.5 * view.scale * q_rows.rowwise().squaredNorm();
+      log_w.array() += alpha.array().max(1e-8).log();
+      log_w.rowwise() += per_sample;
+      softmax_rows(log_w);
+      out.middleRows(i0, rows) = (log_w * f).cast<float>();
+    }
   }
 
   // Â_nj = Σ_c w_nc·P_cj with P_cj = softmax_j(ω_c·k̃_j − ‖k̃_j‖²/2), the attention row of sample c that f(ω_c)
@@ -222,6 +366,13 @@ class Lara final : public Estimator {
   LaraWeighting weighting_;
   double beta_;
   bool sample_, raw_noise_;
+
+  static constexpr int64_t kRowBlock = 512;  ///< rows per block: 512 × C doubles stay in L2
+  /// A rows × C block kept per thread between calls (no allocation once it has its size).
+  static MatrixD& workspace() {
+    thread_local MatrixD block;
+    return block;
+  }
 };
 
 Proposal parse_proposal(const std::string& name) {
