@@ -44,15 +44,17 @@ TEST_CASE("favorpp(a=0) is performer: the same draws, features and output", "[fa
     const double feature_gap = (gerf_log_features<double>(map, k_scaled, 1.0, false) - expected).cwiseAbs().maxCoeff();
     INFO("feature gap " << feature_gap);
     CHECK(feature_gap < 1e-12);
-    // Output level: performer computes in float64 and returns float32, so the float64 favorpp rounded to
-    // float32 must agree to float32 rounding of the same number (≤ 1 ulp). Observed: max relative
-    // difference 0 (every entry identical) for both ortho settings.
+    // Output level: performer computes in float32 (256-row blocks, per-feature key shifts; features.h),
+    // so it agrees with the float64 favorpp to float32 accumulation accuracy, measured against the
+    // row's norm (an entry-wise relative gap is meaningless for entries that cancel to near 0).
+    // Observed: max over rows of ‖Δ_i‖/‖out_i‖ = 3.7e-7 (see INFO for each ortho setting).
     MatrixF performer;
     parse_spec("performer(" + suffix + ")").make()->estimate(view, EstimateContext{key, nullptr}, performer);
-    const MatrixF rounded = ours.cast<float>();
-    const double ulp_gap = ((rounded - performer).array().abs() / performer.array().abs().max(1e-30f)).maxCoeff();
-    INFO("relative gap to performer " << ulp_gap);
-    CHECK(ulp_gap <= 1.2e-7);
+    const MatrixD gap = ours - performer.cast<double>();
+    double row_gap = 0;
+    for (int64_t i = 0; i < gap.rows(); ++i) row_gap = std::max(row_gap, gap.row(i).norm() / ours.row(i).norm());
+    INFO("relative row gap to performer " << row_gap);
+    CHECK(row_gap <= 2e-6);
     // The registered (float32) estimator: the same numbers to float32 accuracy. Observed: 1.4e-7 relative (both ortho
     // settings).
     const MatrixF registered = run_estimator("favorpp(a=0," + suffix + ")", view);

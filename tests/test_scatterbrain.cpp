@@ -71,15 +71,18 @@ TEST_CASE("scatterbrain with an empty support is performer with the same key", "
     parse_spec("performer(" + suffix + ")").make()->estimate(view, EstimateContext{key, nullptr}, performer);
     for (const std::string sparse : {"local", "sortlsh", "smyrf"}) {
       const std::string spec = "scatterbrain(w=0,features=pos,sparse=" + sparse + "," + suffix + ")";
-      // performer computes in float64 and returns float32: the float64 scatterbrain rounded to float32
-      // must match to float32 rounding. Observed: 0 (every entry identical).
-      const MatrixF rounded = scatterbrain_attention<double>(params_of(spec), view, key).cast<float>();
-      const double ulp_gap = ((rounded - performer).array().abs() / performer.array().abs().max(1e-30f)).maxCoeff();
+      // performer computes in float32 (blocked, per-feature key shifts): the float64 scatterbrain agrees
+      // to float32 accumulation accuracy relative to each row's norm (entry-wise ratios blow up where
+      // an entry cancels to ~0). Observed: 5.7e-7 (ortho 0), 6.7e-7 (ortho 1), every sparse kind.
+      const MatrixD exact64 = scatterbrain_attention<double>(params_of(spec), view, key);
+      double ulp_gap = 0;
+      for (int64_t i = 0; i < exact64.rows(); ++i)
+        ulp_gap = std::max(ulp_gap, (exact64.row(i) - performer.row(i).cast<double>()).norm() / exact64.row(i).norm());
       MatrixF direct;
       parse_spec(spec).make()->estimate(view, EstimateContext{key, nullptr}, direct);
       const double float_gap = (direct - performer).norm() / performer.norm();
       INFO(spec << " ulp gap " << ulp_gap << " float32 gap " << float_gap);  // Observed float32 gap ≤ 1.4e-7.
-      CHECK(ulp_gap <= 1.2e-7);
+      CHECK(ulp_gap <= 2e-6);
       CHECK(float_gap < 1e-5);
     }
   }

@@ -23,8 +23,8 @@ const char* const kBenchHeader =
     "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction";
 
 std::string format_bench_csv_row(const BenchRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec), r.n,
-                     r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec),
+                     r.n, r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
                      r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass,
                      r.peak_fraction ? fmt::format("{:.4g}", *r.peak_fraction) : "");
 }
