@@ -108,69 +108,11 @@ class Lara final : public Estimator {
     // The noise's std in the scaled space; the densities below always use std 1 (see the header).
     const double draw_sigma = raw_noise_ ? root_scale : 1.0;
 
-    // Mixture weights π_cj = softmax_j(q̄_c·k̃_j) (attn and mixture proposals only: C × n, and the scaled
-    // keys; the default segment proposal forms neither).
-    MatrixD log_pi, k;
-    if (proposal_ == Proposal::kAttn || proposal_ == Proposal::kMixture) {
-      k = root_scale * view.k;
-      log_pi = q_bar * k.transpose();
-      for (int64_t c = 0; c < c_count; ++c) log_pi.row(c).array() -= log_sum_exp(log_pi.row(c));
-    }
-    MatrixD mu;
-    switch (proposal_) {
-      case Proposal::kSegment:
-        mu = q_bar + k_bar;
-        break;
-      case Proposal::kAttn:
-      case Proposal::kMixture:
-        mu = q_bar + log_pi.array().exp().matrix() * k;
-        break;
-      case Proposal::kMixed: {
-        MatrixD weights = k_bar * k_bar.transpose();
-        softmax_rows(weights);
-        mu = q_bar + weights * k_bar;
-        break;
-      }
-    }
-
-    // One sample per proposal.
-    MatrixD omegas = mu;
-    if (sample_) {
-      const RandomStream noise(ctx.key, Purpose::kNoise), component(ctx.key, Purpose::kComponent);
-      RowVectorD eps(p);
-      for (int64_t c = 0; c < c_count; ++c) {
-        if (proposal_ == Proposal::kMixture) {
-          const RowVectorD row = log_pi.row(c).array().exp();
-          const std::vector<double> pi(row.data(), row.data() + n);
-          const int64_t j = sample_with_replacement(pi, 1, component, static_cast<uint32_t>(c))[0];
-          omegas.row(c) = q_bar.row(c) + k.row(j);
-        }
-        noise.normals(static_cast<uint32_t>(c), 0, eps.data(), p);
-        omegas.row(c) += draw_sigma * eps;
-      }
-    }
-
-    // log q_c′(ω_c) for every sample c and proposal c′ (C × C), q_c′ = N(μ_c′, I) whatever the noise.
+    // The scaled keys are needed by the attn and mixture proposals only (the default segment one forms none).
+    MatrixD k;
+    if (proposal_ == Proposal::kAttn || proposal_ == Proposal::kMixture) k = root_scale * view.k;
+    const auto [log_pi, mu, omegas, log_q] = draw_proposals(q_bar, k_bar, k, n, p, draw_sigma, ctx);
     const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
-    MatrixD log_q(c_count, c_count);
-    if (proposal_ == Proposal::kMixture) {
-      // ‖ω − q̄_c′ − k̃_j‖² = ‖ω − q̄_c′‖² − 2(ω·k̃_j − q̄_c′·k̃_j) + ‖k̃_j‖²  (O(C²·n) after two products)
-      const MatrixD omega_k = omegas * k.transpose(), qbar_k = q_bar * k.transpose();
-      const RowVectorD k_norm2 = k.rowwise().squaredNorm().transpose();
-      for (int64_t c = 0; c < c_count; ++c)
-        for (int64_t cp = 0; cp < c_count; ++cp) {
-          const double base = (omegas.row(c) - q_bar.row(cp)).squaredNorm();
-          const RowVectorD terms =
-              log_pi.row(cp).array() - (base - 2 * (omega_k.row(c) - qbar_k.row(cp)).array() + k_norm2.array()) / 2;
-          log_q(c, cp) = log_norm + log_sum_exp(terms);
-        }
-    } else {
-      // ‖ω_c − μ_c′‖² = ‖ω_c‖² + ‖μ_c′‖² − 2·ω_c·μ_c′, one C × C × p product.
-      log_q = 2 * omegas * mu.transpose();
-      log_q.colwise() -= omegas.rowwise().squaredNorm();
-      log_q.rowwise() -= mu.rowwise().squaredNorm().transpose();
-      log_q = (log_q.array() / 2 + log_norm).matrix();
-    }
 
     // From here on everything is O(n) in blocks of kRowBlock rows with √s folded into the C × p
     // factors (ω̃ = √s·ω, q̄̃ = √s·q̄), so no n × p copy and no n × C matrix is formed (fresh n × C
@@ -264,17 +206,19 @@ class Lara final : public Estimator {
     MatrixD k;        ///< keys × p: k̃
   };
 
-  // Everything but the final n × C × pv product, shared by estimate() and weights().
-  Draws draw(const HeadView& view, const EstimateContext& ctx) const {
-    const int64_t n = view.n(), p = view.p();
-    const double root_scale = std::sqrt(view.scale);
-    const MatrixD q = root_scale * view.q, k = root_scale * view.k;  // scaled space
-    const auto segments = contiguous_segments(n, proposals_);
-    const int64_t c_count = static_cast<int64_t>(segments.size());
-    const MatrixD q_bar = segment_means(q, segments), k_bar = segment_means(k, segments);
-    // The noise's std in the scaled space; the densities below always use std 1 (see the header).
-    const double draw_sigma = raw_noise_ ? root_scale : 1.0;
+  struct Proposals {
+    MatrixD log_pi;  ///< C × n: log π_cj = log softmax_j(q̄_c·k̃_j) (attn and mixture proposals; else empty)
+    MatrixD mu;      ///< C × p: the proposal means
+    MatrixD omegas;  ///< C × p: one sample per proposal (μ_c itself with mode=mean)
+    MatrixD log_q;   ///< C × C: log q_c′(ω_c), q_c′ = N(μ_c′, I) whatever the noise
+  };
 
+  // The proposals, their samples and the C × C proposal densities at the samples, shared by
+  // estimate() and draw(). q_bar, k_bar: C × p landmarks, k: keys × p (all in the scaled space; k may
+  // be empty for the segment and mixed proposals, which do not read it).
+  Proposals draw_proposals(const MatrixD& q_bar, const MatrixD& k_bar, const MatrixD& k, int64_t n, int64_t p,
+                           double draw_sigma, const EstimateContext& ctx) const {
+    const int64_t c_count = q_bar.rows();
     // Mixture weights π_cj = softmax_j(q̄_c·k̃_j) (attn and mixture proposals).
     MatrixD log_pi;
     if (proposal_ == Proposal::kAttn || proposal_ == Proposal::kMixture) {
@@ -336,6 +280,21 @@ class Lara final : public Estimator {
       log_q.rowwise() -= mu.rowwise().squaredNorm().transpose();
       log_q = (log_q.array() / 2 + log_norm).matrix();
     }
+    return {std::move(log_pi), std::move(mu), std::move(omegas), std::move(log_q)};
+  }
+
+  // Everything but the final n × C × pv product, shared by estimate() and weights().
+  Draws draw(const HeadView& view, const EstimateContext& ctx) const {
+    const int64_t n = view.n(), p = view.p();
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD q = root_scale * view.q, k = root_scale * view.k;  // scaled space
+    const auto segments = contiguous_segments(n, proposals_);
+    const int64_t c_count = static_cast<int64_t>(segments.size());
+    const MatrixD q_bar = segment_means(q, segments), k_bar = segment_means(k, segments);
+    // The noise's std in the scaled space; the densities below always use std 1 (see the header).
+    const double draw_sigma = raw_noise_ ? root_scale : 1.0;
+
+    const auto [log_pi, mu, omegas, log_q] = draw_proposals(q_bar, k_bar, k, n, p, draw_sigma, ctx);
 
     // r′_nc = softmax over queries n of q̃_n·q̄_c: formed as C × n so the softmax runs along rows
     // (column passes over the row-major n × C matrix took half of the whole estimator's time).
