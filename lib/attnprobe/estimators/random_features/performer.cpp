@@ -32,6 +32,7 @@ class Performer final : public Estimator {
 
   // The forward pass of a sweep and `bench`: float32, blocked over rows, never n × M (see the header).
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    if (view.mask == Mask::kCausal) return estimate_causal(view, ctx, out);
     const int64_t n = view.n(), keys = view.kf.rows(), pv = view.pv(), m = features_;
     // √s folded into the projections: ω·q̃ = (√s·ω)·q.
     const MatrixF w = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key)).cast<float>();
@@ -147,6 +148,45 @@ class Performer final : public Estimator {
     return 8.0 * (m * p + (kKeyChunks + 1) * m * (pv + 1)) + 4.0 * (kRowBlock * m + m * pv);
   }
 
+  // The causal form (mask = causal): S_i = Σ_{j≤i} φ(k_j)ᵀv_j and z_i = Σ_{j≤i} φ(k_j), one token at a
+  // time in float64. Each feature keeps the running maximum c_m of the key log-features seen so far
+  // and rescales S and z by exp(c_old − c_new) when it grows (online softmax), so every prefix sum holds
+  // a 1 and cannot underflow, and nothing a later token brings touches an earlier row. Query i weighs
+  // feature m by exp(log ξ(q_i, ω_m) + c_m − max_m′(…)), so its denominator is ≥ 1. The ω are the
+  // full form's (drawn from the key alone, independent of n), so row i equals the full estimate of
+  // the prefix 0..i (tested). O(n·M·(p + pv)) time, O(256·M + M·pv) memory.
+  void estimate_causal(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
+    const int64_t n = view.n(), pv = view.pv(), m = features_;
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
+    RowVectorD shift = RowVectorD::Constant(m, -std::numeric_limits<double>::infinity()), z = RowVectorD::Zero(m);
+    MatrixD kv = MatrixD::Zero(m, pv);
+    RowVectorD weights(m);
+    out.resize(n, pv);
+    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, n - r0);
+      const MatrixD log_k = log_features(root_scale * view.k.middleRows(r0, rows), omegas);  // rows × M
+      const MatrixD log_q = log_features(root_scale * view.q.middleRows(r0, rows), omegas);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r0 + r;
+        for (int64_t f = 0; f < m; ++f) {
+          if (log_k(r, f) > shift(f)) {  // exp(−inf) = 0 on the first key: the sums are 0 then anyway
+            const double factor = std::exp(shift(f) - log_k(r, f));
+            kv.row(f) *= factor;
+            z(f) *= factor;
+            shift(f) = log_k(r, f);
+          }
+          const double w = std::exp(log_k(r, f) - shift(f));
+          kv.row(f) += w * view.v.row(i);
+          z(f) += w;
+        }
+        weights = log_q.row(r) + shift;
+        weights = (weights.array() - weights.maxCoeff()).exp();
+        out.row(i) = (weights * kv / weights.dot(z)).cast<float>();
+      }
+    }
+  }
+
  private:
   static constexpr int64_t kRowBlock = 256;  ///< rows per block: 256 × M floats stay in L2
   static constexpr int64_t kKeyChunks = 8;   ///< key chunks reduced independently (threads), merged in order
@@ -213,6 +253,7 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .causal = true,
     .weights = true,
     .backward = "out",
     .ablations = {"performer(ortho=0)"},
