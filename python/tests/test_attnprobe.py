@@ -165,7 +165,7 @@ def test_causal_matches_the_cli_and_numpy(tmp_path):
             for metric, value in zip(group["metric"], group["value"]):
                 assert same(values[metric], value), (spec, trial, metric, values[metric], value)
     with pytest.raises(ValueError, match="causal"):
-        attnprobe.estimate("performer(M=16)", q, k, v, scale, causal=True)
+        attnprobe.estimate("nystrom", q, k, v, scale, causal=True)
     with pytest.raises(ValueError, match="Slice"):
         attnprobe.estimate("softmax", sl, causal=True)
     # A sweep's mask= is the CLI's --mask: the same rows.
@@ -380,7 +380,7 @@ def test_errors_carry_the_cli_messages():
     with pytest.raises(ValueError, match="has no parameter 'x'"):
         attnprobe.estimate("yoso(x=1)", q, k, v)
     with pytest.raises(ValueError, match="has no causal form"):
-        attnprobe.estimate("performer(M=16)", q, k, v, causal=True)
+        attnprobe.estimate("nystrom", q, k, v, causal=True)
     with pytest.raises(ValueError, match="keys must match queries"):
         attnprobe.estimate("vmean", q, k[:10], v)
     with pytest.raises(ValueError, match="2-D array"):
