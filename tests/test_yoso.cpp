@@ -269,3 +269,21 @@ TEST_CASE("input=lift differs from input=l2 and hashes in p + 2 dimensions (hada
   // τ = 20 fits the lifted dims' padding (32) though not p = 16's.
   CHECK(run_estimator("yoso(m=4,tau=20,hash=hadamard,input=lift)", view, 0).allFinite());
 }
+
+TEST_CASE("yoso gives the same bits on 1 and 2 threads inside one call", "[yoso]") {
+  // Hashing runs in row blocks (gauss) or rows (hadamard) on the call's pool and queries read the
+  // tables in row blocks: each row's codes and sums depend on that row and the draws alone.
+  const HeadView view = synth_slice(700, 16, 0.3, 21);
+  ThreadPool one(1), two(2);
+  for (const std::string spec : {"yoso(m=8)", "yoso(m=8,hash=hadamard)", "yoso(m=8,tau=20)"}) {
+    INFO(spec);
+    const auto estimator = parse_spec(spec).make();
+    const RandomKey key = make_random_key(5, spec, 0);
+    MatrixF a, b, c;
+    estimator->estimate(view, EstimateContext{key, &one}, a);
+    estimator->estimate(view, EstimateContext{key, &two}, b);
+    estimator->estimate(view, EstimateContext{key, nullptr}, c);
+    CHECK(a == b);
+    CHECK(a == c);
+  }
+}

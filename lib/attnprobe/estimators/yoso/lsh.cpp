@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "attnprobe/common/error.h"
 
@@ -42,7 +43,17 @@ int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_
   return stream.sign(part * 3 + d, c);  // the GPU kernel draws the same: gpu/lsh.cu
 }
 
-std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key) {
+namespace {
+// Runs fn(0..count−1) on the pool when there is one, else in order.
+void for_each_item(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn) {
+  if (pool)
+    pool->parallel_for(count, fn);
+  else
+    for (int64_t i = 0; i < count; ++i) fn(i);
+}
+}  // namespace
+
+std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key, ThreadPool* pool) {
   if (tau < 1 || tau > 30) throw InputError(fmt::format("yoso: tau = {} must be in 1..30", tau));
   const int64_t n = x.rows(), p = x.cols();
   std::vector<uint32_t> codes(static_cast<size_t>(n) * m, 0);
@@ -53,13 +64,14 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
     // Row blocks keep the block × (m·τ) projections in cache (the whole n × (m·τ) matrix is 32 MiB at
     // n = 16384, m = 32, τ = 8, and streaming it made hashing superlinear in n).
     const int64_t block = 256;
-    MatrixD projections(block, r.rows());
-    for (int64_t r0 = 0; r0 < n; r0 += block) {
-      const int64_t rows = std::min(block, n - r0);
-      projections.topRows(rows).noalias() = x.middleRows(r0, rows) * r.transpose();
+    for_each_item(pool, (n + block - 1) / block, [&](int64_t b) {
+      thread_local MatrixD projections;
+      const int64_t r0 = b * block, rows = std::min(block, n - r0);
+      projections.resize(rows, r.rows());
+      projections.noalias() = x.middleRows(r0, rows) * r.transpose();
       for (int64_t i = 0; i < rows; ++i)
         for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = sign_code(&projections(i, f * tau), tau);
-    }
+    });
     return codes;
   }
   int64_t padded = 1;
@@ -72,20 +84,21 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
   const int per_part = static_cast<int>(padded / tau);
   const int parts = (m + per_part - 1) / per_part;
   const RandomStream stream(key, Purpose::kSignFlip);
-  std::vector<double> signs(static_cast<size_t>(3) * padded), y(padded);
+  std::vector<double> signs(static_cast<size_t>(3) * padded);
   for (int t = 0; t < parts; ++t) {
     for (int d = 0; d < 3; ++d)
       for (int64_t c = 0; c < padded; ++c)
         signs[d * padded + c] = hadamard_sign(stream, t, d, static_cast<uint32_t>(c));
-    for (int64_t i = 0; i < n; ++i) {
-      std::fill(y.begin(), y.end(), 0.0);
+    for_each_item(pool, n, [&](int64_t i) {
+      thread_local std::vector<double> y;
+      y.assign(padded, 0.0);
       for (int64_t c = 0; c < p; ++c) y[c] = x(i, c);
       for (int d = 0; d < 3; ++d) {
         for (int64_t c = 0; c < padded; ++c) y[c] *= signs[d * padded + c];
         fast_walsh_hadamard(y.data(), padded);
       }
       hadamard_part_codes(y.data(), t, per_part, m, tau, codes.data() + i * m);
-    }
+    });
   }
   return codes;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/yoso/walsh_hadamard.h"
 #include "attnprobe/rng/random_stream.h"
 
@@ -24,7 +25,10 @@ enum class LshKind { kGauss, kHadamard };
 /// sign of a projection does not depend on the norm). The hash functions depend only on
 /// (key, m, tau, kind, p), so queries and keys hashed with the same arguments share them.
 /// Throws InputError when tau > p' for hadamard, or tau outside 1..30.
-std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key);
+/// With a pool, blocks of rows (gauss) or rows (hadamard) are spread over its threads; each row's
+/// codes depend on that row and the draws alone, so every thread count gives the same codes.
+std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key,
+                                ThreadPool* pool = nullptr);
 
 /// The ±1 diagonal entry d ∈ {0, 1, 2} (D1, D2, D3) of part t at coordinate c: +1 or −1.
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c);

@@ -43,7 +43,7 @@ class YosoSampling final : public Estimator {
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
     std::vector<uint32_t> query_codes, key_codes;
-    hash_inputs(view, ctx.key, nullptr, nullptr, query_codes, key_codes);
+    hash_inputs(view, ctx.key, ctx.pool, nullptr, nullptr, query_codes, key_codes);
     MatrixF y = MatrixF::Zero(n, pv);
     const int64_t buckets = int64_t{1} << tau_;
     if (buckets <= std::max<int64_t>(4096, 8 * keys)) {
@@ -68,8 +68,24 @@ class YosoSampling final : public Estimator {
             read_query(i);
           }
         } else {
-          for (int64_t j = 0; j < keys; ++j) add_key(j);
-          for (int64_t i = 0; i < n; ++i) read_query(i);
+          // Each hash's table is filled in key order by one thread (tables are disjoint), so the
+          // sums do not depend on the thread count; queries only read the tables, so blocks of
+          // rows run on the pool too.
+          auto fill_table = [&](int64_t g) {
+            for (int64_t j = 0; j < keys; ++j) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
+          };
+          if (ctx.pool)
+            ctx.pool->parallel_for(g_count, fill_table);
+          else
+            for (int g = 0; g < g_count; ++g) fill_table(g);
+          const int64_t block = 256, blocks = (n + block - 1) / block;
+          auto read_block = [&](int64_t b) {
+            for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) read_query(i);
+          };
+          if (ctx.pool)
+            ctx.pool->parallel_for(blocks, read_block);
+          else
+            for (int64_t b = 0; b < blocks; ++b) read_block(b);
         }
       }
     } else if (view.mask == Mask::kCausal) {
@@ -124,7 +140,7 @@ class YosoSampling final : public Estimator {
                                     const EstimateContext& ctx) const override {
     MatrixD q_hat, k_hat;
     std::vector<uint32_t> query_codes, key_codes;
-    hash_inputs(view, ctx.key, &q_hat, &k_hat, query_codes, key_codes);
+    hash_inputs(view, ctx.key, ctx.pool, &q_hat, &k_hat, query_codes, key_codes);
     if (sparse_gradient_) return yoso_sparse_gradient(query_codes, key_codes, m_, tau_, q_hat, k_hat, view.v, upstream);
     return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream);
   }
@@ -137,7 +153,7 @@ class YosoSampling final : public Estimator {
     require_usage(view.mask == Mask::kFull, "yoso: attention weights under the causal mask are not stated yet");
     const int64_t keys = view.k.rows();
     std::vector<uint32_t> query_codes, key_codes;
-    hash_inputs(view, ctx.key, nullptr, nullptr, query_codes, key_codes);
+    hash_inputs(view, ctx.key, ctx.pool, nullptr, nullptr, query_codes, key_codes);
     // Hash f's keys in code order: sorted_keys[f·keys + t], with their codes in sorted_codes.
     std::vector<int64_t> sorted_keys(static_cast<size_t>(m_) * keys);
     std::vector<uint32_t> sorted_codes(sorted_keys.size());
@@ -187,12 +203,12 @@ class YosoSampling final : public Estimator {
   // norm; a zero row projects to 0 either way), so with input=l2 the rows are hashed as they are
   // (as the CUDA version does); input=lift hashes the lifted rows. q_hat/k_hat, when given, receive
   // the inputs themselves (the backward pass needs them).
-  void hash_inputs(const HeadView& view, RandomKey key, MatrixD* q_hat, MatrixD* k_hat,
+  void hash_inputs(const HeadView& view, RandomKey key, ThreadPool* pool, MatrixD* q_hat, MatrixD* k_hat,
                    std::vector<uint32_t>& query_codes, std::vector<uint32_t>& key_codes) const {
     MatrixD q, k;
     if (lift_ || q_hat) yoso_inputs(view.q, view.k, lift_, q, k);
-    query_codes = lsh_codes(lift_ ? q : view.q, m_, tau_, kind_, key);
-    key_codes = lsh_codes(lift_ ? k : view.k, m_, tau_, kind_, key);
+    query_codes = lsh_codes(lift_ ? q : view.q, m_, tau_, kind_, key, pool);
+    key_codes = lsh_codes(lift_ ? k : view.k, m_, tau_, kind_, key, pool);
     if (q_hat) *q_hat = std::move(q);
     if (k_hat) *k_hat = std::move(k);
   }
