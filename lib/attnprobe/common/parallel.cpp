@@ -4,6 +4,13 @@
 
 namespace attnprobe {
 
+void for_each_index(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn) {
+  if (pool && pool->size() > 1 && count > 1)
+    pool->parallel_for(count, fn);
+  else
+    for (int64_t i = 0; i < count; ++i) fn(i);
+}
+
 int hardware_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);

@@ -46,6 +46,10 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+/// fn(i) for every i in [0, count): on `pool` when there is one (and more than one thread and item),
+/// else in order on the calling thread. The one switch every "pool or no pool" caller goes through.
+void for_each_index(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn);
+
 /// Number of hardware threads (at least 1).
 int hardware_threads();
 

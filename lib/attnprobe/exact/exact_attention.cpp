@@ -74,10 +74,7 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
     }
     out.middleRows(r0, rows).noalias() = scores * v.topRows(keys);
   };
-  if (pool)
-    pool->parallel_for(blocks, run_block);
-  else
-    for (int64_t b = 0; b < blocks; ++b) run_block(b);
+  for_each_index(pool, blocks, run_block);
   return out;
 }
 
@@ -127,10 +124,7 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     }
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
-  if (pool)
-    pool->parallel_for(blocks, run_block);
-  else
-    for (int64_t b = 0; b < blocks; ++b) run_block(b);
+  for_each_index(pool, blocks, run_block);
 }
 
 }  // namespace attnprobe

@@ -36,10 +36,7 @@ double norm_cv(const MatrixD& x) {
 void for_each_block(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t, int64_t)>& f) {
   const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
   auto one = [&](int64_t b) { f(b, b * kRowBlock, std::min(kRowBlock, n - b * kRowBlock)); };
-  if (pool)
-    pool->parallel_for(blocks, one);
-  else
-    for (int64_t b = 0; b < blocks; ++b) one(b);
+  for_each_index(pool, blocks, one);
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ class Performer final : public Estimator {
     const int64_t chunk_count = std::min<int64_t>(kKeyChunks, (keys + kRowBlock - 1) / kRowBlock);
     const int64_t chunk_rows = (keys + chunk_count - 1) / chunk_count;
     std::vector<KeySums> chunks(chunk_count);
-    for_items(ctx.pool, chunk_count, [&](int64_t c) {
+    for_each_index(ctx.pool, chunk_count, [&](int64_t c) {
       KeySums& sums = chunks[c];
       sums.max = RowVectorF::Constant(m, -std::numeric_limits<float>::infinity());
       sums.kv = MatrixD::Zero(m, pv);
@@ -86,7 +86,7 @@ class Performer final : public Estimator {
     // Queries: ‖q̃‖²/2 and M^{-1/2} cancel in the ratio; the keys' c_m is carried over and each row's own
     // maximum taken out, so every row holds a 1 and every key sum is ≥ 1: the denominator is ≥ 1.
     out.resize(n, pv);
-    for_items(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
+    for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
       const int64_t i0 = b * kRowBlock, rows = std::min(kRowBlock, n - i0);
       MatrixF& logits = workspace().logits;
       logits.noalias() = view.qf.middleRows(i0, rows) * w.transpose();  // rows × M
@@ -205,12 +205,6 @@ class Performer final : public Estimator {
   static Workspace& workspace() {
     thread_local Workspace w;
     return w;
-  }
-  static void for_items(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn) {
-    if (pool && pool->size() > 1 && count > 1)
-      pool->parallel_for(count, fn);
-    else
-      for (int64_t i = 0; i < count; ++i) fn(i);
   }
 
   struct Forward {

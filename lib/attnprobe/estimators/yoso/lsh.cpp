@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "attnprobe/common/error.h"
 
@@ -43,16 +42,6 @@ int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_
   return stream.sign(part * 3 + d, c);  // the GPU kernel draws the same: gpu/lsh.cu
 }
 
-namespace {
-// Runs fn(0..count−1) on the pool when there is one, else in order.
-void for_each_item(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn) {
-  if (pool)
-    pool->parallel_for(count, fn);
-  else
-    for (int64_t i = 0; i < count; ++i) fn(i);
-}
-}  // namespace
-
 std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, RandomKey key, ThreadPool* pool) {
   if (tau < 1 || tau > 30) throw InputError(fmt::format("yoso: tau = {} must be in 1..30", tau));
   const int64_t n = x.rows(), p = x.cols();
@@ -64,7 +53,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
     // Row blocks keep the block × (m·τ) projections in cache (the whole n × (m·τ) matrix is 32 MiB at
     // n = 16384, m = 32, τ = 8, and streaming it made hashing superlinear in n).
     const int64_t block = 256;
-    for_each_item(pool, (n + block - 1) / block, [&](int64_t b) {
+    for_each_index(pool, (n + block - 1) / block, [&](int64_t b) {
       thread_local MatrixD projections;
       const int64_t r0 = b * block, rows = std::min(block, n - r0);
       projections.resize(rows, r.rows());
@@ -89,7 +78,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
     for (int d = 0; d < 3; ++d)
       for (int64_t c = 0; c < padded; ++c)
         signs[d * padded + c] = hadamard_sign(stream, t, d, static_cast<uint32_t>(c));
-    for_each_item(pool, n, [&](int64_t i) {
+    for_each_index(pool, n, [&](int64_t i) {
       thread_local std::vector<double> y;
       y.assign(padded, 0.0);
       for (int64_t c = 0; c < p; ++c) y[c] = x(i, c);

@@ -74,18 +74,12 @@ class YosoSampling final : public Estimator {
           auto fill_table = [&](int64_t g) {
             for (int64_t j = 0; j < keys; ++j) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
           };
-          if (ctx.pool)
-            ctx.pool->parallel_for(g_count, fill_table);
-          else
-            for (int g = 0; g < g_count; ++g) fill_table(g);
+          for_each_index(ctx.pool, g_count, fill_table);
           const int64_t block = 256, blocks = (n + block - 1) / block;
           auto read_block = [&](int64_t b) {
             for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) read_query(i);
           };
-          if (ctx.pool)
-            ctx.pool->parallel_for(blocks, read_block);
-          else
-            for (int64_t b = 0; b < blocks; ++b) read_block(b);
+          for_each_index(ctx.pool, blocks, read_block);
         }
       }
     } else if (view.mask == Mask::kCausal) {
