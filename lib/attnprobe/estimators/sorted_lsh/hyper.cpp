@@ -62,6 +62,23 @@ template MatrixT<float> hyper_attention<float>(const HyperParams&, const HeadVie
 template MatrixT<double> hyper_attention<double>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
                                                  const SortLshBlocks*);
 
+std::vector<ParamDef> sorted_lsh_params(std::string m_default, std::string m_help, std::vector<ParamDef> own) {
+  std::vector<ParamDef> params = {{"m", ParamKind::kInt, std::move(m_default), 0, 1 << 24, {}, std::move(m_help)},
+                                  {"b", ParamKind::kInt, "64", 1, 1 << 24, {}, "block size (b >= n: exact)"},
+                                  {"r", ParamKind::kInt, "7", 0, 30, {}, "hash bits (0: contiguous blocks)"},
+                                  {"order",
+                                   ParamKind::kChoice,
+                                   "gray",
+                                   0,
+                                   0,
+                                   {"gray", "code"},
+                                   "bucket order: gray (Gray rank) or code (c xor c>>1, as the reference repos)"}};
+  params.insert(params.end(), own.begin(), own.end());
+  return params;
+}
+
+bool sorted_lsh_random(const Spec& spec) { return spec.get_int("m") > 0 || spec.get_int("r") > 0; }
+
 namespace {
 
 class Hyper final : public Estimator {
@@ -99,20 +116,12 @@ class Hyper final : public Estimator {
     .family = "sorted-lsh",
     .summary = "HyperAttention: exact softmax on sortLSH blocks + uniform samples of the other keys, merged by "
                "log-sum-exp (O(n (b + m) p))",
-    .params = {{"m", ParamKind::kInt, "64", 0, 1 << 24, {}, "uniform residual samples (with replacement), 0: none"},
-               {"b", ParamKind::kInt, "64", 1, 1 << 24, {}, "block size (b >= n: exact)"},
-               {"r", ParamKind::kInt, "7", 0, 30, {}, "hash bits (0: contiguous blocks)"},
-               {"order",
-                ParamKind::kChoice,
-                "gray",
-                0,
-                0,
-                {"gray", "code"},
-                "bucket order: gray (Gray rank) or code (c xor c>>1, as the reference repos)"},
-               {"mask", ParamKind::kInt, "1", 0, 1, {}, "1: drop in-block samples; 0: count them again (reference)"}},
+    .params = sorted_lsh_params(
+        "64", "uniform residual samples (with replacement), 0: none",
+        {{"mask", ParamKind::kInt, "1", 0, 1, {}, "1: drop in-block samples; 0: count them again (reference)"}}),
     .samples_knob = "m",
     .random = true,
-    .random_for = [](const Spec& spec) { return spec.get_int("m") > 0 || spec.get_int("r") > 0; },
+    .random_for = sorted_lsh_random,
     .target = nullptr,
     .weights = true,
     .ablations = {"hyper(mask=0)", "hyper(m=0)"},  // the reference's double count; heavy blocks only

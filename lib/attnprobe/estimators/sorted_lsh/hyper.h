@@ -4,10 +4,17 @@
 #include <vector>
 
 #include "attnprobe/estimators/common/precision.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sorted_lsh/sort_lsh.h"
 #include "attnprobe/view/head_view.h"
 
 namespace attnprobe {
+
+/// The keys hyper and kdeformer share, in registration (canonical) order: m (the samples knob; its
+/// default and help differ), b, r, order; then `own`, each estimator's own keys.
+std::vector<ParamDef> sorted_lsh_params(std::string m_default, std::string m_help, std::vector<ParamDef> own);
+/// Both draw nothing with m = 0 samples and r = 0 hash bits (contiguous blocks): deterministic then.
+bool sorted_lsh_random(const Spec& spec);
 
 class Spec;
 
