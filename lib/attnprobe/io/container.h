@@ -53,6 +53,24 @@ class Container {
                     double* out) const = 0;
 };
 
+/// The base of the containers that hold one flat map of arrays named "layer_00.q", "layer_00.scale"
+/// (safetensors, .npz): a group is the part of a name before its last dot.
+class DottedContainer : public Container {
+ public:
+  std::vector<std::string> layer_groups() const override;
+  std::string member_name(const std::string& group, const std::string& member) const override {
+    return group.empty() ? member : group + "." + member;
+  }
+  std::string group_of(const std::string& name) const override {
+    const size_t dot = name.rfind('.');
+    return dot == std::string::npos ? "" : name.substr(0, dot);
+  }
+
+ protected:
+  /// Every array name the file holds.
+  virtual std::vector<std::string> array_names() const = 0;
+};
+
 /// Opens `path` as the container its first bytes announce (HDF5 signature, "PK\3\4" zip = .npz,
 /// otherwise an 8-byte little-endian length followed by '{' = safetensors). Throws InputError
 /// naming the file when it is none of them or its header is malformed.

@@ -105,6 +105,18 @@ Kind sniff(const std::string& path) {
 
 }  // namespace
 
+std::vector<std::string> DottedContainer::layer_groups() const {
+  std::vector<std::string> groups;
+  for (const std::string& name : array_names()) {
+    const size_t dot = name.find('.');
+    if (dot == std::string::npos || dot <= 6 || name.compare(0, 6, "layer_") != 0) continue;
+    if (!std::all_of(name.begin() + 6, name.begin() + dot, [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const std::string prefix = name.substr(0, dot);
+    if (std::find(groups.begin(), groups.end(), prefix) == groups.end()) groups.push_back(prefix);
+  }
+  return groups;
+}
+
 std::unique_ptr<Container> open_container(const std::string& path) {
   silence_hdf5_errors();
   switch (sniff(path)) {

@@ -42,7 +42,7 @@ struct Entry {
   mutable std::vector<unsigned char> inflated;
 };
 
-class NpzContainer final : public Container {
+class NpzContainer final : public DottedContainer {
  public:
   explicit NpzContainer(const std::string& path) : path_(path), file_(path) {
     const unsigned char* base = file_.data();
@@ -140,23 +140,10 @@ class NpzContainer final : public Container {
   std::string format() const override { return "npz"; }
   std::string noun() const override { return "array"; }
 
-  std::vector<std::string> layer_groups() const override {
-    std::vector<std::string> groups;
-    for (const auto& [name, e] : entries_) {
-      const size_t dot = name.find('.');
-      if (dot == std::string::npos || dot <= 6 || name.compare(0, 6, "layer_") != 0) continue;
-      if (!std::all_of(name.begin() + 6, name.begin() + dot, [](char c) { return c >= '0' && c <= '9'; })) continue;
-      const std::string prefix = name.substr(0, dot);
-      if (std::find(groups.begin(), groups.end(), prefix) == groups.end()) groups.push_back(prefix);
-    }
-    return groups;
-  }
-  std::string member_name(const std::string& group, const std::string& member) const override {
-    return group.empty() ? member : group + "." + member;
-  }
-  std::string group_of(const std::string& name) const override {
-    const size_t dot = name.rfind('.');
-    return dot == std::string::npos ? "" : name.substr(0, dot);
+  std::vector<std::string> array_names() const override {
+    std::vector<std::string> names;
+    for (const auto& [name, e] : entries_) names.push_back(name);
+    return names;
   }
   bool has_tensor(const std::string& name) const override { return entries_.count(name) > 0; }
 

@@ -42,16 +42,7 @@ struct Tensor {
   uint64_t begin = 0, end = 0;  // absolute byte offsets in the file
 };
 
-bool is_layer_prefix(const std::string& name, std::string* prefix) {
-  const size_t dot = name.find('.');
-  if (dot == std::string::npos || dot <= 6 || name.compare(0, 6, "layer_") != 0) return false;
-  for (size_t i = 6; i < dot; ++i)
-    if (name[i] < '0' || name[i] > '9') return false;
-  *prefix = name.substr(0, dot);
-  return true;
-}
-
-class SafetensorsContainer final : public Container {
+class SafetensorsContainer final : public DottedContainer {
  public:
   explicit SafetensorsContainer(const std::string& path) : path_(path), file_(path) {
     const uint64_t size = file_.size();
@@ -145,20 +136,10 @@ class SafetensorsContainer final : public Container {
   std::string format() const override { return "safetensors"; }
   std::string noun() const override { return "tensor"; }
 
-  std::vector<std::string> layer_groups() const override {
-    std::vector<std::string> groups;
-    std::string prefix;
-    for (const auto& [name, t] : tensors_)
-      if (is_layer_prefix(name, &prefix) && std::find(groups.begin(), groups.end(), prefix) == groups.end())
-        groups.push_back(prefix);
-    return groups;
-  }
-  std::string member_name(const std::string& group, const std::string& member) const override {
-    return group.empty() ? member : group + "." + member;
-  }
-  std::string group_of(const std::string& name) const override {
-    const size_t dot = name.rfind('.');
-    return dot == std::string::npos ? "" : name.substr(0, dot);
+  std::vector<std::string> array_names() const override {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : tensors_) names.push_back(name);
+    return names;
   }
   bool has_tensor(const std::string& name) const override { return tensors_.count(name) > 0; }
 
