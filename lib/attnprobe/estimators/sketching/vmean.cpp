@@ -13,21 +13,17 @@ namespace {
 class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
-    if (view.mask == Mask::kCausal) {  // one pass, the running sum in double, no n × pv temporary
-      out.resize(view.n(), view.pv());
-      RowVectorD sum = RowVectorD::Zero(view.pv());
-      for (int64_t i = 0; i < view.n(); ++i) {
-        sum += view.vf.row(i).cast<double>();
-        out.row(i) = (sum / static_cast<double>(i + 1)).cast<float>();
-      }
-      return;
-    }
+    if (view.mask == Mask::kCausal) return prefix_means(view.vf, out);
     // Accumulate the mean in double: a float sum over thousands of rows loses ~1e-5 relative.
     const RowVectorF mean = view.vf.cast<double>().colwise().mean().cast<float>();
     out = mean.replicate(view.n(), 1);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
-    if (view.mask == Mask::kCausal) return prefix_means(view.v);
+    if (view.mask == Mask::kCausal) {
+      MatrixD out;
+      prefix_means(view.v, out);
+      return out;
+    }
     return MatrixD(view.v.colwise().mean().replicate(view.n(), 1));
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -50,15 +46,16 @@ class VMeanEstimator final : public Estimator {
   }
 
  private:
-  // Row i: the mean of rows 0..i of v (n × pv), summed in token order.
-  static MatrixD prefix_means(const MatrixD& v) {
-    MatrixD out(v.rows(), v.cols());
+  // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
+  // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
+  template <class Values, class Out>
+  static void prefix_means(const Values& v, Out& out) {
+    out.resize(v.rows(), v.cols());
     RowVectorD sum = RowVectorD::Zero(v.cols());
     for (int64_t i = 0; i < v.rows(); ++i) {
-      sum += v.row(i);
-      out.row(i) = sum / static_cast<double>(i + 1);
+      sum += v.row(i).template cast<double>();
+      out.row(i) = (sum / static_cast<double>(i + 1)).template cast<typename Out::Scalar>();
     }
-    return out;
   }
 };
 
