@@ -1,5 +1,6 @@
 // The keyed generator: Philox4x32-10 known answers, the uniform/normal maps, keying, and the
 // shared sampling helpers (with and without replacement) against their exact laws.
+#include <bit>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -66,6 +67,34 @@ TEST_CASE("normals() fills the same numbers as normal() two per Philox block", "
       CHECK(filled_f[t] == static_cast<float>(stream.normal(5, t, 2)));
     }
   }
+}
+
+TEST_CASE("normals() from an offset t0 fills elements t0.. of the row bit for bit", "[rng]") {
+  // Even and odd offsets, counts that end inside a Philox pair or a 64-pair block, whole blocks after an odd
+  // start, and a row far along (t0 near 2^31: counters past 2^30).
+  const RandomStream stream(make_random_key(2, "offset", 1), Purpose::kProjection);
+  int64_t checked = 0;
+  for (const uint32_t t0 : {0u, 1u, 2u, 5u, 127u, 128u, 129u, 1000u, 2147483001u}) {
+    for (const int64_t count : {1, 2, 7, 64, 129, 301}) {
+      INFO("t0 " << t0 << ", count " << count);
+      std::vector<double> filled(count);
+      std::vector<float> filled_f(count);
+      stream.normals(7, 3, t0, filled.data(), count);
+      stream.normals(7, 3, t0, filled_f.data(), count);
+      for (int64_t j = 0; j < count; ++j) {
+        const double expected = stream.normal(7, t0 + static_cast<uint32_t>(j), 3);
+        REQUIRE(std::bit_cast<uint64_t>(filled[j]) == std::bit_cast<uint64_t>(expected));
+        REQUIRE(std::bit_cast<uint32_t>(filled_f[j]) == std::bit_cast<uint32_t>(static_cast<float>(expected)));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == 9 * (1 + 2 + 7 + 64 + 129 + 301));
+  // The offset fill of a long row in tiles equals the fill from 0.
+  std::vector<double> whole(5000), tiles(5000);
+  stream.normals(11, 0, whole.data(), 5000);
+  for (uint32_t t0 = 0; t0 < 5000; t0 += 333) stream.normals(11, 0, t0, tiles.data() + t0, std::min(333u, 5000u - t0));
+  CHECK(whole == tiles);
 }
 
 TEST_CASE("uniforms() fills the same numbers as uniform() over a range of positions", "[rng]") {

@@ -82,6 +82,10 @@ class RandomStream {
   /// vectorised Box–Muller (rng/random_stream.cpp). The float version rounds the double values.
   void normals(uint32_t a, uint32_t c, double* out, int64_t count) const;
   void normals(uint32_t a, uint32_t c, float* out, int64_t count) const;
+  /// out[0..count) = elements t0..t0+count-1 of the same sequence (any t0, even or odd; t0 + count ≤ 2^32):
+  /// a tile of a row, so a long row need never be held whole. Bit for bit normal(a, t0 + j, c).
+  void normals(uint32_t a, uint32_t c, uint32_t t0, double* out, int64_t count) const;
+  void normals(uint32_t a, uint32_t c, uint32_t t0, float* out, int64_t count) const;
 
   /// out[j] = uniform(a, b0 + j, c) for j in [0, count): the same numbers, a block at a time.
   void uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, int64_t count) const;

@@ -2,12 +2,17 @@
 // the Skeinformer paper §3.3.2; docs/estimators/sketching.md). Target: softmax.
 //  - linformer:     E ∈ R^{d×n}, E_ij iid N(0, std²) (std = 0 means 1/√d, the JL scaling; the
 //                   reference code's unscaled 0.02 is std=0.02); out = softmax(s·Q(EK)ᵀ)·(EV).
-//                   O(n·d·p). Biased: the projection sits inside the softmax.
+//                   O(n·d·p). Biased: the projection sits inside the softmax. E is never formed: EK and
+//                   EV are accumulated over tiles of E (64 rows × 256 columns, 64 KiB) drawn as they
+//                   are used, a group of E's rows per work item on the call's pool, so memory is
+//                   O(d·p) beside the inputs and the bits do not depend on the thread count.
 //  - linformer-jlt: out = B·S·Sᵀ·V with S ∈ R^{n×d}, S_ij iid N(0, 1/d), so E[SSᵀ] = I and the
 //                   estimate is unbiased for B·V. O(n²): it shows what Linformer gave up.
+#include <algorithm>
 #include <cmath>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/linformer_params.h"
@@ -27,15 +32,50 @@ MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomS
 
 namespace {
 
+// EK = E·K and EV = E·V (d × p, d × pv) without E: work item g owns rows [g·kGroupRows, …) of E, EK and EV and
+// walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std·normal(r, t)),
+// gaussian_matrix's law and element mapping) and adding tile·K_block and tile·V_block. Each row of EK and EV is
+// summed by one item in one fixed order (key blocks in turn, the GEMM's own order inside one), so the result
+// is the same for any pool. Measured at n = 16384, d = 256 on one Zen 4 core (see docs/performance.md).
+constexpr int64_t kGroupRows = 64;
+constexpr int64_t kTileColumns = 256;
+
+struct ProjectionTile {
+  MatrixF tile = MatrixF(kGroupRows, kTileColumns);  ///< Eigen-allocated: 64-byte aligned on every thread
+  VectorD normals = VectorD(kTileColumns);
+};
+
+void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, const RandomStream& stream, int64_t d,
+                         ThreadPool* pool, MatrixF& k_proj, MatrixF& v_proj) {
+  const int64_t n = k.rows();
+  k_proj.setZero(d, k.cols());
+  v_proj.setZero(d, v.cols());
+  for_each_index(pool, (d + kGroupRows - 1) / kGroupRows, [&](int64_t g) {
+    thread_local ProjectionTile work;
+    const int64_t r0 = g * kGroupRows, rows = std::min(kGroupRows, d - r0);
+    for (int64_t t0 = 0; t0 < n; t0 += kTileColumns) {
+      const int64_t cols = std::min(kTileColumns, n - t0);
+      for (int64_t r = 0; r < rows; ++r) {
+        stream.normals(static_cast<uint32_t>(r0 + r), 0, static_cast<uint32_t>(t0), work.normals.data(), cols);
+        float* dst = work.tile.row(r).data();
+        for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
+      }
+      const auto tile = work.tile.topLeftCorner(rows, cols);
+      k_proj.middleRows(r0, rows).noalias() += tile * k.middleRows(t0, cols);
+      v_proj.middleRows(r0, rows).noalias() += tile * v.middleRows(t0, cols);
+    }
+  });
+}
+
 class Linformer final : public Estimator {
  public:
   explicit Linformer(LinformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const MatrixF e =
-        gaussian_matrix(params_.d, view.n(), params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection));
-    const MatrixF k_proj = e * view.kf, v_proj = e * view.vf;  // d × p, d × pv
-    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out);
+    MatrixF k_proj, v_proj;  // d × p, d × pv
+    project_keys_values(view.kf, view.vf, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection),
+                        params_.d, ctx.pool, k_proj, v_proj);
+    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool);
   }
 
   // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × n): row i is a mixture of E's rows,
@@ -54,10 +94,11 @@ class Linformer final : public Estimator {
     };
   }
 
-  // E (d × n), EK and EV (d × p, d × pv) and the n × d scores, float32.
+  // EK and EV (d × p, d × pv), float32; per thread a tile of E (float, and one row of it in double) and the
+  // exact kernel's block of 128 queries × at most 512 keys of scores. Nothing grows with n.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
-    return 4.0 * (2.0 * d * n + d * (p + pv));
+    return 4.0 * (d * (p + pv) + kGroupRows * kTileColumns + 128.0 * std::min(d, 512.0)) + 8.0 * kTileColumns;
   }
 
  private:
