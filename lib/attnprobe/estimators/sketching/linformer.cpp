@@ -3,13 +3,16 @@
 //  - linformer:     E ∈ R^{d×n}, E_ij iid N(0, std²) (std = 0 means 1/√d, the JL scaling; the
 //                   reference code's unscaled 0.02 is std=0.02); out = softmax(s·Q(EK)ᵀ)·(EV).
 //                   O(n·d·p). Biased: the projection sits inside the softmax. E is never formed: EK and
-//                   EV are accumulated over tiles of E (64 rows × 256 columns, 64 KiB) drawn as they
+//                   EV are accumulated over tiles of E (32 rows × 256 columns, 32 KiB) drawn as they
 //                   are used, a group of E's rows per work item on the call's pool, so memory is
 //                   O(d·p) beside the inputs and the bits do not depend on the thread count.
 //  - linformer-jlt: out = B·S·Sᵀ·V with S ∈ R^{n×d}, S_ij iid N(0, 1/d), so E[SSᵀ] = I and the
 //                   estimate is unbiased for B·V. O(n²): it shows what Linformer gave up.
 #include <algorithm>
 #include <cmath>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
@@ -32,12 +35,84 @@ MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomS
 
 namespace {
 
+// out (rows × width, leading dimension ldo) += e (rows × cols, lde) · x (cols × width, ldx), row-major floats.
+// Every element is out + Σ_t e_rt·x_tc as one chain of FMAs in t order, whatever rows are computed together, so
+// a row's result does not depend on how E's rows are grouped into work items. With AVX-512: blocks of
+// 4 rows × 64 columns (16 accumulators, kept in registers only with the loops unrolled: GCC left them on the
+// stack otherwise, 43 GFLOP/s) over the tile, x's row loaded once per 4 rows. E·K and E·V at n = 16384, d = 256
+// on one Zen 4 core (fp32 peak ~110 GFLOP/s): Eigen's GEMM 67 GFLOP/s (whole E or 64 × 256 tiles), this 104.
+#if defined(__AVX512F__)
+template <int kRows, int kVecs>
+void tile_product_block(const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out, int64_t ldo,
+                        __mmask16 last) {
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v)
+      acc[r][v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : 0xFFFF, out + r * ldo + 16 * v);
+  for (int64_t t = 0; t < cols; ++t) {
+    __m512 xv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) xv[v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : 0xFFFF, x + t * ldx + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 b = _mm512_set1_ps(e[r * lde + t]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(b, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v)
+      _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v == kVecs - 1 ? last : 0xFFFF, acc[r][v]);
+}
+
+template <int kRows>
+void tile_product_rows(int vecs, const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out,
+                       int64_t ldo, __mmask16 last) {
+  switch (vecs) {
+    case 1:
+      return tile_product_block<kRows, 1>(e, lde, cols, x, ldx, out, ldo, last);
+    case 2:
+      return tile_product_block<kRows, 2>(e, lde, cols, x, ldx, out, ldo, last);
+    case 3:
+      return tile_product_block<kRows, 3>(e, lde, cols, x, ldx, out, ldo, last);
+    default:
+      return tile_product_block<kRows, 4>(e, lde, cols, x, ldx, out, ldo, last);
+  }
+}
+#endif
+
+void add_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                      int64_t width, float* out, int64_t ldo) {
+#if defined(__AVX512F__)
+  constexpr int kRows = 4;
+  for (int64_t c0 = 0; c0 < width; c0 += 64) {
+    const int64_t w = std::min<int64_t>(64, width - c0);
+    const int vecs = static_cast<int>((w + 15) / 16);
+    const __mmask16 last = w % 16 == 0 ? 0xFFFF : static_cast<__mmask16>((1u << (w % 16)) - 1);
+    int64_t r = 0;
+    for (; r + kRows <= rows; r += kRows)
+      tile_product_rows<kRows>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+    for (; r < rows; ++r)
+      tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+  }
+#else
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < cols; ++t)
+      for (int64_t c = 0; c < width; ++c) out[r * ldo + c] += e[r * lde + t] * x[t * ldx + c];
+#endif
+}
+
 // EK = E·K and EV = E·V (d × p, d × pv) without E: work item g owns rows [g·kGroupRows, …) of E, EK and EV and
 // walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std·normal(r, t)),
 // gaussian_matrix's law and element mapping) and adding tile·K_block and tile·V_block. Each row of EK and EV is
-// summed by one item in one fixed order (key blocks in turn, the GEMM's own order inside one), so the result
-// is the same for any pool. Measured at n = 16384, d = 256 on one Zen 4 core (see docs/performance.md).
-constexpr int64_t kGroupRows = 64;
+// summed in one fixed order (key blocks in turn, keys in turn inside one), so the result is the same for any
+// pool. The tile is 32 KiB, the key block (256 × 64) 64 KiB; products alone at n = 16384, d = 256, Zen 4 core
+// (GFLOP/s): tiles of 32 × 128 91, 64 × 128 100, 32 × 256 104, 32 × 512 105.
+constexpr int64_t kGroupRows = 32;
 constexpr int64_t kTileColumns = 256;
 
 struct ProjectionTile {
@@ -60,9 +135,10 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
         float* dst = work.tile.row(r).data();
         for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
       }
-      const auto tile = work.tile.topLeftCorner(rows, cols);
-      k_proj.middleRows(r0, rows).noalias() += tile * k.middleRows(t0, cols);
-      v_proj.middleRows(r0, rows).noalias() += tile * v.middleRows(t0, cols);
+      add_tile_product(work.tile.data(), kTileColumns, rows, cols, k.row(t0).data(), k.cols(), k.cols(),
+                       k_proj.row(r0).data(), k_proj.cols());
+      add_tile_product(work.tile.data(), kTileColumns, rows, cols, v.row(t0).data(), v.cols(), v.cols(),
+                       v_proj.row(r0).data(), v_proj.cols());
     }
   });
 }
