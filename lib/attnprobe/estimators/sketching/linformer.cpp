@@ -235,7 +235,7 @@ class LinformerJlt final : public Estimator {
     const MatrixF s =
         gaussian_matrix(view.n(), params_.d, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection));
     const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, n × pv
-    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out);
+    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out, ctx.pool);
   }
 
   // out = A·S·Sᵀ·V, so Â = A·S·Sᵀ (rows × n) with A the exact softmax: unbiased for A entry by entry, rows
