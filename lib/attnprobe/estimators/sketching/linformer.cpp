@@ -3,7 +3,7 @@
 //  - linformer:     E ∈ R^{d×n}, E_ij iid N(0, std²) (std = 0 means 1/√d, the JL scaling; the
 //                   reference code's unscaled 0.02 is std=0.02); out = softmax(s·Q(EK)ᵀ)·(EV).
 //                   O(n·d·p). Biased: the projection sits inside the softmax. E is never formed: EK and
-//                   EV are accumulated over tiles of E (32 rows × 256 columns, 32 KiB) drawn as they
+//                   EV are accumulated over tiles of E (30 rows × 256 columns, 30 KiB) drawn as they
 //                   are used, a group of E's rows per work item on the call's pool, so memory is
 //                   O(d·p) beside the inputs and the bits do not depend on the thread count.
 //  - linformer-jlt: out = B·S·Sᵀ·V with S ∈ R^{n×d}, S_ij iid N(0, 1/d), so E[SSᵀ] = I and the
@@ -38,9 +38,10 @@ namespace {
 // out (rows × width, leading dimension ldo) += e (rows × cols, lde) · x (cols × width, ldx), row-major floats.
 // Every element is out + Σ_t e_rt·x_tc as one chain of FMAs in t order, whatever rows are computed together, so
 // a row's result does not depend on how E's rows are grouped into work items. With AVX-512: blocks of
-// 4 rows × 64 columns (16 accumulators, kept in registers only with the loops unrolled: GCC left them on the
-// stack otherwise, 43 GFLOP/s) over the tile, x's row loaded once per 4 rows. E·K and E·V at n = 16384, d = 256
-// on one Zen 4 core (fp32 peak ~110 GFLOP/s): Eigen's GEMM 67 GFLOP/s (whole E or 64 × 256 tiles), this 104.
+// 6 rows × 64 columns (24 accumulators, kept in registers only with the loops unrolled: GCC left them on the
+// stack otherwise, 43 GFLOP/s) over the tile, x's row loaded once per 6 rows. E·K and E·V at n = 16384, d = 256
+// on one Zen 4 core (fp32 peak ~110 GFLOP/s): Eigen's GEMM 67 GFLOP/s (whole E or 64 × 256 tiles), this with
+// 4-row blocks 97–104, with 6-row blocks 114–116 (groups of 24 or 48 rows).
 #if defined(__AVX512F__)
 template <int kRows, int kVecs>
 void tile_product_block(const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out, int64_t ldo,
@@ -88,16 +89,23 @@ void tile_product_rows(int vecs, const float* e, int64_t lde, int64_t cols, cons
 void add_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                       int64_t width, float* out, int64_t ldo) {
 #if defined(__AVX512F__)
-  constexpr int kRows = 4;
   for (int64_t c0 = 0; c0 < width; c0 += 64) {
     const int64_t w = std::min<int64_t>(64, width - c0);
     const int vecs = static_cast<int>((w + 15) / 16);
     const __mmask16 last = w % 16 == 0 ? 0xFFFF : static_cast<__mmask16>((1u << (w % 16)) - 1);
+    // Blocks of 6 rows, then at most one of 4, 2 and 1: the result does not depend on the blocking.
     int64_t r = 0;
-    for (; r + kRows <= rows; r += kRows)
-      tile_product_rows<kRows>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
-    for (; r < rows; ++r)
-      tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+    for (; r + 6 <= rows; r += 6)
+      tile_product_rows<6>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+    if (r + 4 <= rows) {
+      tile_product_rows<4>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+      r += 4;
+    }
+    if (r + 2 <= rows) {
+      tile_product_rows<2>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+      r += 2;
+    }
+    if (r < rows) tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
   }
 #else
   for (int64_t r = 0; r < rows; ++r)
@@ -110,9 +118,9 @@ void add_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, c
 // walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std·normal(r, t)),
 // gaussian_matrix's law and element mapping) and adding tile·K_block and tile·V_block. Each row of EK and EV is
 // summed in one fixed order (key blocks in turn, keys in turn inside one), so the result is the same for any
-// pool. The tile is 32 KiB, the key block (256 × 64) 64 KiB; products alone at n = 16384, d = 256, Zen 4 core
-// (GFLOP/s): tiles of 32 × 128 91, 64 × 128 100, 32 × 256 104, 32 × 512 105.
-constexpr int64_t kGroupRows = 32;
+// pool. The tile is 30 KiB, the key block (256 × 64) 64 KiB; products alone at n = 16384, d = 256, Zen 4 core,
+// 4-row blocks (GFLOP/s): tiles of 32 × 128 91, 64 × 128 100, 32 × 256 104, 32 × 512 105.
+constexpr int64_t kGroupRows = 30;  // five 6-row blocks
 constexpr int64_t kTileColumns = 256;
 
 struct ProjectionTile {
