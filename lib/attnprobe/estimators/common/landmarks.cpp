@@ -25,12 +25,18 @@ MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments) {
   return out;
 }
 
-void softmax_rows(MatrixD& logits) {
+namespace {
+template <typename Matrix>
+void softmax_rows_in_place(Matrix& logits) {
   for (int64_t i = 0; i < logits.rows(); ++i) {
     auto row = logits.row(i);
     row.array() = (row.array() - row.maxCoeff()).exp();
     row /= row.sum();
   }
 }
+}  // namespace
+
+void softmax_rows(MatrixD& logits) { softmax_rows_in_place(logits); }
+void softmax_rows(MatrixF& logits) { softmax_rows_in_place(logits); }
 
 }  // namespace attnprobe
