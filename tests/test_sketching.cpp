@@ -117,6 +117,22 @@ TEST_CASE("nystrom evaluates the literal Newton-Schulz iteration, in float32 on 
   CHECK((one.array() == two.array()).all());
 }
 
+TEST_CASE("skeinformer gives the same bits with and without a pool", "[sketching][skeinformer]") {
+  // n = 1300: six 256-row blocks, three 512-key blocks of the column norms, two key chunks of the pilot.
+  const HeadView view = synth_slice(1300, 16, 0.7, 9);
+  for (const std::string spec : {"skeinformer(d=100)", "skeinformer(d=100,rownorm=simple)",
+                                 "skeinformer(d=100,rownorm=exact,pilot_reuse=0)", "skeinformer(colsample=uniform)"}) {
+    INFO(spec);
+    const RandomKey key = make_random_key(8, spec, 0);
+    const auto estimator = parse_spec(spec).make();
+    MatrixF one, two;
+    estimator->estimate(view, EstimateContext{key, nullptr}, one);
+    ThreadPool pool(2);
+    estimator->estimate(view, EstimateContext{key, &pool}, two);
+    CHECK((one.array() == two.array()).all());
+  }
+}
+
 TEST_CASE("informer with u = n is exact attention", "[sketching]") {
   const HeadView view = synth_slice(64, 16, 0.5, 2);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
