@@ -12,7 +12,7 @@ lengths, and the table prints torch / attnprobe per estimator and n (> 1: attnpr
 These are comparisons of speed, not of accuracy: the random draws differ from attnprobe's keyed ones.
 
 Usage: /usr/bin/python3 bench/torch_reference.py [--attnprobe build/attnprobe] [--lengths 1024,4096,16384]
-                                                [--p 64] [--repeat 5]
+                                                [--p 64] [--repeat 5] [--only lara,nystrom]
 Run it on a quiet machine (note `uptime` beside the table): timings under load are noise.
 """
 import argparse
@@ -152,12 +152,12 @@ def time_torch(fn, n, p, repeat):
     return statistics.median(seconds)
 
 
-def time_attnprobe(binary, lengths, p, repeat):
+def time_attnprobe(binary, lengths, p, repeat, cases):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.csv")
         cmd = [binary, "bench", "--threads", "1", "--no-sgemm", "--p", str(p), "--repeat", str(repeat), "--lengths",
                ",".join(map(str, lengths)), "--csv", out]
-        for _, spec, _ in CASES:
+        for _, spec, _ in cases:
             cmd += ["-e", spec]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
@@ -170,23 +170,29 @@ def main():
     parser.add_argument("--lengths", default="1024,4096,16384")
     parser.add_argument("--p", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="",
+                        help="comma-separated estimator names to keep (e.g. lara,nystrom); default: all")
     args = parser.parse_args()
+    wanted = [name for name in args.only.split(",") if name]
+    cases = [case for case in CASES if not wanted or case[1].split("(")[0] in wanted]
+    if not cases:
+        parser.error(f"--only {args.only}: no case; the names are " + ", ".join(sorted({c[1].split("(")[0] for c in CASES})))
     lengths = [int(x) for x in args.lengths.split(",")]
     print(f"load before: {os.getloadavg()}", file=sys.stderr)
-    ours = time_attnprobe(args.attnprobe, lengths, args.p, args.repeat)
+    ours = time_attnprobe(args.attnprobe, lengths, args.p, args.repeat, cases)
     # attnprobe's canonical specs may spell a spec differently (defaults dropped): match by order.
     canon = {}
     for (spec, n) in ours:
         canon.setdefault(n, []).append(spec)
     torch_ms = {}
-    for label, spec, fn in CASES:
+    for label, spec, fn in cases:
         for n in lengths:
             torch_ms[(label, n)] = 1e3 * time_torch(fn, n, args.p, args.repeat)
     print(f"load after: {os.getloadavg()}", file=sys.stderr)
     header = "| estimator | " + " | ".join(f"n = {n}: torch / attnprobe ms (ratio)" for n in lengths) + " |"
     print(header)
     print("|---|" + "---|" * len(lengths))
-    for index, (label, spec, _) in enumerate(CASES):
+    for index, (label, spec, _) in enumerate(cases):
         cells = []
         for n in lengths:
             ours_ms = 1e3 * ours[(canon[n][index], n)]

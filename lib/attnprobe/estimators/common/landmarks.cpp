@@ -20,8 +20,14 @@ std::vector<Segment> contiguous_segments(int64_t n, int64_t count) {
 
 MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments) {
   MatrixD out(static_cast<int64_t>(segments.size()), x.cols());
-  for (size_t s = 0; s < segments.size(); ++s)
-    out.row(s) = x.middleRows(segments[s].start, segments[s].length).colwise().mean();
+  // Row by row along contiguous memory: a colwise() reduction over the row-major block strided down
+  // every column (10% of a Nyström call at n = 4096).
+  for (size_t s = 0; s < segments.size(); ++s) {
+    auto mean = out.row(s);
+    mean.setZero();
+    for (int64_t r = segments[s].start; r < segments[s].start + segments[s].length; ++r) mean += x.row(r);
+    mean /= static_cast<double>(segments[s].length);
+  }
   return out;
 }
 
