@@ -20,7 +20,15 @@ MatrixD lara_alpha(LaraWeighting weighting, double beta, const RowVectorD& log_q
 /// of r_prime (MatrixD or MatrixF: the estimator's float32 blocks); the C × C densities stay float64.
 template <typename Matrix>
 Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const Matrix& r_prime);
+
+/// The balance heuristic at every sample: row c is BH_·(ω_c) = q_·(ω_c) / Σ_c′ q_c′(ω_c) (C × C).
+MatrixD lara_balance(const MatrixD& log_q);
+/// lara_alpha_at_samples with balance = lara_balance(log_q) computed once by the caller (query blocks).
+template <typename Matrix>
+Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& balance,
+                             const Matrix& r_prime);
 extern template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&);
 extern template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixF&);
+extern template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixF&);
 
 }  // namespace attnprobe
