@@ -73,26 +73,30 @@ Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD
   using Scalar = typename Matrix::Scalar;
   using Row = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
   const int64_t n = r_prime.rows(), c = r_prime.cols();
-  Matrix alpha = balance.diagonal().transpose().cast<Scalar>().replicate(n, 1);
+  Matrix alpha(n, c);  // the query-specific term first, then BH_c(ω_c) added to every row
   switch (weighting) {
     case LaraWeighting::kBalance:
+      alpha.setZero();
       break;
     case LaraWeighting::kCoupled: {
       const Matrix mixed = r_prime * balance.transpose().cast<Scalar>();  // (n, c): Σ_c′ BH_c′(ω_c)·r′_nc′
       // q_c(ω_c) is ~e^-90 at p = 64: a float32 denormal or zero, as negligible as it is in float64.
       const Row q_own = log_q.diagonal().transpose().array().exp().cast<Scalar>();
-      alpha += Scalar(beta) * ((r_prime - mixed).array().rowwise() * q_own.array()).matrix();
+      alpha = Scalar(beta) * ((r_prime - mixed).array().rowwise() * q_own.array()).matrix();
       break;
     }
     case LaraWeighting::kDecoupled: {
       const Eigen::Matrix<Scalar, Eigen::Dynamic, 1> mean = r_prime.rowwise().sum() / static_cast<Scalar>(c);
-      alpha += Scalar(beta) * r_prime;
-      alpha.colwise() -= Scalar(beta) * mean;  // in place: one pass each (it was 7% of a float32 call)
+      alpha = Scalar(beta) * r_prime;
+      alpha.colwise() -= Scalar(beta) * mean;
       break;
     }
   }
+  // In place, one pass each: replicate() of the row compiled to a scalar store per element (10% of a call).
+  alpha.rowwise() += balance.diagonal().transpose().cast<Scalar>();
   return alpha;
 }
+
 template <typename Matrix>
 Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const Matrix& r_prime) {
   return lara_alpha_at_samples(weighting, beta, log_q, lara_balance(log_q), r_prime);
