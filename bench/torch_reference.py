@@ -12,7 +12,7 @@ lengths, and the table prints torch / attnprobe per estimator and n (> 1: attnpr
 These are comparisons of speed, not of accuracy: the random draws differ from attnprobe's keyed ones.
 
 Usage: /usr/bin/python3 bench/torch_reference.py [--attnprobe build/attnprobe] [--lengths 1024,4096,16384]
-                                                [--p 64] [--repeat 5] [--only linformer]
+                                                [--p 64] [--repeat 5] [--only lara,nystrom]
 Run it on a quiet machine (note `uptime` beside the table): timings under load are noise.
 """
 import argparse
@@ -170,11 +170,13 @@ def main():
     parser.add_argument("--lengths", default="1024,4096,16384")
     parser.add_argument("--p", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--only", default="", help="time only the cases whose attnprobe spec contains this text")
+    parser.add_argument("--only", default="",
+                        help="comma-separated estimator names to keep (e.g. lara,nystrom); default: all")
     args = parser.parse_args()
-    cases = [case for case in CASES if args.only in case[1]]
+    wanted = [name for name in args.only.split(",") if name]
+    cases = [case for case in CASES if not wanted or case[1].split("(")[0] in wanted]
     if not cases:
-        sys.exit(f"no case's spec contains {args.only!r}")
+        parser.error(f"--only {args.only}: no case; the names are " + ", ".join(sorted({c[1].split("(")[0] for c in CASES})))
     lengths = [int(x) for x in args.lengths.split(",")]
     print(f"load before: {os.getloadavg()}", file=sys.stderr)
     ours = time_attnprobe(args.attnprobe, lengths, args.p, args.repeat, cases)

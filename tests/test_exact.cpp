@@ -104,6 +104,41 @@ TEST_CASE("float32 attention gives the same bits for any thread count", "[exact]
   CHECK(ref1 == ref3);
 }
 
+TEST_CASE("key-chunked attention: bias, log-normalisers and bits for any thread count", "[exact]") {
+  // 300 query rows (three 128-row blocks) over 2600 keys (three 1024-key chunks, the last partial), with a
+  // per-key bias spread over ±6 nats; against the same formula in float64.
+  const int64_t rows = 300, keys = 2600;
+  const MatrixD q = random_matrix(rows, 24, 50), k = random_matrix(keys, 24, 51), v = random_matrix(keys, 8, 52);
+  const RowVectorD bias = 6.0 * random_matrix(1, keys, 53).array().tanh().matrix();
+  MatrixD logits = 0.3 * (q * k.transpose());
+  logits.rowwise() += bias;
+  VectorD log_norm_ref(rows);
+  MatrixD weights = logits;
+  for (int64_t i = 0; i < rows; ++i) {
+    const double max = logits.row(i).maxCoeff();
+    weights.row(i) = (logits.row(i).array() - max).exp();
+    log_norm_ref(i) = max + std::log(weights.row(i).sum());
+    weights.row(i) /= weights.row(i).sum();
+  }
+  const MatrixD ref = weights * v;
+  const RowVectorF bias_f = bias.cast<float>();
+  MatrixF one, two, none;
+  VectorD log_norm_one, log_norm_two, log_norm_none;
+  key_chunked_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 0.3f, &bias_f, one, &log_norm_one);
+  // Observed 5.6e-7 (output) and 3.5e-7 (largest normaliser error, values up to 14): float32 rounding.
+  CHECK(relative_error(ref, one.cast<double>()) < 1e-5);
+  CHECK((log_norm_one - log_norm_ref).cwiseAbs().maxCoeff() < 1e-4);
+  ThreadPool pool(2);
+  key_chunked_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 0.3f, &bias_f, two, &log_norm_two,
+                            &pool);
+  CHECK(one == two);
+  CHECK(log_norm_one == log_norm_two);
+  // Values with no columns: only the normalisers, the same ones.
+  key_chunked_attention_f32(q.cast<float>(), k.cast<float>(), MatrixF(keys, 0), 0.3f, &bias_f, none, &log_norm_none);
+  CHECK(none.cols() == 0);
+  CHECK(log_norm_none == log_norm_one);
+}
+
 TEST_CASE("extreme logits stay finite (the row max is subtracted)", "[exact]") {
   MatrixD q = random_matrix(50, 8, 40, 30.0), k = random_matrix(50, 8, 41, 30.0), v = random_matrix(50, 3, 42);
   const MatrixD ref = exact_attention_f64(q, k, v, 1.0);

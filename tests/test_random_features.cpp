@@ -126,6 +126,22 @@ TEST_CASE("the batched LARA weights equal the single-omega weights column by col
   }
 }
 
+TEST_CASE("lara gives the same bits with and without a pool", "[random-features][lara]") {
+  // n = 2600 spans several 256-row query blocks and three 1024-key chunks of the key-side sums.
+  const HeadView view = synth_slice(2600, 32, 1.0, 12);
+  for (const std::string spec : {"lara", "lara(weights=coupled,beta=2)", "lara(proposal=mixture)"}) {
+    INFO(spec);
+    const RandomKey key = make_random_key(8, spec, 0);
+    const auto estimator = parse_spec(spec).make();
+    MatrixF one, two;
+    estimator->estimate(view, EstimateContext{key, nullptr}, one);
+    ThreadPool pool(2);
+    estimator->estimate(view, EstimateContext{key, &pool}, two);
+    CHECK((one.array() == two.array()).all());
+    CHECK(one.allFinite());
+  }
+}
+
 TEST_CASE("lara mode=mean is deterministic and mode=sample is not", "[random-features][lara]") {
   const HeadView view = synth_slice(64, 16, 0.5, 3);
   CHECK_FALSE(parse_spec("lara(mode=mean)").random());

@@ -81,6 +81,60 @@ TEST_CASE("nystrom's pseudo-inverse is initialised per slice", "[nystrom]") {
   CHECK(run_estimator("nystrom(L=8)", Dump::open(temp_path("nys-scaled.h5")).read_slice(0, 0, 1, 48)).allFinite());
 }
 
+TEST_CASE("nystrom evaluates the literal Newton-Schulz iteration, in float32 on any pool", "[nystrom]") {
+  // Temperature 8 makes K2 nearly singular (peaked landmark rows); n = 2500 spans three key chunks of
+  // the float32 passes. The independent computation: K1, K2, K3 formed whole and the six steps of the
+  // paper's iteration written out, all float64.
+  const int64_t n = 2500, l = 40;
+  const HeadView view = synth_slice(n, 32, 8.0, 5);
+  const auto segments = contiguous_segments(n, l);
+  const MatrixD q_bar = segment_means(view.q, segments), k_bar = segment_means(view.k, segments);
+  MatrixD k1 = view.scale * (view.q * k_bar.transpose()), k2 = view.scale * (q_bar * k_bar.transpose()),
+          k3 = view.scale * (q_bar * view.k.transpose());
+  softmax_rows(k1);
+  softmax_rows(k2);
+  softmax_rows(k3);
+  const Eigen::JacobiSVD<MatrixD> svd(k2);
+  const double condition = svd.singularValues()(0) / svd.singularValues()(l - 1);
+  INFO("cond(K2) = " << condition);
+  CHECK(condition > 1e6);  // observed 1.1e9: a badly conditioned K2, where rounding would show
+  MatrixD z = k2.transpose() / (k2.cwiseAbs().colwise().sum().maxCoeff() * k2.cwiseAbs().rowwise().sum().maxCoeff());
+  const MatrixD identity = MatrixD::Identity(l, l);
+  for (int step = 0; step < 6; ++step) {
+    const MatrixD kz = k2 * z;
+    z = 0.25 * z * (13.0 * identity - kz * (15.0 * identity - kz * (7.0 * identity - kz)));
+  }
+  const MatrixD literal = k1 * (z * (k3 * view.v));
+  const auto estimator = parse_spec("nystrom(L=40)").make();
+  const MatrixD spectral = *estimator->reference(view, nullptr);
+  // The same polynomial evaluated on K2·K2ᵀ's spectrum: observed 2.8e-16 relative.
+  CHECK((spectral - literal).norm() / literal.norm() < 1e-11);
+  // The float32 estimate (two softmax passes, pinv in float64): observed 1.3e-7, float32 rounding.
+  const RandomKey key = make_random_key(8, "nystrom(L=40)", 0);
+  MatrixF one, two;
+  estimator->estimate(view, EstimateContext{key, nullptr}, one);
+  CHECK((one.cast<double>() - literal).norm() / literal.norm() < 1e-5);
+  ThreadPool pool(2);
+  estimator->estimate(view, EstimateContext{key, &pool}, two);
+  CHECK((one.array() == two.array()).all());
+}
+
+TEST_CASE("skeinformer gives the same bits with and without a pool", "[sketching][skeinformer]") {
+  // n = 1300: six 256-row blocks, three 512-key blocks of the column norms, two key chunks of the pilot.
+  const HeadView view = synth_slice(1300, 16, 0.7, 9);
+  for (const std::string spec : {"skeinformer(d=100)", "skeinformer(d=100,rownorm=simple)",
+                                 "skeinformer(d=100,rownorm=exact,pilot_reuse=0)", "skeinformer(colsample=uniform)"}) {
+    INFO(spec);
+    const RandomKey key = make_random_key(8, spec, 0);
+    const auto estimator = parse_spec(spec).make();
+    MatrixF one, two;
+    estimator->estimate(view, EstimateContext{key, nullptr}, one);
+    ThreadPool pool(2);
+    estimator->estimate(view, EstimateContext{key, &pool}, two);
+    CHECK((one.array() == two.array()).all());
+  }
+}
+
 TEST_CASE("informer with u = n is exact attention", "[sketching]") {
   const HeadView view = synth_slice(64, 16, 0.5, 2);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);

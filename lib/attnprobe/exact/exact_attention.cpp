@@ -18,6 +18,9 @@ constexpr int64_t kReferenceBlock = 32;
 
 using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
+// Keys per item of key_chunked_attention_f32: fixed (not derived from the thread count), so that the
+// chunks and the order they are combined in, and with them the bits, are the same for any pool.
+constexpr int64_t kKeyChunk = 1024;
 }  // namespace
 
 MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows, Mask mask) {
@@ -54,6 +57,47 @@ void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const
     C = beta * C + alpha * A * B;
 }
 
+namespace {
+// Adds keys [c0, c1) to the online-softmax state of `rows` query rows (q: rows × p, leading dimension p):
+// running maxima `max`, running sums `sum` and the unnormalised accumulator `acc` (rows × pv, leading
+// dimension pv), with scores scale·q_i·k_j + bias_j (bias may be null). causal_row0 ≥ 0 masks key j for
+// query row i when j > causal_row0 + i. The one inner loop of the float32 kernels below, so every caller
+// visits keys in the same 512-key steps and gets the same bits.
+void accumulate_keys(const float* q, int64_t rows, const MatrixF& k, const MatrixF& v, const float* bias, float scale,
+                     int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc) {
+  const int64_t p = k.cols(), pv = v.cols();
+  // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
+  // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
+  // them the last bits of the result.
+  thread_local MatrixF score_buffer(kQueryBlock, kKeyBlock);
+  MapF accumulator(acc, rows, pv, Eigen::OuterStride<>(pv));
+  for (int64_t start = c0; start < c1; start += kKeyBlock) {
+    const int64_t cols = std::min(kKeyBlock, c1 - start);
+    Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
+    gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(p), scale, q, static_cast<int>(p),
+             k.data() + start * p, static_cast<int>(p), 0.0f, scores.data(), static_cast<int>(cols));
+    if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
+    if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t first_masked = std::clamp<int64_t>(causal_row0 + i + 1 - start, 0, cols);
+        scores.row(i).tail(cols - first_masked).setConstant(-std::numeric_limits<float>::infinity());
+      }
+    for (int64_t i = 0; i < rows; ++i) {
+      const float block_max = scores.row(i).maxCoeff();
+      const float new_max = std::max(max[i], block_max);
+      const float correction = std::exp(max[i] - new_max);  // exp(-inf) = 0 on the first block
+      scores.row(i).array() = (scores.row(i).array() - new_max).exp();
+      sum[i] = sum[i] * correction + scores.row(i).sum();
+      if (correction != 1.0f) accumulator.row(i) *= correction;
+      max[i] = new_max;
+    }
+    if (pv > 0)
+      gemm_ab(static_cast<int>(rows), static_cast<int>(pv), static_cast<int>(cols), 1.0f, scores.data(),
+              static_cast<int>(cols), v.data() + start * pv, static_cast<int>(pv), 1.0f, acc, static_cast<int>(pv));
+  }
+}
+}  // namespace
+
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
                             Mask mask) {
   const int64_t n = q.rows();
@@ -84,14 +128,9 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
   out.resize(n, pv);
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
   auto run_block = [&](int64_t block) {
-    // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the
-    // same way whichever thread runs the block: malloc'd buffers differ in alignment per thread,
-    // and with them the last bits of the result.
-    thread_local MatrixF score_buffer;
     thread_local std::vector<float> max_buffer, sum_buffer;
     const int64_t r0 = block * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
-    score_buffer.resize(kQueryBlock, kKeyBlock);
     max_buffer.assign(rows, -std::numeric_limits<float>::infinity());
     sum_buffer.assign(rows, 0.0f);
     auto acc = out.middleRows(r0, rows);
@@ -99,32 +138,42 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
     // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
     const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
-    for (int64_t c0 = 0; c0 < block_keys; c0 += kKeyBlock) {
-      const int64_t cols = std::min(kKeyBlock, block_keys - c0);
-      Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
-      gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(p), scale, q.data() + r0 * p,
-               static_cast<int>(p), k.data() + c0 * p, static_cast<int>(p), 0.0f, scores.data(),
-               static_cast<int>(cols));
-      if (mask == Mask::kCausal && c0 + cols > r0 + 1)
-        for (int64_t i = 0; i < rows; ++i) {
-          const int64_t first_masked = std::clamp<int64_t>(r0 + i + 1 - c0, 0, cols);
-          scores.row(i).tail(cols - first_masked).setConstant(-std::numeric_limits<float>::infinity());
-        }
-      for (int64_t i = 0; i < rows; ++i) {
-        const float block_max = scores.row(i).maxCoeff();
-        const float new_max = std::max(max_buffer[i], block_max);
-        const float correction = std::exp(max_buffer[i] - new_max);  // exp(-inf) = 0 on the first block
-        scores.row(i).array() = (scores.row(i).array() - new_max).exp();
-        sum_buffer[i] = sum_buffer[i] * correction + scores.row(i).sum();
-        if (correction != 1.0f) acc.row(i) *= correction;
-        max_buffer[i] = new_max;
-      }
-      gemm_ab(static_cast<int>(rows), static_cast<int>(pv), static_cast<int>(cols), 1.0f, scores.data(),
-              static_cast<int>(cols), v.data() + c0 * pv, static_cast<int>(pv), 1.0f, acc.data(), static_cast<int>(pv));
-    }
+    accumulate_keys(q.data() + r0 * p, rows, k, v, nullptr, scale, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
+                    max_buffer.data(), sum_buffer.data(), acc.data());
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
   for_each_index(pool, blocks, run_block);
+}
+
+void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
+                               const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser, ThreadPool* pool) {
+  const int64_t rows = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
+  const int64_t chunks = std::max<int64_t>(1, (keys + kKeyChunk - 1) / kKeyChunk);
+  // Per chunk: the online-softmax state of every query row, combined below in chunk order.
+  MatrixF chunk_max(chunks, rows), chunk_sum(chunks, rows);
+  std::vector<MatrixF> chunk_acc(chunks);
+  for_each_index(pool, chunks, [&](int64_t chunk) {
+    const int64_t c0 = chunk * kKeyChunk, c1 = std::min(keys, c0 + kKeyChunk);
+    chunk_max.row(chunk).setConstant(-std::numeric_limits<float>::infinity());
+    chunk_sum.row(chunk).setZero();
+    MatrixF& acc = chunk_acc[chunk];
+    acc.setZero(rows, pv);
+    for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
+      accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), k, v,
+                      key_bias != nullptr ? key_bias->data() : nullptr, scale, c0, c1, -1,
+                      chunk_max.row(chunk).data() + r0, chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv);
+  });
+  const RowVectorF max = chunk_max.colwise().maxCoeff();
+  RowVectorF sum = RowVectorF::Zero(rows);
+  out.setZero(rows, pv);
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const RowVectorF weight = (chunk_max.row(chunk) - max).array().exp();  // exp(−inf) = 0: an all-masked chunk
+    sum.array() += weight.array() * chunk_sum.row(chunk).array();
+    out.noalias() += weight.transpose().asDiagonal() * chunk_acc[chunk];
+  }
+  out.array().colwise() /= sum.transpose().array();
+  if (log_normaliser != nullptr)
+    *log_normaliser = max.transpose().cast<double>().array() + sum.transpose().cast<double>().array().log();
 }
 
 }  // namespace attnprobe

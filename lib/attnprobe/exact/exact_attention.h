@@ -35,6 +35,16 @@ MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
                          ThreadPool* pool = nullptr, Mask mask = Mask::kFull);
 
+/// Softmax attention of a few query rows (landmarks, samples: up to a few hundred) over many keys, with
+/// an optional bias per key: out_i = Σ_j softmax_j(scale·q_i·k_j + bias_j)·v_j (rows × pv) and, when
+/// asked, log_normaliser_i = log Σ_j exp(scale·q_i·k_j + bias_j) (rows, float64). The keys are cut into
+/// fixed chunks of 1024, each an online softmax on the pool, combined in chunk order: a pool speeds it up
+/// although there is only one query block, and the bits do not depend on the thread count. v may have no
+/// columns (then only the normalisers are wanted). q: rows × p, k: keys × p (keys ≥ 1), v: keys × pv.
+void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
+                               const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser = nullptr,
+                               ThreadPool* pool = nullptr);
+
 /// C = alpha·A·Bᵀ + beta·C (row-major, float) with Eigen's GEMM. Eigen rather than OpenBLAS: built
 /// with -march=native it uses AVX-512 wherever the CPU has it, while OpenBLAS picks its kernel from
 /// the CPUID model at load time and falls back to SSE3 ("Prescott", 4× slower) on the generic

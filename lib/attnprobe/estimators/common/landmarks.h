@@ -19,7 +19,8 @@ std::vector<Segment> contiguous_segments(int64_t n, int64_t count);
 /// Row c = mean of the rows of segment c (segments × cols).
 MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments);
 
-/// Row-wise softmax of `logits` in place, in float64 (row max subtracted).
+/// Row-wise softmax of `logits` in place (row max subtracted), in the matrix's precision.
 void softmax_rows(MatrixD& logits);
+void softmax_rows(MatrixF& logits);
 
 }  // namespace attnprobe

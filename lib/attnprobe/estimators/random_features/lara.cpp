@@ -12,9 +12,10 @@
 // reproduces the reference code: ε is drawn with std √s (raw units) while every density (q_c, the
 // balance heuristic, α) is still evaluated as N(·; μ_c, I) — the draw and the density disagree, and
 // the option measures that code, it does not fix it (its extra bias is tested). Self-normalised:
-// consistent (noise=scaled), biased. Float64. estimate() runs everything O(n) over blocks of 512 rows (keys
-// with a running per-ω maximum, queries in two passes: the column log-normalisers of r′, then the
-// weights), so it forms no n × C or n × p temporary (the attn and mixture proposals still form C × n π).
+// consistent (noise=scaled), biased. estimate() is float32 and O(n) in memory (see there): the key-side
+// sums on the chunked exact kernel, then query blocks, all on the call's pool; the proposals, their
+// C × C densities and the per-sample constants are float64 (the attn and mixture proposals still form
+// C × n π). draw() (weights()) is the same in float64 with whole n × C matrices.
 #include "attnprobe/estimators/random_features/lara.h"
 
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
 
@@ -58,28 +60,50 @@ MatrixD lara_alpha(LaraWeighting weighting, double beta, const RowVectorD& log_q
   return alpha;
 }
 
-MatrixD lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& r_prime) {
-  const int64_t n = r_prime.rows(), c = r_prime.cols();
-  MatrixD balance(c, c);  // row c: BH_·(ω_c)
+MatrixD lara_balance(const MatrixD& log_q) {
+  const int64_t c = log_q.rows();
+  MatrixD balance(c, c);
   for (int64_t row = 0; row < c; ++row) balance.row(row) = (log_q.row(row).array() - log_sum_exp(log_q.row(row))).exp();
-  MatrixD alpha = balance.diagonal().transpose().replicate(n, 1);
+  return balance;
+}
+
+template <typename Matrix>
+Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& balance,
+                             const Matrix& r_prime) {
+  using Scalar = typename Matrix::Scalar;
+  using Row = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
+  const int64_t n = r_prime.rows(), c = r_prime.cols();
+  Matrix alpha(n, c);  // the query-specific term first, then BH_c(ω_c) added to every row
   switch (weighting) {
     case LaraWeighting::kBalance:
+      alpha.setZero();
       break;
     case LaraWeighting::kCoupled: {
-      const MatrixD mixed = r_prime * balance.transpose();  // (n, c): Σ_c′ BH_c′(ω_c)·r′_nc′
-      const RowVectorD q_own = log_q.diagonal().transpose().array().exp();
-      alpha += beta * ((r_prime - mixed).array().rowwise() * q_own.array()).matrix();
+      const Matrix mixed = r_prime * balance.transpose().cast<Scalar>();  // (n, c): Σ_c′ BH_c′(ω_c)·r′_nc′
+      // q_c(ω_c) is ~e^-90 at p = 64: a float32 denormal or zero, as negligible as it is in float64.
+      const Row q_own = log_q.diagonal().transpose().array().exp().cast<Scalar>();
+      alpha = Scalar(beta) * ((r_prime - mixed).array().rowwise() * q_own.array()).matrix();
       break;
     }
     case LaraWeighting::kDecoupled: {
-      const VectorD mean = r_prime.rowwise().sum() / static_cast<double>(c);
-      alpha += beta * (r_prime.colwise() - mean);
+      const Eigen::Matrix<Scalar, Eigen::Dynamic, 1> mean = r_prime.rowwise().sum() / static_cast<Scalar>(c);
+      alpha = Scalar(beta) * r_prime;
+      alpha.colwise() -= Scalar(beta) * mean;
       break;
     }
   }
+  // In place, one pass each: replicate() of the row compiled to a scalar store per element (10% of a call).
+  alpha.rowwise() += balance.diagonal().transpose().cast<Scalar>();
   return alpha;
 }
+
+template <typename Matrix>
+Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const Matrix& r_prime) {
+  return lara_alpha_at_samples(weighting, beta, log_q, lara_balance(log_q), r_prime);
+}
+template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&);
+template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixF&);
+template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixF&);
 
 namespace {
 
@@ -95,10 +119,16 @@ class Lara final : public Estimator {
         sample_(sample),
         raw_noise_(raw_noise) {}
 
-  // The forward pass in 512-row blocks (the header): the same draws and weights as draw() below, which
-  // weights() uses and which forms the n × C matrices whole.
+  // The forward pass in float32 without any n × C or n × p matrix: the same draws and weights as draw()
+  // below (float64, whole n × C matrices; weights() uses it). Both key-side sums are softmax attention of
+  // C "queries" over many keys, run on the chunked exact kernel over the call's pool:
+  //   f(ω_c) and log Σ_j ξ(k_j, ω_c): queries ω̃_c, keys k_j with bias −s‖k_j‖²/2;
+  //   the log-normaliser of r′'s column c (softmax over queries n of q̃_n·q̄_c): queries q̄̃_c, keys q_n.
+  // Then query blocks of kRowBlock rows, independent of each other, on the pool. Everything stays O(n)
+  // in memory (fresh n × C float64 temporaries made the call superlinear past n = 32768), and the bits
+  // do not depend on the thread count.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const int64_t n = view.n(), keys = view.k.rows(), p = view.p(), pv = view.pv();
+    const int64_t n = view.n(), p = view.p(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
     const auto segments = contiguous_segments(n, proposals_);
     const int64_t c_count = static_cast<int64_t>(segments.size());
@@ -114,73 +144,46 @@ class Lara final : public Estimator {
     const auto [log_pi, mu, omegas, log_q] = draw_proposals(q_bar, k_bar, k, n, p, draw_sigma, ctx);
     const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
 
-    // From here on everything is O(n) in blocks of kRowBlock rows with √s folded into the C × p
-    // factors (ω̃ = √s·ω, q̄̃ = √s·q̄), so no n × p copy and no n × C matrix is formed (fresh n × C
-    // float64 temporaries made the call superlinear past n = 32768).
-    const MatrixD omegas_root = root_scale * omegas, q_bar_root = root_scale * q_bar;
+    // √s folded into the C × p factors (ω̃_c·k̃_j = (√s·ω_c)·k_j), so the raw float32 rows are read as they are.
+    // Rows 0..C−1: q̄̃_c·√s (r′'s logits), rows C..2C−1: ω_c·√s (log ξ(q_n, ω_c) up to −‖q̃_n‖²/2).
+    MatrixF factors(2 * c_count, p);
+    factors.topRows(c_count) = (root_scale * q_bar).cast<float>();
+    factors.bottomRows(c_count) = (root_scale * omegas).cast<float>();
+    const MatrixF omegas_root = factors.bottomRows(c_count), q_bar_root = factors.topRows(c_count);
 
-    // f(ω_c) and log Σ_j ξ(k_j, ω_c), over key blocks with a running maximum per ω_c (online softmax).
-    RowVectorD key_max = RowVectorD::Constant(c_count, -std::numeric_limits<double>::infinity());
-    RowVectorD key_sum = RowVectorD::Zero(c_count);
-    MatrixD f = MatrixD::Zero(c_count, pv);  // Σ_j exp(logit − max)·v_j, divided by the sum at the end
-    MatrixD& block = workspace();
-    for (int64_t j0 = 0; j0 < keys; j0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, keys - j0);
-      block.noalias() = view.k.middleRows(j0, rows) * omegas_root.transpose();  // rows × C: ω_c·k̃_j
-      block.colwise() -= 0.5 * view.scale * view.k.middleRows(j0, rows).rowwise().squaredNorm();
-      const RowVectorD block_max = block.colwise().maxCoeff();
-      for (int64_t c = 0; c < c_count; ++c)
-        if (block_max(c) > key_max(c)) {
-          const double rescale = std::exp(key_max(c) - block_max(c));  // 0 for the first block
-          f.row(c) *= rescale;
-          key_sum(c) *= rescale;
-          key_max(c) = block_max(c);
-        }
-      block = (block.rowwise() - key_max).array().exp();
-      f.noalias() += block.transpose() * view.v.middleRows(j0, rows);
-      key_sum += block.colwise().sum();
-    }
-    f.array().colwise() /= key_sum.transpose().array();
-    const RowVectorD log_key_sum = key_max.array() + key_sum.array().log();
+    MatrixF f;  // C × pv: f(ω_c)
+    VectorD log_key_sum;
+    const RowVectorF key_bias = (-0.5 * view.scale * view.k.rowwise().squaredNorm()).transpose().cast<float>();
+    key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
+    MatrixF unused;
+    VectorD query_log_norm;
+    key_chunked_attention_f32(q_bar_root, view.qf, MatrixF(n, 0), 1.0f, nullptr, unused, &query_log_norm, ctx.pool);
+    const RowVectorF query_shift = query_log_norm.transpose().cast<float>();
 
-    // r′_nc = softmax over queries n of q̃_n·q̄_c needs each column's log-normaliser first: one pass of
-    // running log-sum-exps over query blocks.
-    RowVectorD query_max = RowVectorD::Constant(c_count, -std::numeric_limits<double>::infinity());
-    RowVectorD query_sum = RowVectorD::Zero(c_count);
-    for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, n - i0);
-      block.noalias() = view.q.middleRows(i0, rows) * q_bar_root.transpose();  // rows × C
-      const RowVectorD block_max = block.colwise().maxCoeff();
-      for (int64_t c = 0; c < c_count; ++c)
-        if (block_max(c) > query_max(c)) {
-          query_sum(c) *= std::exp(query_max(c) - block_max(c));
-          query_max(c) = block_max(c);
-        }
-      query_sum += (block.rowwise() - query_max).array().exp().matrix().colwise().sum();
-    }
-    const RowVectorD query_log_norm = query_max.array() + query_sum.array().log();
-
-    // log w_nc = log α_nc + log N(ω_c; 0, I) + log ξ(q_n, ω_c) + log Σ_j ξ(k_j, ω_c) − log q_c(ω_c),
-    // per query block as whole-matrix operations (column-wise passes over a row-major n × C matrix were
-    // 5× slower); α is row-wise in r′, so a block of rows of r′ gives the same rows of α.
+    // log w_nc = log α_nc + log N(ω_c; 0, I) + log ξ(q_n, ω_c) + log Σ_j ξ(k_j, ω_c) − log q_c(ω_c). The
+    // terms constant in c (−‖q̃_n‖²/2 of ξ, and the largest per-sample term) cancel in the softmax over c and
+    // are left out, which keeps the float32 logits small.
     RowVectorD per_sample(c_count);
     for (int64_t c = 0; c < c_count; ++c)
       per_sample(c) = -0.5 * omegas.row(c).squaredNorm() + log_norm + log_key_sum(c) - log_q(c, c);
+    const RowVectorF per_sample_shifted = (per_sample.array() - per_sample.maxCoeff()).matrix().cast<float>();
+
+    const MatrixD balance = lara_balance(log_q);  // C × C exps once, not per block (10% of a call at n = 1024)
     out.resize(n, pv);
-    MatrixD log_w;
-    for (int64_t i0 = 0; i0 < n; i0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, n - i0);
-      const auto q_rows = view.q.middleRows(i0, rows);
-      block.noalias() = q_rows * q_bar_root.transpose();
-      block = (block.rowwise() - query_log_norm).array().exp();  // r′ rows
-      const MatrixD alpha = lara_alpha_at_samples(weighting_, beta_, log_q, block);
-      log_w.noalias() = q_rows * omegas_root.transpose();  // log ξ(q_n, ω_c) = ω_c·q̃_n − ‖q̃_n‖²/2
-      log_w.colwise() -= 0.5 * view.scale * q_rows.rowwise().squaredNorm();
-      log_w.array() += alpha.array().max(1e-8).log();
-      log_w.rowwise() += per_sample;
+    const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+    for_each_index(ctx.pool, blocks, [&](int64_t block) {
+      const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
+      thread_local MatrixF logits, r_prime, log_w;
+      logits.noalias() = view.qf.middleRows(i0, rows) * factors.transpose();  // rows × 2C
+      r_prime = logits.leftCols(c_count);
+      r_prime.rowwise() -= query_shift;
+      r_prime = r_prime.array().exp();  // in place: exp of a rowwise() expression did not vectorise
+      const MatrixF alpha = lara_alpha_at_samples(weighting_, beta_, log_q, balance, r_prime);
+      log_w = logits.rightCols(c_count) + alpha.array().max(1e-8f).log().matrix();
+      log_w.rowwise() += per_sample_shifted;
       softmax_rows(log_w);
-      out.middleRows(i0, rows) = (log_w * f).cast<float>();
-    }
+      out.middleRows(i0, rows).noalias() = log_w * f;
+    });
   }
 
   // Â_nj = Σ_c w_nc·P_cj with P_cj = softmax_j(ω_c·k̃_j − ‖k̃_j‖²/2), the attention row of sample c that f(ω_c)
@@ -326,12 +329,7 @@ class Lara final : public Estimator {
   double beta_;
   bool sample_, raw_noise_;
 
-  static constexpr int64_t kRowBlock = 512;  ///< rows per block: 512 × C doubles stay in L2
-  /// A rows × C block kept per thread between calls (no allocation once it has its size).
-  static MatrixD& workspace() {
-    thread_local MatrixD block;
-    return block;
-  }
+  static constexpr int64_t kRowBlock = 256;  ///< query rows per block: 256 × 2C floats stay in L2
 };
 
 Proposal parse_proposal(const std::string& name) {

@@ -24,7 +24,8 @@
 
 namespace attnprobe {
 
-SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params) {
+SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params,
+                                     ThreadPool* pool) {
   const int64_t n = view.n();
   const float scale = static_cast<float>(view.scale);
   const int64_t d_eff = std::max<int64_t>(1, std::min(params.d, n - 1));
@@ -37,15 +38,24 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
   for (int64_t s = 0; s < d_eff; ++s)
     sample.pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
   const MatrixF q_pilot = view.qf(sample.pilot, Eigen::all);
-  MatrixF probs = scale * (q_pilot * view.kf.transpose());  // d_eff × n, O(d·n·p)
-  for (int64_t r = 0; r < probs.rows(); ++r) {
-    probs.row(r).array() = (probs.row(r).array() - probs.row(r).maxCoeff()).exp();
-    probs.row(r) /= probs.row(r).sum();
-  }
-  sample.pilot_out = probs * view.vf;  // exact rows B_J·V
+  // The exact rows B_J·V and each pilot row's log-normaliser, on the chunked exact kernel (O(d·n·p), never
+  // the d × n B_J).
+  VectorD log_norm;
+  key_chunked_attention_f32(q_pilot, view.kf, view.vf, scale, nullptr, sample.pilot_out, &log_norm, pool);
+  const RowVectorF shift = log_norm.transpose().cast<float>();
+  // Column norms ‖B_J[:, c]‖₂ per block of keys: B_J's block again (exp(logit − log-normaliser)), squared
+  // and summed over the pilot rows in float64. Each column's sum has one owner: bits independent of the pool.
   std::vector<double> weights(n);
-  for (int64_t c = 0; c < n; ++c)
-    weights[c] = std::sqrt(probs.col(c).cast<double>().squaredNorm()) * view.v.row(c).norm();
+  constexpr int64_t kKeyBlock = 512;
+  for_each_index(pool, (n + kKeyBlock - 1) / kKeyBlock, [&](int64_t block) {
+    const int64_t c0 = block * kKeyBlock, cols = std::min(kKeyBlock, n - c0);
+    thread_local MatrixF probs;  // cols × d_eff: the block transposed, so each column of B_J is a row here
+    probs.noalias() = scale * (view.kf.middleRows(c0, cols) * q_pilot.transpose());
+    probs.rowwise() -= shift;
+    probs = probs.array().exp();
+    for (int64_t c = 0; c < cols; ++c)
+      weights[c0 + c] = std::sqrt(probs.row(c).cast<double>().squaredNorm()) * view.v.row(c0 + c).norm();
+  });
   if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
     std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
   sample.columns = sample_without_replacement(weights, d_eff, RandomStream(key, Purpose::kColumnSample));
@@ -63,45 +73,49 @@ class Skeinformer final : public Estimator {
     const float scale = static_cast<float>(view.scale);
 
     // Steps 1-3: the columns J′ (and the pilot rows J when sampling by importance).
-    const SkeinformerSample sample = skeinformer_sample(view, ctx.key, params_);
+    const SkeinformerSample sample = skeinformer_sample(view, ctx.key, params_, ctx.pool);
     const std::vector<int64_t>& columns = sample.columns;
 
-    // Steps 4-5 on the selected columns.
+    // Steps 4-5 on the selected columns, in independent blocks of kRowBlock query rows on the call's pool
+    // (the n × |J′| logits are never formed; each row's products are GEMMs over its block, not GEMVs).
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
     const int64_t selected = static_cast<int64_t>(columns.size());
-    MatrixF logits = scale * (view.qf * k_sel.transpose());  // n × |J′|
+    const RowVectorF v_total = view.vf.cast<double>().colwise().sum().cast<float>();
+    const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
+    const float unselected = static_cast<float>(n - selected);
     out.resize(n, pv);
-    if (params_.rownorm == RowNorm::kExact) {
-      // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
-      const int64_t block = 256;
-      for (int64_t r0 = 0; r0 < n; r0 += block) {
-        const int64_t rows = std::min(block, n - r0);
+    for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
+      const int64_t r0 = block * kRowBlock, rows = std::min(kRowBlock, n - r0);
+      thread_local MatrixF logits;  // rows × |J′|
+      logits.noalias() = scale * (view.qf.middleRows(r0, rows) * k_sel.transpose());
+      VectorF shift(rows), fill(rows);  // per row: the subtracted maximum, and g_i (adaptive) or 0
+      if (params_.rownorm == RowNorm::kExact) {
+        // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
         const MatrixF full = scale * (view.qf.middleRows(r0, rows) * view.kf.transpose());
+        VectorF denominator(rows);
         for (int64_t i = 0; i < rows; ++i) {
-          const float row_max = full.row(i).maxCoeff();
-          const double denominator = (full.row(i).array() - row_max).exp().cast<double>().sum();
-          const RowVectorF a = (logits.row(r0 + i).array() - row_max).exp();
-          out.row(r0 + i) = (a * v_sel) / static_cast<float>(denominator);
+          shift(i) = full.row(i).maxCoeff();
+          denominator(i) = static_cast<float>((full.row(i).array() - shift(i)).exp().cast<double>().sum());
         }
+        logits.colwise() -= shift;
+        logits = logits.array().exp();
+        out.middleRows(r0, rows).noalias() = logits * v_sel;
+        out.middleRows(r0, rows).array().colwise() /= denominator.array();
+        return;
       }
-    } else {
-      const RowVectorF v_total = view.vf.cast<double>().colwise().sum().cast<float>();
-      const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
-      const float unselected = static_cast<float>(n - selected);
-      for (int64_t i = 0; i < n; ++i) {
-        const float shift = logits.row(i).maxCoeff();
-        const float log_g = logits.row(i).mean() - shift;  // log of the geometric mean of a_ic
-        logits.row(i).array() = (logits.row(i).array() - shift).exp();
-        const float s_i = logits.row(i).sum();
-        const RowVectorF r_i = logits.row(i) * v_sel;
-        if (params_.rownorm == RowNorm::kSimple) {
-          out.row(i) = r_i / s_i;
-        } else {
-          const float g = std::exp(log_g);
-          out.row(i) = (r_i + g * v_missing) / (s_i + unselected * g);
-        }
+      for (int64_t i = 0; i < rows; ++i) {
+        shift(i) = logits.row(i).maxCoeff();
+        // log of the geometric mean of a_ic, then g_i itself
+        fill(i) = params_.rownorm == RowNorm::kAdaptive ? std::exp(logits.row(i).mean() - shift(i)) : 0.0f;
       }
-    }
+      logits.colwise() -= shift;
+      logits = logits.array().exp();
+      const VectorF denominator = logits.rowwise().sum() + unselected * fill;
+      auto rows_out = out.middleRows(r0, rows);
+      rows_out.noalias() = logits * v_sel;
+      rows_out.noalias() += fill * v_missing;  // the fill g_i on every unselected column
+      rows_out.array().colwise() /= denominator.array();
+    });
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
     if (params_.reuses_pilot())
@@ -149,6 +163,7 @@ class Skeinformer final : public Estimator {
 
  private:
   SkeinformerParams params_;
+  static constexpr int64_t kRowBlock = 256;  ///< query rows per block: 256 × d floats of logits stay in L2
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({

@@ -4,6 +4,7 @@
 // pilot rows and columns.
 #include <vector>
 
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/view/head_view.h"
 
@@ -31,12 +32,14 @@ struct SkeinformerParams {
 };
 
 /// Steps 1-3: the pilot rows J (empty for uniform columns), their exact output rows B_J·V
-/// (|J| × pv, float32), and the columns J′ (min(d, n − 1) of them). Cost O(d·n·p) with a pilot, O(d) without.
+/// (|J| × pv, float32), and the columns J′ (min(d, n − 1) of them). Cost O(d·n·p) with a pilot, O(d) without;
+/// the pilot's passes run on `pool` when given, with the same result.
 struct SkeinformerSample {
   std::vector<int64_t> pilot;
   MatrixF pilot_out;
   std::vector<int64_t> columns;
 };
-SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params);
+SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params,
+                                     ThreadPool* pool = nullptr);
 
 }  // namespace attnprobe
