@@ -162,8 +162,8 @@ constexpr int64_t kMaxBlockScores = int64_t{1} << 19;  // floats
 
 void projected_attention(const MatrixF& q, const MatrixF& k_proj, const MatrixF& v_proj, float scale, ThreadPool* pool,
                          MatrixF& out) {
-  const int64_t n = q.rows(), p = q.cols(), d = k_proj.rows(), pv = v_proj.cols();
 #if defined(__AVX512F__)
+  const int64_t n = q.rows(), p = q.cols(), d = k_proj.rows(), pv = v_proj.cols();
   if (kQueryRows * d <= kMaxBlockScores) {
     out.resize(n, pv);
     const MatrixF k_proj_t = k_proj.transpose();  // p × d
