@@ -6,6 +6,7 @@
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/io/dump.h"
+#include "attnprobe/sweep/plan.h"
 #include "support.h"
 
 using namespace attnprobe;
@@ -50,6 +51,36 @@ TEST_CASE("every registered estimator round-trips its spec and is deterministic 
     else
       CHECK(a == c);
   }
+}
+
+TEST_CASE("every estimator gives the same bits with and without a pool inside the call", "[registry][threads]") {
+  // What lets `bench --threads` and a sweep with fewer tasks than threads hand the pool to one call
+  // (sweep/runner.cpp) without changing a number. n = 1300 spans several row blocks (256 and 128 rows)
+  // and key chunks (1024 keys) of every blocked estimator; every variant (`list --variants`), full and,
+  // where there is one, causal.
+  HeadView view = synth_slice(1300, 16, 0.7, 21, 12);
+  ThreadPool pool(2);
+  int compared = 0;
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->family == "test") continue;
+    for (const std::string& text : variants(*def)) {
+      const Spec spec = parse_spec(text);
+      const auto estimator = spec.make();
+      for (const Mask mask : {Mask::kFull, Mask::kCausal}) {
+        if (mask == Mask::kCausal && !spec.causal()) continue;
+        view.mask = mask;
+        INFO(text << " mask " << mask_name(mask));
+        const RandomKey key = make_random_key(3, text, 0);
+        MatrixF alone, pooled;
+        estimator->estimate(view, EstimateContext{key, nullptr}, alone);
+        estimator->estimate(view, EstimateContext{key, &pool}, pooled);
+        CHECK((alone.array() == pooled.array()).all());
+        ++compared;
+      }
+    }
+  }
+  // 57 variants (list --variants), 13 of them with a causal form: observed 70.
+  CHECK(compared >= 57);
 }
 
 TEST_CASE("deterministic references agree with their float32 estimate", "[registry]") {

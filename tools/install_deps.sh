@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev clang-format git                          # run.json/check --json; the format test
   zlib1g-dev                                                  # .npz dumps (deflated zip entries)
   libopenblas0-pthread                                       # bench's sgemm floor (loaded at run time)
+  time                                                       # bench/scaling.py (peak RSS per process)
   libopenmpi-dev openmpi-bin                                 # the MPI sweep runner (ATTNPROBE_MPI)
   python3 python3-matplotlib python3-numpy                   # plots/
   python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test

@@ -167,7 +167,7 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
   RowVectorF sum = RowVectorF::Zero(rows);
   out.setZero(rows, pv);
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const RowVectorF weight = (chunk_max.row(chunk) - max).array().exp();  // exp(−inf) = 0: an all-masked chunk
+    const RowVectorF weight = (chunk_max.row(chunk) - max).array().exp();  // each chunk rescaled to the common max
     sum.array() += weight.array() * chunk_sum.row(chunk).array();
     out.noalias() += weight.transpose().asDiagonal() * chunk_acc[chunk];
   }

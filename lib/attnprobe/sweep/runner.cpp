@@ -203,10 +203,14 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     }
 
     std::vector<std::vector<double>> values(tasks.size());
-    pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    // inner_pool: the pool the estimator may use inside its call. Tasks run in parallel when there are
+    // enough of them; with fewer tasks than threads (one estimator, one trial: `eval`, a deterministic
+    // setting) they run one after another and each call gets the whole pool. Estimators give the same
+    // bits with and without a pool (tested per estimator), so the rows do not depend on this choice.
+    auto run_task = [&](int64_t i, ThreadPool* inner_pool) {
       const Task& task = tasks[i];
       const EstimatorSetting& setting = plan.settings[task.setting];
-      const EstimateContext ctx{make_random_key(plan.seed, case_id(slice, setting.canonical), task.trial), nullptr};
+      const EstimateContext ctx{make_random_key(plan.seed, case_id(slice, setting.canonical), task.trial), inner_pool};
       MatrixF out;
       estimators[task.setting]->estimate(view, ctx, out);
       if (out.rows() != view.n() || out.cols() != view.pv())
@@ -231,7 +235,11 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         }
       }
       if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));
-    });
+    };
+    if (static_cast<int64_t>(tasks.size()) < pool.size())
+      for (int64_t i = 0; i < static_cast<int64_t>(tasks.size()); ++i) run_task(i, &pool);
+    else
+      pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) { run_task(i, nullptr); });
 
     std::vector<TrialRow> rows;
     for (size_t i = 0; i < tasks.size(); ++i) {

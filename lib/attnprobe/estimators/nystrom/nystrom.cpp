@@ -31,9 +31,9 @@ struct PseudoInverse {
 // Newton–Schulz, Z ← ¼·Z·(13I − K2Z(15I − K2Z(7I − K2Z))) from Z₀ = c·K2ᵀ, keeps Z = K2ᵀ·g(M) with
 // M = K2·K2ᵀ (symmetric): then K2Z = M·g(M), and each step is g ← g·r(x·g) with r(y) = ¼(13 − y(15 −
 // y(7 − y))), a scalar map on M's eigenvalues. So the steps are evaluated on the spectrum, M = U·Λ·Uᵀ,
-// Z = K2ᵀU·diag(g(Λ))·Uᵀ: equal to the literal iteration in exact arithmetic (tested to 1e-12 against it,
-// also at condition numbers of 1e19), and one symmetric eigensolver instead of 24 L × L products (40 →
-// 11 ms at L = 256).
+// Z = K2ᵀU·diag(g(Λ))·Uᵀ: equal to the literal iteration in exact arithmetic (tested against it at
+// cond(K2) ≈ 1e9: 2.8e-16 relative; ~1e-13 up to cond 1e19 in a one-off check on nearly collinear
+// landmarks), and one symmetric eigensolver instead of 24 L × L products (40 → 11 ms at L = 256).
 PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps) {
   const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
   const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();

@@ -97,13 +97,12 @@ Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD
   return alpha;
 }
 
-template <typename Matrix>
-Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const Matrix& r_prime) {
+template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixD&);
+template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixF&);
+
+MatrixD lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& r_prime) {
   return lara_alpha_at_samples(weighting, beta, log_q, lara_balance(log_q), r_prime);
 }
-template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&);
-template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixF&);
-template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixF&);
 
 namespace {
 

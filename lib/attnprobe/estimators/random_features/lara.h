@@ -16,19 +16,18 @@ MatrixD lara_alpha(LaraWeighting weighting, double beta, const RowVectorD& log_q
 
 /// What the estimator needs: column c of the result is α_{·c}(ω_c), each function at its own sample
 /// (n × C). log_q(c, c′) = log q_c′(ω_c). Equal to column c of lara_alpha(…, log_q.row(c), …) for
-/// every c (tested), in O(n·C) (balance, decoupled) or one n × C × C product (coupled). In the precision
-/// of r_prime (MatrixD or MatrixF: the estimator's float32 blocks); the C × C densities stay float64.
-template <typename Matrix>
-Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const Matrix& r_prime);
+/// every c (tested), in O(n·C) (balance, decoupled) or one n × C × C product (coupled).
+MatrixD lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& r_prime);
 
 /// The balance heuristic at every sample: row c is BH_·(ω_c) = q_·(ω_c) / Σ_c′ q_c′(ω_c) (C × C).
 MatrixD lara_balance(const MatrixD& log_q);
-/// lara_alpha_at_samples with balance = lara_balance(log_q) computed once by the caller (query blocks).
+/// lara_alpha_at_samples with balance = lara_balance(log_q) computed once by the caller (for each query
+/// block), in the precision of r_prime: MatrixD, or MatrixF for the estimator's float32 blocks (the C × C
+/// densities stay float64).
 template <typename Matrix>
 Matrix lara_alpha_at_samples(LaraWeighting weighting, double beta, const MatrixD& log_q, const MatrixD& balance,
                              const Matrix& r_prime);
-extern template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&);
-extern template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixF&);
+extern template MatrixD lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixD&);
 extern template MatrixF lara_alpha_at_samples(LaraWeighting, double, const MatrixD&, const MatrixD&, const MatrixF&);
 
 }  // namespace attnprobe
