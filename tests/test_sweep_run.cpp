@@ -58,7 +58,7 @@ TEST_CASE("a resumed sweep equals an uninterrupted one, wherever it was cut", "[
   const std::string expected = read_text(whole);
   // Cut inside a row, at a row boundary in the middle of a trial, and after the header only.
   for (size_t cut : {expected.size() / 3 + 7, expected.find('\n', expected.size() / 2) + 1, expected.find('\n') + 1}) {
-    const std::string partial = temp_path("partial.csv");
+    const std::string partial = temp_path("resume-cut.csv");
     std::ofstream(partial, std::ios::binary) << expected.substr(0, cut);
     RunInfo info;
     info.seed = 5;
@@ -80,6 +80,6 @@ TEST_CASE("a resumed sweep equals an uninterrupted one, wherever it was cut", "[
       return out;
     };
     CHECK(lines(read_text(partial)) == lines(expected));
-    CHECK(nlohmann::json::parse(read_text(temp_path("partial.run.json")))["resumed"] == true);
+    CHECK(nlohmann::json::parse(read_text(temp_path("resume-cut.run.json")))["resumed"] == true);
   }
 }
