@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "attnprobe/exact/tile_product.h"
+
 namespace attnprobe {
 
 namespace {
@@ -62,7 +64,9 @@ namespace {
 // running maxima `max`, running sums `sum` and the unnormalised accumulator `acc` (rows × pv, leading
 // dimension pv), with scores scale·q_i·k_j + bias_j (bias may be null). causal_row0 ≥ 0 masks key j for
 // query row i when j > causal_row0 + i. The one inner loop of the float32 kernels below, so every caller
-// visits keys in the same 512-key steps and gets the same bits.
+// visits keys in the same 512-key steps and gets the same bits. Both products run on tile_product_add
+// (Q·Kᵀ against the key block transposed, scale folded into that copy): against Eigen's GEMM on the same
+// blocks, one Zen 4 core, exact attention 71.7 → 54–56 ms at n = 4096 and nystrom 3.4 → 2.5 ms.
 void accumulate_keys(const float* q, int64_t rows, const MatrixF& k, const MatrixF& v, const float* bias, float scale,
                      int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc) {
   const int64_t p = k.cols(), pv = v.cols();
@@ -70,12 +74,17 @@ void accumulate_keys(const float* q, int64_t rows, const MatrixF& k, const Matri
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
   // them the last bits of the result.
   thread_local MatrixF score_buffer(kQueryBlock, kKeyBlock);
+  thread_local MatrixF keys_t, block_buffer;  // p × cols: scale·K_blockᵀ; rows × pv: one block's P·V
+  keys_t.resize(p, kKeyBlock);
+  block_buffer.resize(kQueryBlock, pv);
   MapF accumulator(acc, rows, pv, Eigen::OuterStride<>(pv));
   for (int64_t start = c0; start < c1; start += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, c1 - start);
     Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
-    gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(p), scale, q, static_cast<int>(p),
-             k.data() + start * p, static_cast<int>(p), 0.0f, scores.data(), static_cast<int>(cols));
+    Eigen::Map<MatrixF>(keys_t.data(), p, cols) =
+        scale * Eigen::Map<const MatrixF>(k.data() + start * p, cols, p).transpose();
+    scores.setZero();
+    tile_product_add(q, p, rows, p, keys_t.data(), cols, cols, scores.data(), cols);
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
     if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
       for (int64_t i = 0; i < rows; ++i) {
@@ -91,9 +100,13 @@ void accumulate_keys(const float* q, int64_t rows, const MatrixF& k, const Matri
       if (correction != 1.0f) accumulator.row(i) *= correction;
       max[i] = new_max;
     }
-    if (pv > 0)
-      gemm_ab(static_cast<int>(rows), static_cast<int>(pv), static_cast<int>(cols), 1.0f, scores.data(),
-              static_cast<int>(cols), v.data() + start * pv, static_cast<int>(pv), 1.0f, acc, static_cast<int>(pv));
+    // The block's P·V into a zeroed buffer, then added: chaining every key block's FMAs onto the
+    // accumulator made one float32 sum of all n terms per element (the MSE against float64 grew 4× at
+    // n = 1024); this keeps each chain to one key block.
+    Eigen::Map<MatrixF> block_out(block_buffer.data(), rows, pv);
+    block_out.setZero();
+    tile_product_add(scores.data(), cols, rows, cols, v.data() + start * pv, pv, pv, block_out.data(), pv);
+    accumulator += block_out;
   }
 }
 }  // namespace

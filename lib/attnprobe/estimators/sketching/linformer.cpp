@@ -10,9 +10,6 @@
 //                   estimate is unbiased for B·V. O(n²): it shows what Linformer gave up.
 #include <algorithm>
 #include <cmath>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
@@ -20,6 +17,7 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/linformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 
@@ -34,85 +32,6 @@ MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomS
 }
 
 namespace {
-
-// out (rows × width, leading dimension ldo) += e (rows × cols, lde) · x (cols × width, ldx), row-major floats.
-// Every element is out + Σ_t e_rt·x_tc as one chain of FMAs in t order, whatever rows are computed together, so
-// a row's result does not depend on how E's rows are grouped into work items. With AVX-512: blocks of
-// 6 rows × 64 columns (24 accumulators, kept in registers only with the loops unrolled: GCC left them on the
-// stack otherwise, 43 GFLOP/s) over the tile, x's row loaded once per 6 rows. E·K and E·V at n = 16384, d = 256
-// on one Zen 4 core (fp32 peak ~110 GFLOP/s): Eigen's GEMM 67 GFLOP/s (whole E or 64 × 256 tiles), this with
-// 4-row blocks 97–104, with 6-row blocks 114–116 (groups of 24 or 48 rows).
-#if defined(__AVX512F__)
-template <int kRows, int kVecs>
-void tile_product_block(const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out, int64_t ldo,
-                        __mmask16 last) {
-  __m512 acc[kRows][kVecs];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v)
-      acc[r][v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : 0xFFFF, out + r * ldo + 16 * v);
-  for (int64_t t = 0; t < cols; ++t) {
-    __m512 xv[kVecs];
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) xv[v] = _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : 0xFFFF, x + t * ldx + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 b = _mm512_set1_ps(e[r * lde + t]);
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(b, xv[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v)
-      _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v == kVecs - 1 ? last : 0xFFFF, acc[r][v]);
-}
-
-template <int kRows>
-void tile_product_rows(int vecs, const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out,
-                       int64_t ldo, __mmask16 last) {
-  switch (vecs) {
-    case 1:
-      return tile_product_block<kRows, 1>(e, lde, cols, x, ldx, out, ldo, last);
-    case 2:
-      return tile_product_block<kRows, 2>(e, lde, cols, x, ldx, out, ldo, last);
-    case 3:
-      return tile_product_block<kRows, 3>(e, lde, cols, x, ldx, out, ldo, last);
-    default:
-      return tile_product_block<kRows, 4>(e, lde, cols, x, ldx, out, ldo, last);
-  }
-}
-#endif
-
-void add_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                      int64_t width, float* out, int64_t ldo) {
-#if defined(__AVX512F__)
-  for (int64_t c0 = 0; c0 < width; c0 += 64) {
-    const int64_t w = std::min<int64_t>(64, width - c0);
-    const int vecs = static_cast<int>((w + 15) / 16);
-    const __mmask16 last = w % 16 == 0 ? 0xFFFF : static_cast<__mmask16>((1u << (w % 16)) - 1);
-    // Blocks of 6 rows, then at most one of 4, 2 and 1: the result does not depend on the blocking.
-    int64_t r = 0;
-    for (; r + 6 <= rows; r += 6)
-      tile_product_rows<6>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
-    if (r + 4 <= rows) {
-      tile_product_rows<4>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
-      r += 4;
-    }
-    if (r + 2 <= rows) {
-      tile_product_rows<2>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
-      r += 2;
-    }
-    if (r < rows) tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
-  }
-#else
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < cols; ++t)
-      for (int64_t c = 0; c < width; ++c) out[r * ldo + c] += e[r * lde + t] * x[t * ldx + c];
-#endif
-}
 
 // EK = E·K and EV = E·V (d × p, d × pv) without E: work item g owns rows [g·kGroupRows, …) of E, EK and EV and
 // walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std·normal(r, t)),
@@ -143,9 +62,9 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
         float* dst = work.tile.row(r).data();
         for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
       }
-      add_tile_product(work.tile.data(), kTileColumns, rows, cols, k.row(t0).data(), k.cols(), k.cols(),
+      tile_product_add(work.tile.data(), kTileColumns, rows, cols, k.row(t0).data(), k.cols(), k.cols(),
                        k_proj.row(r0).data(), k_proj.cols());
-      add_tile_product(work.tile.data(), kTileColumns, rows, cols, v.row(t0).data(), v.cols(), v.cols(),
+      tile_product_add(work.tile.data(), kTileColumns, rows, cols, v.row(t0).data(), v.cols(), v.cols(),
                        v_proj.row(r0).data(), v_proj.cols());
     }
   });
@@ -175,7 +94,7 @@ void projected_attention(const MatrixF& q, const MatrixF& k_proj, const MatrixF&
       const int64_t r0 = b * kQueryRows, rows = std::min(kQueryRows, n - r0);
       auto scores = score_buffer.topRows(rows);
       scores.setZero();
-      add_tile_product(q.row(r0).data(), p, rows, p, k_proj_t.data(), d, d, scores.data(), d);
+      tile_product_add(q.row(r0).data(), p, rows, p, k_proj_t.data(), d, d, scores.data(), d);
       auto block = out.middleRows(r0, rows);
       block.setZero();
       float sums[kQueryRows];
@@ -185,7 +104,7 @@ void projected_attention(const MatrixF& q, const MatrixF& k_proj, const MatrixF&
         row = (row - row.maxCoeff()).exp();
         sums[i] = row.sum();
       }
-      add_tile_product(scores.data(), d, rows, d, v_proj.data(), pv, pv, block.data(), pv);
+      tile_product_add(scores.data(), d, rows, d, v_proj.data(), pv, pv, block.data(), pv);
       for (int64_t i = 0; i < rows; ++i) block.row(i) /= sums[i];
     });
     return;
