@@ -70,49 +70,6 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
   });
 }
 
-// out = softmax(scale·Q·EKᵀ)·EV (n × pv) for the d projected keys, in blocks of kQueryRows queries on the pool:
-// the block's scores (kQueryRows × d, one buffer per thread) by the tile kernel against EKᵀ, a row-wise
-// softmax with the row max subtracted, then the kernel again against EV. The same arithmetic as
-// exact_attention_f32 with one key block (max, exp, sum, divide), only the products' summation order
-// differs; exact_attention_f32's Eigen GEMMs on 128 × 256 × 64 blocks reached ~63 GFLOP/s at n = 16384,
-// d = 256 on one Zen 4 core. Larger d (scores above 2 MiB per block) goes to exact_attention_f32.
-constexpr int64_t kQueryRows = 128;
-constexpr int64_t kMaxBlockScores = int64_t{1} << 19;  // floats
-
-void projected_attention(const MatrixF& q, const MatrixF& k_proj, const MatrixF& v_proj, float scale, ThreadPool* pool,
-                         MatrixF& out) {
-#if defined(__AVX512F__)
-  const int64_t n = q.rows(), p = q.cols(), d = k_proj.rows(), pv = v_proj.cols();
-  if (kQueryRows * d <= kMaxBlockScores) {
-    out.resize(n, pv);
-    const MatrixF k_proj_t = k_proj.transpose();  // p × d
-    for_each_index(pool, (n + kQueryRows - 1) / kQueryRows, [&](int64_t b) {
-      // Eigen-allocated (64-byte aligned): Eigen's vectorised exp and row sums then split row i of the block
-      // the same way on every thread.
-      thread_local MatrixF score_buffer;
-      score_buffer.resize(kQueryRows, d);
-      const int64_t r0 = b * kQueryRows, rows = std::min(kQueryRows, n - r0);
-      auto scores = score_buffer.topRows(rows);
-      scores.setZero();
-      tile_product_add(q.row(r0).data(), p, rows, p, k_proj_t.data(), d, d, scores.data(), d);
-      auto block = out.middleRows(r0, rows);
-      block.setZero();
-      float sums[kQueryRows];
-      for (int64_t i = 0; i < rows; ++i) {
-        auto row = scores.row(i).array();
-        row *= scale;
-        row = (row - row.maxCoeff()).exp();
-        sums[i] = row.sum();
-      }
-      tile_product_add(scores.data(), d, rows, d, v_proj.data(), pv, pv, block.data(), pv);
-      for (int64_t i = 0; i < rows; ++i) block.row(i) /= sums[i];
-    });
-    return;
-  }
-#endif
-  exact_attention_f32(q, k_proj, v_proj, scale, out, pool);
-}
-
 class Linformer final : public Estimator {
  public:
   explicit Linformer(LinformerParams params) : params_(params) {}
@@ -121,7 +78,7 @@ class Linformer final : public Estimator {
     MatrixF k_proj, v_proj;  // d × p, d × pv
     project_keys_values(view.kf, view.vf, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection),
                         params_.d, ctx.pool, k_proj, v_proj);
-    projected_attention(view.qf, k_proj, v_proj, static_cast<float>(view.scale), ctx.pool, out);
+    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool);
   }
 
   // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × n): row i is a mixture of E's rows,
@@ -140,13 +97,12 @@ class Linformer final : public Estimator {
     };
   }
 
-  // EK, EV and EKᵀ (d × p, d × pv, p × d), float32; per thread a tile of E (float, and one row of it in double)
-  // and one block of scores (128 queries × d, or × 512 keys in exact_attention_f32 past 4096). Nothing grows
-  // with n.
+  // EK and EV (d × p, d × pv), float32; per thread a tile of E (float, and one row of it in double) and the
+  // exact kernel's blocks (scores 128 × 512, a transposed key block, one block's P·V). Nothing grows with n.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
-    const double scores = kQueryRows * (kQueryRows * d <= kMaxBlockScores ? d : 512.0);
-    return 4.0 * (d * (2 * p + pv) + kGroupRows * kTileColumns + scores) + 8.0 * kTileColumns;
+    return 4.0 * (d * (p + pv) + kGroupRows * kTileColumns + 128.0 * 512.0 + 512.0 * p + 128.0 * pv) +
+           8.0 * kTileColumns;
   }
 
  private:
