@@ -85,4 +85,10 @@ void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, c
 #endif
 }
 
+void tile_product(ConstRowBlockF a, ConstRowBlockF b, MatrixF& out) {
+  out.setZero(a.rows(), b.cols());
+  tile_product_add(a.data(), a.outerStride(), a.rows(), a.cols(), b.data(), b.outerStride(), b.cols(), out.data(),
+                   out.cols());
+}
+
 }  // namespace attnprobe

@@ -7,6 +7,8 @@
 // E·K and E·V at n = 16384, d = 256: Eigen 67 GFLOP/s, this kernel 114–116 (4-row blocks: 97–104).
 #include <cstdint>
 
+#include "attnprobe/common/matrix.h"
+
 namespace attnprobe {
 
 /// out (rows × width, leading dimension ldo) += e (rows × cols, lde) · x (cols × width, ldx), row-major
@@ -14,5 +16,13 @@ namespace attnprobe {
 /// rows are computed with it; without AVX-512 it is Eigen's GEMM.
 void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                       int64_t width, float* out, int64_t ldo);
+
+/// A row-major float block (a matrix, middleRows of one, or a block with an outer stride).
+using ConstRowBlockF = Eigen::Ref<const MatrixF, 0, Eigen::OuterStride<>>;
+
+/// out = a·b (a.rows() × b.cols(), resized) with tile_product_add: for the products of estimators'
+/// row blocks (a: rows × k, b: k × width with width a multiple of 16 at best; pass Bᵀ's transpose
+/// made once per call, not per block).
+void tile_product(ConstRowBlockF a, ConstRowBlockF b, MatrixF& out);
 
 }  // namespace attnprobe

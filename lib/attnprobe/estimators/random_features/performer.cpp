@@ -22,6 +22,7 @@
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 namespace {
@@ -36,6 +37,7 @@ class Performer final : public Estimator {
     const int64_t n = view.n(), keys = view.kf.rows(), pv = view.pv(), m = features_;
     // √s folded into the projections: ω·q̃ = (√s·ω)·q.
     const MatrixF w = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key)).cast<float>();
+    const MatrixF w_t = w.transpose();  // p × M, for the tile products (exact/tile_product.h)
     const float half_scale = static_cast<float>(0.5 * view.scale);
 
     // Keys: a fixed number of contiguous chunks (a function of the key count only, so the sums do not
@@ -50,10 +52,11 @@ class Performer final : public Estimator {
       sums.sum = RowVectorD::Zero(m);
       MatrixF& logits = workspace().logits;
       MatrixF& block_kv = workspace().block_kv;
+      MatrixF& logits_t = workspace().logits_t;
       const int64_t end = std::min(keys, (c + 1) * chunk_rows);
       for (int64_t j0 = c * chunk_rows; j0 < end; j0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, end - j0);
-        logits.noalias() = view.kf.middleRows(j0, rows) * w.transpose();  // rows × M
+        tile_product(view.kf.middleRows(j0, rows), w_t, logits);  // rows × M
         logits.colwise() -= half_scale * view.kf.middleRows(j0, rows).rowwise().squaredNorm();
         const RowVectorF block_max = logits.colwise().maxCoeff();
         for (int64_t f = 0; f < m; ++f)
@@ -66,7 +69,8 @@ class Performer final : public Estimator {
           }
         logits.rowwise() -= sums.max;
         logits = logits.array().exp();  // in place: exp of a rowwise() expression ran glibc's scalar expf (17%)
-        block_kv.noalias() = logits.transpose() * view.vf.middleRows(j0, rows);  // M × pv
+        logits_t = logits.transpose();
+        tile_product(logits_t, view.vf.middleRows(j0, rows), block_kv);  // M × pv
         sums.kv += block_kv.cast<double>();
         sums.sum += logits.colwise().sum().cast<double>();
       }
@@ -90,12 +94,13 @@ class Performer final : public Estimator {
     for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
       const int64_t i0 = b * kRowBlock, rows = std::min(kRowBlock, n - i0);
       MatrixF& logits = workspace().logits;
-      logits.noalias() = view.qf.middleRows(i0, rows) * w.transpose();  // rows × M
+      tile_product(view.qf.middleRows(i0, rows), w_t, logits);  // rows × M
       logits.rowwise() += shift;
       const VectorF row_max = logits.rowwise().maxCoeff();  // evaluated first: the update below aliases
       logits.colwise() -= row_max;
       logits = logits.array().exp();
-      out.middleRows(i0, rows).noalias() = logits * kv_f;
+      out.middleRows(i0, rows).setZero();
+      tile_product_add(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
       out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
     });
   }
@@ -202,6 +207,7 @@ class Performer final : public Estimator {
   struct Workspace {
     MatrixF logits;    ///< rows × M
     MatrixF block_kv;  ///< M × pv
+    MatrixF logits_t;  ///< M × rows
   };
   static Workspace& workspace() {
     thread_local Workspace w;
