@@ -27,6 +27,7 @@
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 
@@ -149,6 +150,7 @@ class Lara final : public Estimator {
     factors.topRows(c_count) = (root_scale * q_bar).cast<float>();
     factors.bottomRows(c_count) = (root_scale * omegas).cast<float>();
     const MatrixF omegas_root = factors.bottomRows(c_count), q_bar_root = factors.topRows(c_count);
+    const MatrixF factors_t = factors.transpose();  // p × 2C, for the tile products (exact/tile_product.h)
 
     MatrixF f;  // C × pv: f(ω_c)
     VectorD log_key_sum;
@@ -173,7 +175,7 @@ class Lara final : public Estimator {
     for_each_index(ctx.pool, blocks, [&](int64_t block) {
       const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
       thread_local MatrixF logits, r_prime, log_w;
-      logits.noalias() = view.qf.middleRows(i0, rows) * factors.transpose();  // rows × 2C
+      tile_product(view.qf.middleRows(i0, rows), factors_t, logits);  // rows × 2C
       r_prime = logits.leftCols(c_count);
       r_prime.rowwise() -= query_shift;
       r_prime = r_prime.array().exp();  // in place: exp of a rowwise() expression did not vectorise
@@ -181,7 +183,8 @@ class Lara final : public Estimator {
       log_w = logits.rightCols(c_count) + alpha.array().max(1e-8f).log().matrix();
       log_w.rowwise() += per_sample_shifted;
       softmax_rows(log_w);
-      out.middleRows(i0, rows).noalias() = log_w * f;
+      out.middleRows(i0, rows).setZero();
+      tile_product_add(log_w.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
   }
 

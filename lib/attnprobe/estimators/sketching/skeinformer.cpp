@@ -21,6 +21,7 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/skeinformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 
@@ -45,12 +46,13 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
   const RowVectorF shift = log_norm.transpose().cast<float>();
   // Column norms ‖B_J[:, c]‖₂ per block of keys: B_J's block again (exp(logit − log-normaliser)), squared
   // and summed over the pilot rows in float64. Each column's sum has one owner: bits independent of the pool.
+  const MatrixF q_pilot_t = scale * q_pilot.transpose();  // p × d_eff, for the tile products
   std::vector<double> weights(n);
   constexpr int64_t kKeyBlock = 512;
   for_each_index(pool, (n + kKeyBlock - 1) / kKeyBlock, [&](int64_t block) {
     const int64_t c0 = block * kKeyBlock, cols = std::min(kKeyBlock, n - c0);
     thread_local MatrixF probs;  // cols × d_eff: the block transposed, so each column of B_J is a row here
-    probs.noalias() = scale * (view.kf.middleRows(c0, cols) * q_pilot.transpose());
+    tile_product(view.kf.middleRows(c0, cols), q_pilot_t, probs);
     probs.rowwise() -= shift;
     probs = probs.array().exp();
     for (int64_t c = 0; c < cols; ++c)
@@ -79,6 +81,7 @@ class Skeinformer final : public Estimator {
     // Steps 4-5 on the selected columns, in independent blocks of kRowBlock query rows on the call's pool
     // (the n × |J′| logits are never formed; each row's products are GEMMs over its block, not GEMVs).
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
+    const MatrixF k_sel_t = scale * k_sel.transpose();  // p × |J′|: s·K_J′ᵀ for the tile products
     const int64_t selected = static_cast<int64_t>(columns.size());
     const RowVectorF v_total = view.vf.cast<double>().colwise().sum().cast<float>();
     const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
@@ -87,7 +90,7 @@ class Skeinformer final : public Estimator {
     for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
       const int64_t r0 = block * kRowBlock, rows = std::min(kRowBlock, n - r0);
       thread_local MatrixF logits;  // rows × |J′|
-      logits.noalias() = scale * (view.qf.middleRows(r0, rows) * k_sel.transpose());
+      tile_product(view.qf.middleRows(r0, rows), k_sel_t, logits);
       VectorF shift(rows), fill(rows);  // per row: the subtracted maximum, and g_i (adaptive) or 0
       if (params_.rownorm == RowNorm::kExact) {
         // Exact denominator: D_ii = Σ_j exp(s·q_i·k_j − m_i) with m_i the full row max (O(n²p)).
@@ -112,7 +115,8 @@ class Skeinformer final : public Estimator {
       logits = logits.array().exp();
       const VectorF denominator = logits.rowwise().sum() + unselected * fill;
       auto rows_out = out.middleRows(r0, rows);
-      rows_out.noalias() = logits * v_sel;
+      rows_out.setZero();
+      tile_product_add(logits.data(), selected, rows, selected, v_sel.data(), pv, pv, out.row(r0).data(), pv);
       rows_out.noalias() += fill * v_missing;  // the fill g_i on every unselected column
       rows_out.array().colwise() /= denominator.array();
     });
