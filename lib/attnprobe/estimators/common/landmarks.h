@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
 
 namespace attnprobe {
 
@@ -16,8 +17,9 @@ struct Segment {
 /// min(count, n) segments covering [0, n) in order.
 std::vector<Segment> contiguous_segments(int64_t n, int64_t count);
 
-/// Row c = mean of the rows of segment c (segments × cols).
-MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments);
+/// Row c = mean of the rows of segment c (segments × cols). With a pool, segments are spread over its
+/// threads (each mean summed by one thread in row order: the same bits).
+MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments, ThreadPool* pool = nullptr);
 
 /// Row-wise softmax of `logits` in place (row max subtracted), in the matrix's precision.
 void softmax_rows(MatrixD& logits);

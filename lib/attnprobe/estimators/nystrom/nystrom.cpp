@@ -74,7 +74,7 @@ class Nystrom final : public Estimator {
       out = compute(view).cast<float>();
       return;
     }
-    const Landmarks marks = landmarks(view);
+    const Landmarks marks = landmarks(view, ctx.pool);
     const float scale = static_cast<float>(view.scale);
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
     MatrixF k3_v;  // L × pv
@@ -95,9 +95,9 @@ class Nystrom final : public Estimator {
   struct Landmarks {
     MatrixD q_bar, k_bar;  ///< L′ × p segment means of Q and K
   };
-  Landmarks landmarks(const HeadView& view) const {
+  Landmarks landmarks(const HeadView& view, ThreadPool* pool = nullptr) const {
     const auto segments = contiguous_segments(view.n(), landmarks_);
-    return {segment_means(view.q, segments), segment_means(view.k, segments)};
+    return {segment_means(view.q, segments, pool), segment_means(view.k, segments, pool)};
   }
   static MatrixD k2(const HeadView& view, const Landmarks& marks) {
     MatrixD k2 = view.scale * (marks.q_bar * marks.k_bar.transpose());  // L′ × L′

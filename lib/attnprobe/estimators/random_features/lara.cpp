@@ -133,8 +133,8 @@ class Lara final : public Estimator {
     const auto segments = contiguous_segments(n, proposals_);
     const int64_t c_count = static_cast<int64_t>(segments.size());
     // Landmarks in the scaled space: the mean of √s·x is √s times the mean of x.
-    const MatrixD q_bar = root_scale * segment_means(view.q, segments),
-                  k_bar = root_scale * segment_means(view.k, segments);
+    const MatrixD q_bar = root_scale * segment_means(view.q, segments, ctx.pool),
+                  k_bar = root_scale * segment_means(view.k, segments, ctx.pool);
     // The noise's std in the scaled space; the densities below always use std 1 (see the header).
     const double draw_sigma = raw_noise_ ? root_scale : 1.0;
 
@@ -154,7 +154,15 @@ class Lara final : public Estimator {
 
     MatrixF f;  // C × pv: f(ω_c)
     VectorD log_key_sum;
-    const RowVectorF key_bias = (-0.5 * view.scale * view.k.rowwise().squaredNorm()).transpose().cast<float>();
+    RowVectorF key_bias(view.k.rows());  // −s‖k_j‖²/2, in row blocks on the pool
+    for_each_index(ctx.pool, (view.k.rows() + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
+      const int64_t j0 = block * kRowBlock, rows = std::min(kRowBlock, view.k.rows() - j0);
+      // From the float32 keys (half the bytes of the float64 copy; this pass is memory-bound), summed in double.
+      key_bias.segment(j0, rows) =
+          (-0.5 * view.scale * view.kf.middleRows(j0, rows).cast<double>().rowwise().squaredNorm())
+              .transpose()
+              .cast<float>();
+    });
     key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
     MatrixF unused;
     VectorD query_log_norm;
