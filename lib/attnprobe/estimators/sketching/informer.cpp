@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/informer_params.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -51,7 +52,8 @@ class Informer final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_);
-    out = view.vf.cast<double>().colwise().mean().cast<float>().replicate(view.n(), 1);
+    out.setZero(view.n(), view.pv());  // mean(V) in every row, in place (as vmean)
+    out.rowwise() += RowVectorF(segment_means(view.v, {Segment{0, view.v.rows()}}).cast<float>());
     MatrixF exact_rows;
     exact_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), exact_rows);
     for (size_t r = 0; r < active.size(); ++r) out.row(active[r]) = exact_rows.row(r);

@@ -5,6 +5,7 @@
 // Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
 #include <algorithm>
 
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -14,9 +15,12 @@ class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return prefix_means(view.vf, out);
-    // Accumulate the mean in double: a float sum over thousands of rows loses ~1e-5 relative.
-    const RowVectorF mean = view.vf.cast<double>().colwise().mean().cast<float>();
-    out = mean.replicate(view.n(), 1);
+    // The mean in double (a float sum over thousands of rows loses ~1e-5 relative), along contiguous
+    // rows; then every row set in place (colwise().mean() strided down each column and replicate() stored
+    // one element at a time: 3.6 ms at n = 16384 for what is a memory copy).
+    const RowVectorF mean = segment_means(view.v, {Segment{0, view.v.rows()}}).cast<float>();
+    out.setZero(view.n(), view.pv());
+    out.rowwise() += mean;
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     if (view.mask == Mask::kCausal) {
