@@ -60,31 +60,37 @@ void gemm_ab(int m, int n, int kdim, float alpha, const float* a, int lda, const
 }
 
 namespace {
+// The keys as the tile products read them: column j − first of a p × (keys) row-major block with leading
+// dimension ld holds scale·k_j. Transposed once per call (exact attention: each key block was otherwise
+// transposed again for every query block, ~10% of the call) or once per key chunk.
+struct ScaledKeysT {
+  const float* data;
+  int64_t ld, first;
+};
+
 // Adds keys [c0, c1) to the online-softmax state of `rows` query rows (q: rows × p, leading dimension p):
 // running maxima `max`, running sums `sum` and the unnormalised accumulator `acc` (rows × pv, leading
 // dimension pv), with scores scale·q_i·k_j + bias_j (bias may be null). causal_row0 ≥ 0 masks key j for
 // query row i when j > causal_row0 + i. The one inner loop of the float32 kernels below, so every caller
-// visits keys in the same 512-key steps and gets the same bits. Both products run on tile_product_add
-// (Q·Kᵀ against the key block transposed, scale folded into that copy): against Eigen's GEMM on the same
-// blocks, one Zen 4 core, exact attention 71.7 → 54–56 ms at n = 4096 and nystrom 3.4 → 2.5 ms.
-void accumulate_keys(const float* q, int64_t rows, const MatrixF& k, const MatrixF& v, const float* bias, float scale,
-                     int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc) {
-  const int64_t p = k.cols(), pv = v.cols();
+// visits keys in the same 512-key steps and gets the same bits. Both products run on tile_product_add:
+// against Eigen's GEMM on the same blocks, one Zen 4 core, exact attention 71.7 → 54–56 ms at n = 4096
+// and nystrom 3.4 → 2.5 ms.
+void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
+                     const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum,
+                     float* acc) {
+  const int64_t pv = v.cols();
   // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
   // them the last bits of the result.
   thread_local MatrixF score_buffer(kQueryBlock, kKeyBlock);
-  thread_local MatrixF keys_t, block_buffer;  // p × cols: scale·K_blockᵀ; rows × pv: one block's P·V
-  keys_t.resize(p, kKeyBlock);
+  thread_local MatrixF block_buffer;  // rows × pv: one block's P·V
   block_buffer.resize(kQueryBlock, pv);
   MapF accumulator(acc, rows, pv, Eigen::OuterStride<>(pv));
   for (int64_t start = c0; start < c1; start += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, c1 - start);
     Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
-    Eigen::Map<MatrixF>(keys_t.data(), p, cols) =
-        scale * Eigen::Map<const MatrixF>(k.data() + start * p, cols, p).transpose();
     scores.setZero();
-    tile_product_add(q, p, rows, p, keys_t.data(), cols, cols, scores.data(), cols);
+    tile_product_add(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
     if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
       for (int64_t i = 0; i < rows; ++i) {
@@ -139,6 +145,8 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
                          ThreadPool* pool, Mask mask) {
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
+  const MatrixF scaled_keys_t = scale * k.transpose();  // p × keys, once per call (O(n·p) beside O(n²·p))
+  const ScaledKeysT keys_t{scaled_keys_t.data(), keys, 0};
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
   auto run_block = [&](int64_t block) {
     thread_local std::vector<float> max_buffer, sum_buffer;
@@ -151,7 +159,7 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
     // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
     const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
-    accumulate_keys(q.data() + r0 * p, rows, k, v, nullptr, scale, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
+    accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
                     max_buffer.data(), sum_buffer.data(), acc.data());
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
@@ -171,10 +179,13 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     chunk_sum.row(chunk).setZero();
     MatrixF& acc = chunk_acc[chunk];
     acc.setZero(rows, pv);
+    thread_local MatrixF chunk_keys_t;  // p × (c1 − c0): the chunk's keys, scaled and transposed once
+    chunk_keys_t = scale * k.middleRows(c0, c1 - c0).transpose();
+    const ScaledKeysT keys_t{chunk_keys_t.data(), c1 - c0, c0};
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
-      accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), k, v,
-                      key_bias != nullptr ? key_bias->data() : nullptr, scale, c0, c1, -1,
-                      chunk_max.row(chunk).data() + r0, chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv);
+      accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,
+                      key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, -1, chunk_max.row(chunk).data() + r0,
+                      chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv);
   });
   const RowVectorF max = chunk_max.colwise().maxCoeff();
   RowVectorF sum = RowVectorF::Zero(rows);
