@@ -44,7 +44,10 @@ class YosoSampling final : public Estimator {
     const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
     std::vector<uint32_t> query_codes, key_codes;
     hash_inputs(view, ctx.key, ctx.pool, nullptr, nullptr, query_codes, key_codes);
-    MatrixF y = MatrixF::Zero(n, pv);
+    // Y is summed in `out` itself: the caller's buffer, kept between calls (a fresh n × pv matrix per
+    // call is 16 MiB at n = 65536, page-faulted anew each time).
+    out.setZero(n, pv);
+    MatrixF& y = out;
     const int64_t buckets = int64_t{1} << tau_;
     if (buckets <= std::max<int64_t>(4096, 8 * keys)) {
       // Dense tables of 2^τ bucket sums for a group of hashes at once, sized to stay in cache:
@@ -127,7 +130,6 @@ class YosoSampling final : public Estimator {
         const float norm = y.row(i).norm();
         if (norm > 0) y.row(i) /= norm;
       }
-    out = std::move(y);
   }
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
