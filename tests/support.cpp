@@ -78,6 +78,16 @@ MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t tr
   return out;
 }
 
+PooledEstimates estimate_with_pools(const std::string& spec, const HeadView& view, const RandomKey& key) {
+  const auto estimator = parse_spec(spec).make();
+  ThreadPool one(1), two(2);
+  PooledEstimates out;
+  estimator->estimate(view, EstimateContext{key, nullptr}, out.alone);
+  estimator->estimate(view, EstimateContext{key, &one}, out.one_thread);
+  estimator->estimate(view, EstimateContext{key, &two}, out.two_threads);
+  return out;
+}
+
 std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& view, const MatrixD& target, int seeds,
                                       double* mean_error, uint64_t key_seed) {
   return weighted_z_scores([&](uint32_t t) { return MatrixD(run_estimator(spec, view, t, key_seed).cast<double>()); },

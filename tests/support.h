@@ -11,6 +11,7 @@
 
 #include "attnprobe/io/dump.h"
 #include "attnprobe/io/dump_writer.h"
+#include "attnprobe/rng/random_stream.h"
 #include "attnprobe/synth/synthetic_dump.h"
 
 namespace attnprobe::test {
@@ -41,6 +42,13 @@ HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0, in
 
 /// One run of `spec` on `view`, keyed by (key_seed, spec, trial).
 MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial = 0, uint64_t key_seed = 8);
+
+/// `spec`'s estimate on `view` under `key` three ways: without a pool, on a 1-thread pool and on a
+/// 2-thread pool; a test checks they are equal bit for bit (a pool must never change a number).
+struct PooledEstimates {
+  MatrixF alone, one_thread, two_threads;
+};
+PooledEstimates estimate_with_pools(const std::string& spec, const HeadView& view, const RandomKey& key);
 
 /// Unbiasedness check: for 4 fixed random ±1 weightings w, the statistic Σ_e w_e·Y_e of each of
 /// `seeds` iid runs (trials 0..seeds-1) gives (mean − Σ_e w_e·target_e)/se, a valid z-score; random

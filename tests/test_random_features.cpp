@@ -126,22 +126,6 @@ TEST_CASE("the batched LARA weights equal the single-omega weights column by col
   }
 }
 
-TEST_CASE("lara gives the same bits with and without a pool", "[random-features][lara]") {
-  // n = 2600 spans several 256-row query blocks and three 1024-key chunks of the key-side sums.
-  const HeadView view = synth_slice(2600, 32, 1.0, 12);
-  for (const std::string spec : {"lara", "lara(weights=coupled,beta=2)", "lara(proposal=mixture)"}) {
-    INFO(spec);
-    const RandomKey key = make_random_key(8, spec, 0);
-    const auto estimator = parse_spec(spec).make();
-    MatrixF one, two;
-    estimator->estimate(view, EstimateContext{key, nullptr}, one);
-    ThreadPool pool(2);
-    estimator->estimate(view, EstimateContext{key, &pool}, two);
-    CHECK((one.array() == two.array()).all());
-    CHECK(one.allFinite());
-  }
-}
-
 TEST_CASE("lara mode=mean is deterministic and mode=sample is not", "[random-features][lara]") {
   const HeadView view = synth_slice(64, 16, 0.5, 3);
   CHECK_FALSE(parse_spec("lara(mode=mean)").random());
@@ -307,12 +291,10 @@ TEST_CASE("performer's blocked float32 forward equals the float64 formula and is
     const std::string spec = ortho ? "performer(M=96)" : "performer(M=96,ortho=0)";
     INFO(spec);
     const RandomKey key = make_random_key(8, spec, 0);
-    const auto estimator = parse_spec(spec).make();
-    MatrixF one, two;
-    estimator->estimate(view, EstimateContext{key, nullptr}, one);
-    ThreadPool pool(2);
-    estimator->estimate(view, EstimateContext{key, &pool}, two);
-    CHECK((one.array() == two.array()).all());
+    const PooledEstimates runs = estimate_with_pools(spec, view, key);
+    const MatrixF& one = runs.alone;
+    CHECK(one == runs.one_thread);
+    CHECK(one == runs.two_threads);
     // The formula in float64 on the whole n × M features: φ(q_i)·KV / φ(q_i)·Σ_j φ(k_j).
     const MatrixD omegas = draw_omegas(96, view.p(), ortho, key);
     const double root = std::sqrt(view.scale);

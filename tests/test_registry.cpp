@@ -59,22 +59,18 @@ TEST_CASE("every estimator gives the same bits with and without a pool inside th
   // and key chunks (1024 keys) of every blocked estimator; every variant (`list --variants`), full and,
   // where there is one, causal.
   HeadView view = synth_slice(1300, 16, 0.7, 21, 12);
-  ThreadPool pool(2);
   int compared = 0;
   for (const EstimatorDef* def : registered_estimators()) {
     if (def->family == "test") continue;
     for (const std::string& text : variants(*def)) {
       const Spec spec = parse_spec(text);
-      const auto estimator = spec.make();
       for (const Mask mask : {Mask::kFull, Mask::kCausal}) {
         if (mask == Mask::kCausal && !spec.causal()) continue;
         view.mask = mask;
         INFO(text << " mask " << mask_name(mask));
-        const RandomKey key = make_random_key(3, text, 0);
-        MatrixF alone, pooled;
-        estimator->estimate(view, EstimateContext{key, nullptr}, alone);
-        estimator->estimate(view, EstimateContext{key, &pool}, pooled);
-        CHECK((alone.array() == pooled.array()).all());
+        const PooledEstimates runs = estimate_with_pools(text, view, make_random_key(3, text, 0));
+        CHECK(runs.alone == runs.one_thread);
+        CHECK(runs.alone == runs.two_threads);
         ++compared;
       }
     }

@@ -274,16 +274,10 @@ TEST_CASE("yoso gives the same bits on 1 and 2 threads inside one call", "[yoso]
   // Hashing runs in row blocks (gauss) or rows (hadamard) on the call's pool and queries read the
   // tables in row blocks: each row's codes and sums depend on that row and the draws alone.
   const HeadView view = synth_slice(700, 16, 0.3, 21);
-  ThreadPool one(1), two(2);
   for (const std::string spec : {"yoso(m=8)", "yoso(m=8,hash=hadamard)", "yoso(m=8,tau=20)"}) {
     INFO(spec);
-    const auto estimator = parse_spec(spec).make();
-    const RandomKey key = make_random_key(5, spec, 0);
-    MatrixF a, b, c;
-    estimator->estimate(view, EstimateContext{key, &one}, a);
-    estimator->estimate(view, EstimateContext{key, &two}, b);
-    estimator->estimate(view, EstimateContext{key, nullptr}, c);
-    CHECK(a == b);
-    CHECK(a == c);
+    const PooledEstimates runs = estimate_with_pools(spec, view, make_random_key(5, spec, 0));
+    CHECK(runs.one_thread == runs.two_threads);
+    CHECK(runs.one_thread == runs.alone);
   }
 }
