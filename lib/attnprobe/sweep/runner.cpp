@@ -206,7 +206,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     // inner_pool: the pool the estimator may use inside its call. Tasks run in parallel when there are
     // enough of them; with fewer tasks than threads (one estimator, one trial: `eval`, a deterministic
     // setting) they run one after another and each call gets the whole pool. Estimators give the same
-    // bits with and without a pool (tested per estimator), so the rows do not depend on this choice.
+    // bits with and without a pool (tested for every registered variant), so the rows do not depend on it.
     auto run_task = [&](int64_t i, ThreadPool* inner_pool) {
       const Task& task = tasks[i];
       const EstimatorSetting& setting = plan.settings[task.setting];
