@@ -79,8 +79,8 @@ TEST_CASE("normals() from an offset t0 fills elements t0.. of the row bit for bi
       INFO("t0 " << t0 << ", count " << count);
       std::vector<double> filled(count);
       std::vector<float> filled_f(count);
-      stream.normals(7, 3, t0, filled.data(), count);
-      stream.normals(7, 3, t0, filled_f.data(), count);
+      stream.normals(7, 3, filled.data(), count, t0);
+      stream.normals(7, 3, filled_f.data(), count, t0);
       for (int64_t j = 0; j < count; ++j) {
         const double expected = stream.normal(7, t0 + static_cast<uint32_t>(j), 3);
         REQUIRE(std::bit_cast<uint64_t>(filled[j]) == std::bit_cast<uint64_t>(expected));
@@ -93,7 +93,7 @@ TEST_CASE("normals() from an offset t0 fills elements t0.. of the row bit for bi
   // The offset fill of a long row in tiles equals the fill from 0.
   std::vector<double> whole(5000), tiles(5000);
   stream.normals(11, 0, whole.data(), 5000);
-  for (uint32_t t0 = 0; t0 < 5000; t0 += 333) stream.normals(11, 0, t0, tiles.data() + t0, std::min(333u, 5000u - t0));
+  for (uint32_t t0 = 0; t0 < 5000; t0 += 333) stream.normals(11, 0, tiles.data() + t0, std::min(333u, 5000u - t0), t0);
   CHECK(whole == tiles);
 }
 

@@ -48,22 +48,14 @@ std::pair<double, double> time_calls(int repeat, const std::function<void()>& ca
 
 HeadView random_view(int64_t n, int64_t p, uint64_t seed) {
   const RandomStream stream(make_random_key(seed, "bench", 0), Purpose::kGeneric);
-  MatrixD q(n, p), k(n, p), v(n, p);
-  for (int64_t i = 0; i < n; ++i) {
-    stream.normals(static_cast<uint32_t>(i), 0, q.row(i).data(), p);
-    stream.normals(static_cast<uint32_t>(i), 1, k.row(i).data(), p);
-    stream.normals(static_cast<uint32_t>(i), 2, v.row(i).data(), p);
-  }
-  return make_head_view(SliceId{0, 0, 0, n}, 1.0 / std::sqrt(static_cast<double>(p)), std::move(q), std::move(k),
-                        std::move(v));
+  return make_head_view(SliceId{0, 0, 0, n}, 1.0 / std::sqrt(static_cast<double>(p)), normal_rows(stream, n, p, 0),
+                        normal_rows(stream, n, p, 1), normal_rows(stream, n, p, 2));
 }
 
 // The upstream gradient G of a backward pass: n × pv, iid N(0, 1), from its own keyed stream.
 MatrixD random_upstream(int64_t n, int64_t pv, uint64_t seed) {
   const RandomStream stream(make_random_key(seed, "bench;upstream", 0), Purpose::kGeneric);
-  MatrixD g(n, pv);
-  for (int64_t i = 0; i < n; ++i) stream.normals(static_cast<uint32_t>(i), 0, g.row(i).data(), pv);
-  return g;
+  return normal_rows(stream, n, pv);
 }
 
 }  // namespace

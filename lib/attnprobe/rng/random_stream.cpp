@@ -144,19 +144,11 @@ void fill_normals(PhiloxKey key, uint32_t purpose, uint32_t a, uint32_t c, uint3
 }
 }  // namespace
 
-void RandomStream::normals(uint32_t a, uint32_t c, double* out, int64_t count) const {
-  fill_normals(key_, purpose_, a, c, 0, out, count);
-}
-
-void RandomStream::normals(uint32_t a, uint32_t c, float* out, int64_t count) const {
-  fill_normals(key_, purpose_, a, c, 0, out, count);
-}
-
-void RandomStream::normals(uint32_t a, uint32_t c, uint32_t t0, double* out, int64_t count) const {
+void RandomStream::normals(uint32_t a, uint32_t c, double* out, int64_t count, uint32_t t0) const {
   fill_normals(key_, purpose_, a, c, t0, out, count);
 }
 
-void RandomStream::normals(uint32_t a, uint32_t c, uint32_t t0, float* out, int64_t count) const {
+void RandomStream::normals(uint32_t a, uint32_t c, float* out, int64_t count, uint32_t t0) const {
   fill_normals(key_, purpose_, a, c, t0, out, count);
 }
 
@@ -167,6 +159,12 @@ void RandomStream::uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, in
     unit_pairs(key_, a, b0 + static_cast<uint32_t>(b), c, purpose_, m, u1, u2);
     std::copy(u1, u1 + m, out + b);
   }
+}
+
+MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c) {
+  MatrixD out(rows, cols);
+  for (int64_t r = 0; r < rows; ++r) stream.normals(static_cast<uint32_t>(r), c, out.row(r).data(), cols);
+  return out;
 }
 
 RandomKey make_random_key(uint64_t seed, uint64_t case_hash, uint32_t trial) {

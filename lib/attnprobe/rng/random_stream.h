@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnprobe/common/matrix.h"
 #include "attnprobe/rng/philox.h"
 
 namespace attnprobe {
@@ -77,15 +78,12 @@ class RandomStream {
     return (r.v[(index >> 5) & 3] >> (index & 31)) & 1u ? 1 : -1;
   }
 
-  /// The fill API. out[0..count) = elements 0..count-1 of the normal sequence of row (a, c): the same
-  /// numbers as normal(a, t, c), bit for bit, drawn a block of Philox counters at a time with the
-  /// vectorised Box–Muller (rng/random_stream.cpp). The float version rounds the double values.
-  void normals(uint32_t a, uint32_t c, double* out, int64_t count) const;
-  void normals(uint32_t a, uint32_t c, float* out, int64_t count) const;
-  /// out[0..count) = elements t0..t0+count-1 of the same sequence (any t0, even or odd; t0 + count ≤ 2^32):
-  /// a tile of a row, so a long row need never be held whole. Bit for bit normal(a, t0 + j, c).
-  void normals(uint32_t a, uint32_t c, uint32_t t0, double* out, int64_t count) const;
-  void normals(uint32_t a, uint32_t c, uint32_t t0, float* out, int64_t count) const;
+  /// The fill API. out[0..count) = elements t0..t0+count-1 of the normal sequence of row (a, c): the same
+  /// numbers as normal(a, t0 + j, c), bit for bit, drawn a block of Philox counters at a time with the
+  /// vectorised Box–Muller (rng/random_stream.cpp). Any t0, even or odd (t0 + count ≤ 2^32): a tile of a
+  /// row, so a long row need never be held whole. The float version rounds the double values.
+  void normals(uint32_t a, uint32_t c, double* out, int64_t count, uint32_t t0 = 0) const;
+  void normals(uint32_t a, uint32_t c, float* out, int64_t count, uint32_t t0 = 0) const;
 
   /// out[j] = uniform(a, b0 + j, c) for j in [0, count): the same numbers, a block at a time.
   void uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, int64_t count) const;
@@ -94,6 +92,10 @@ class RandomStream {
   PhiloxKey key_;
   uint32_t purpose_;
 };
+
+/// A rows × cols matrix of standard normals, row r = elements 0..cols−1 of the stream's normal sequence of
+/// row (r, c): the one way a matrix of Gaussians is drawn (inputs, projections, upstream gradients).
+MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c = 0);
 
 /// Draws `count` indices from [0, n) with probabilities ∝ weights, with replacement, by inverse
 /// CDF on the uniform at position (row, s) for draw s. Zero weights are never drawn; all-zero or

@@ -34,9 +34,7 @@ MatrixD upstream_gradient(uint64_t seed, const SliceRef& slice, int64_t pv) {
       make_random_key(
           seed, fmt::format("upstream gradient;layer={};head={};batch={}", slice.layer, slice.head, slice.batch), 0),
       Purpose::kUpstreamGradient);
-  MatrixD g(slice.n, pv);
-  for (int64_t i = 0; i < slice.n; ++i) stream.normals(static_cast<uint32_t>(i), 0, g.row(i).data(), pv);
-  return g;
+  return normal_rows(stream, slice.n, pv);
 }
 
 namespace {

@@ -6,8 +6,7 @@ namespace attnprobe {
 
 MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key) {
   const RandomStream gaussian(key, Purpose::kFeature);
-  MatrixD omegas(count, p);
-  for (int64_t r = 0; r < count; ++r) gaussian.normals(static_cast<uint32_t>(r), 0, omegas.row(r).data(), p);
+  MatrixD omegas = normal_rows(gaussian, count, p);
   if (!orthogonal) return omegas;
   // Orthogonalise each block of p rows (Householder QR of the block's transpose), then give row r
   // the norm of an independent N(0, I_p) vector. Householder's Q has a sign convention tied to the

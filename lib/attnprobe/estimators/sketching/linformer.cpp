@@ -22,13 +22,7 @@
 namespace attnprobe {
 
 MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream) {
-  MatrixF m(rows, cols);
-  std::vector<double> row(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    stream.normals(static_cast<uint32_t>(r), 0, row.data(), cols);
-    for (int64_t c = 0; c < cols; ++c) m(r, c) = static_cast<float>(stddev * row[c]);
-  }
-  return m;
+  return (stddev * normal_rows(stream, rows, cols)).cast<float>();
 }
 
 namespace {
@@ -58,7 +52,7 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
     for (int64_t t0 = 0; t0 < n; t0 += kTileColumns) {
       const int64_t cols = std::min(kTileColumns, n - t0);
       for (int64_t r = 0; r < rows; ++r) {
-        stream.normals(static_cast<uint32_t>(r0 + r), 0, static_cast<uint32_t>(t0), work.normals.data(), cols);
+        stream.normals(static_cast<uint32_t>(r0 + r), 0, work.normals.data(), cols, static_cast<uint32_t>(t0));
         float* dst = work.tile.row(r).data();
         for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
       }

@@ -48,8 +48,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
   std::vector<uint32_t> codes(static_cast<size_t>(n) * m, 0);
   if (kind == LshKind::kGauss) {
     const RandomStream stream(key, Purpose::kHashProjection);
-    MatrixD r(static_cast<int64_t>(m) * tau, p);
-    for (int64_t row = 0; row < r.rows(); ++row) stream.normals(static_cast<uint32_t>(row), 0, r.row(row).data(), p);
+    const MatrixD r = normal_rows(stream, static_cast<int64_t>(m) * tau, p);
     // Row blocks keep the block × (m·τ) projections in cache (the whole n × (m·τ) matrix is 32 MiB at
     // n = 16384, m = 32, τ = 8, and streaming it made hashing superlinear in n).
     const int64_t block = 256;
