@@ -39,6 +39,7 @@ constexpr int64_t kTileColumns = 256;
 struct ProjectionTile {
   MatrixF tile = MatrixF(kGroupRows, kTileColumns);  ///< Eigen-allocated: 64-byte aligned on every thread
   VectorD normals = VectorD(kTileColumns);
+  MatrixF k_part, v_part;  ///< one tile's rows of E·K and E·V
 };
 
 void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, const RandomStream& stream, int64_t d,
@@ -56,10 +57,12 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
         float* dst = work.tile.row(r).data();
         for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
       }
-      tile_product_add(work.tile.data(), kTileColumns, rows, cols, k.row(t0).data(), k.cols(), k.cols(),
-                       k_proj.row(r0).data(), k_proj.cols());
-      tile_product_add(work.tile.data(), kTileColumns, rows, cols, v.row(t0).data(), v.cols(), v.cols(),
-                       v_proj.row(r0).data(), v_proj.cols());
+      // Each tile's products into zeroed buffers, then added: chaining every tile's FMAs onto EK would make
+      // one float32 sum of all n terms per element (the exact kernel's P·V does the same, for that reason).
+      tile_product(work.tile.topLeftCorner(rows, cols), k.middleRows(t0, cols), work.k_part);
+      tile_product(work.tile.topLeftCorner(rows, cols), v.middleRows(t0, cols), work.v_part);
+      k_proj.middleRows(r0, rows) += work.k_part;
+      v_proj.middleRows(r0, rows) += work.v_part;
     }
   });
 }
