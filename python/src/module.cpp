@@ -193,11 +193,7 @@ void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf, ThreadPool* 
     const int64_t r0 = b * kBlockRows;
     assign_rows(a, dst, dstf, r0, std::min(kBlockRows, rows - r0));
   };
-  if (pool && pool->size() > 1 && blocks > 1) {
-    pool->parallel_for(blocks, block);
-  } else {
-    for (int64_t b = 0; b < blocks; ++b) block(b);
-  }
+  for_each_index(pool, blocks, block);
 }
 
 // Slices up to this many float64 elements (q, k, v together) are built in memory kept per thread.
