@@ -15,20 +15,15 @@ class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return prefix_means(view.vf, out);
-    // The mean in double (a float sum over thousands of rows loses ~1e-5 relative), along contiguous
-    // rows; then every row set in place (colwise().mean() strided down each column and replicate() stored
-    // one element at a time: 3.6 ms at n = 16384 for what is a memory copy).
-    const RowVectorF mean = segment_means(view.v, {Segment{0, view.v.rows()}}).cast<float>();
-    out.setZero(view.n(), view.pv());
-    out.rowwise() += mean;
+    mean_rows(view.v, out);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
-    if (view.mask == Mask::kCausal) {
-      MatrixD out;
+    MatrixD out;
+    if (view.mask == Mask::kCausal)
       prefix_means(view.v, out);
-      return out;
-    }
-    return MatrixD(view.v.colwise().mean().replicate(view.n(), 1));
+    else
+      mean_rows(view.v, out);
+    return out;
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
@@ -50,6 +45,15 @@ class VMeanEstimator final : public Estimator {
   }
 
  private:
+  // Every row of out (n × pv): mean(V), summed in float64 along contiguous rows (a float sum over
+  // thousands of rows loses ~1e-5 relative), then the rows set in place; for the float32 estimate and the
+  // float64 reference alike (colwise().mean() strided down each column and replicate() stored one element
+  // at a time: 3.6 ms at n = 16384 for what is a memory copy).
+  template <class Out>
+  static void mean_rows(const MatrixD& v, Out& out) {
+    out.setZero(v.rows(), v.cols());
+    out.rowwise() += segment_means(v, {Segment{0, v.rows()}}).cast<typename Out::Scalar>().row(0);
+  }
   // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
   // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
   template <class Values, class Out>
