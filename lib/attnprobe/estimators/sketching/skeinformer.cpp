@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/skeinformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -83,7 +84,9 @@ class Skeinformer final : public Estimator {
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
     const MatrixF k_sel_t = scale * k_sel.transpose();  // p × |J′|: s·K_J′ᵀ for the tile products
     const int64_t selected = static_cast<int64_t>(columns.size());
-    const RowVectorF v_total = view.vf.cast<double>().colwise().sum().cast<float>();
+    // Σ_j v_j in float64 along contiguous rows (a colwise() sum strides down the row-major columns).
+    const RowVectorF v_total =
+        (static_cast<double>(view.v.rows()) * segment_means(view.v, {Segment{0, view.v.rows()}})).cast<float>().row(0);
     const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
     const float unselected = static_cast<float>(n - selected);
     out.resize(n, pv);
