@@ -5,7 +5,6 @@
 // Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
 #include <algorithm>
 
-#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -15,7 +14,7 @@ class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return prefix_means(view.vf, out);
-    mean_rows(view.v, out);
+    mean_rows(view.vf, out);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     MatrixD out;
@@ -46,13 +45,17 @@ class VMeanEstimator final : public Estimator {
 
  private:
   // Every row of out (n × pv): mean(V), summed in float64 along contiguous rows (a float sum over
-  // thousands of rows loses ~1e-5 relative), then the rows set in place; for the float32 estimate and the
-  // float64 reference alike (colwise().mean() strided down each column and replicate() stored one element
-  // at a time: 3.6 ms at n = 16384 for what is a memory copy).
-  template <class Out>
-  static void mean_rows(const MatrixD& v, Out& out) {
-    out.setZero(v.rows(), v.cols());
-    out.rowwise() += segment_means(v, {Segment{0, v.rows()}}).cast<typename Out::Scalar>().row(0);
+  // thousands of rows loses ~1e-5 relative), then each row written once; for the float32 estimate (from
+  // the float32 V: half the bytes to read) and the float64 reference alike. This is a memory copy:
+  // colwise().mean() strided down each column and replicate() stored one element at a time (3.6 ms at
+  // n = 16384), and zeroing out before adding the mean wrote it twice.
+  template <class Values, class Out>
+  static void mean_rows(const Values& v, Out& out) {
+    RowVectorD sum = RowVectorD::Zero(v.cols());
+    for (int64_t i = 0; i < v.rows(); ++i) sum += v.row(i).template cast<double>();
+    const auto mean = (sum / static_cast<double>(v.rows())).template cast<typename Out::Scalar>().eval();
+    out.resize(v.rows(), v.cols());
+    for (int64_t i = 0; i < v.rows(); ++i) out.row(i) = mean;
   }
   // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
   // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
