@@ -16,7 +16,9 @@ struct InformerParams {
 
 /// The u "active" query rows (u = ⌈d/ln n⌉·⌈ln n⌉, at most n), most active first: U sampled keys
 /// per query (Purpose::kRowSample), sparsity max − sum/n of the sampled float32 logits, ties by
-/// index. Cost O(n·u·p).
-std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params);
+/// index. Cost O(n·u·p); query blocks run on the pool when one is given (the rows chosen do not
+/// depend on it).
+std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params,
+                                          ThreadPool* pool = nullptr);
 
 }  // namespace attnprobe
