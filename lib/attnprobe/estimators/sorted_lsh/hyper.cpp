@@ -46,21 +46,23 @@ void hyper_samples(const HyperParams& params, int64_t n, RandomKey key, std::vec
 
 template <typename S>
 MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key, VectorD* log_denominator,
-                           const SortLshBlocks* given_blocks) {
+                           const SortLshBlocks* given_blocks, ThreadPool* pool) {
   const SortLshBlocks blocks =
-      given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
+      given_blocks ? *given_blocks
+                   : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key, pool);
   std::vector<int64_t> samples;
   std::vector<double> weights;
   hyper_samples(params, view.n(), key, samples, weights);
   MatrixT<S> out;
-  block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, weights, params.mask, out, log_denominator);
+  block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, weights, params.mask, out, log_denominator,
+                        pool);
   return out;
 }
 
 template MatrixT<float> hyper_attention<float>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
-                                               const SortLshBlocks*);
+                                               const SortLshBlocks*, ThreadPool*);
 template MatrixT<double> hyper_attention<double>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
-                                                 const SortLshBlocks*);
+                                                 const SortLshBlocks*, ThreadPool*);
 
 std::vector<ParamDef> sorted_lsh_params(std::string m_default, std::string m_help, std::vector<ParamDef> own) {
   std::vector<ParamDef> params = {{"m", ParamKind::kInt, std::move(m_default), 0, 1 << 24, {}, std::move(m_help)},
@@ -86,7 +88,7 @@ class Hyper final : public Estimator {
   explicit Hyper(HyperParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = hyper_attention<float>(params_, view, ctx.key);
+    out = hyper_attention<float>(params_, view, ctx.key, nullptr, nullptr, ctx.pool);
   }
 
   // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus n/m per kept sample of key j

@@ -28,10 +28,12 @@ struct HyperParams {
 };
 
 /// n × pv estimate in precision S; log_denominator (optional) receives L_i = log D̂_i; `blocks`, when
-/// given, replaces the hash drawn from `key` (tests fix the hash and vary the samples).
+/// given, replaces the hash drawn from `key` (tests fix the hash and vary the samples); the hashing and the
+/// blocks run on `pool` when one is given (the result does not depend on it).
 template <typename S>
 MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key,
-                           VectorD* log_denominator = nullptr, const SortLshBlocks* blocks = nullptr);
+                           VectorD* log_denominator = nullptr, const SortLshBlocks* blocks = nullptr,
+                           ThreadPool* pool = nullptr);
 
 enum class KdeProbs { kVnorm, kUniform, kColnorm };
 
@@ -48,10 +50,10 @@ struct KdeformerParams {
 /// ‖(B∘(1−M^H))_{:,j}‖·‖ṽ_j‖ (O(n²·p) oracle). ṽ_j = [v_j, 1].
 std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks);
 
-/// n × pv estimate in precision S; log_denominator and blocks as for hyper; weights (optional) receives w.
+/// n × pv estimate in precision S; log_denominator, blocks and pool as for hyper; weights (optional) receives w.
 template <typename S>
 MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& view, RandomKey key,
                                VectorD* log_denominator = nullptr, std::vector<double>* weights = nullptr,
-                               const SortLshBlocks* blocks = nullptr);
+                               const SortLshBlocks* blocks = nullptr, ThreadPool* pool = nullptr);
 
 }  // namespace attnprobe

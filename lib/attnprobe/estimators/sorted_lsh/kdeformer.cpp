@@ -39,11 +39,16 @@ std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, cons
   const int64_t n = view.n(), pv = view.pv();
   std::vector<double> weights(n, 1.0);
   if (probs == KdeProbs::kUniform) return weights;
-  MatrixD augmented(n, pv + 1);  // Ṽ
-  augmented << view.v, VectorD::Ones(n);
-  const VectorD v_norms = augmented.rowwise().norm();
+  // ‖ṽ_j‖ and ṼᵀṼ = [VᵀV, Vᵀ1; 1ᵀV, n] from V itself: an n × (pv + 1) copy of Ṽ was 33 MiB at
+  // n = 65536 (page faults), and VᵀV as a symmetric rank update is half a product (the eigensolver
+  // reads the lower triangle only).
+  const VectorD v_norms = (view.v.rowwise().squaredNorm().array() + 1.0).sqrt();
   if (probs == KdeProbs::kVnorm) {
-    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(augmented.transpose() * augmented);
+    MatrixD gram = MatrixD::Zero(pv + 1, pv + 1);
+    gram.topLeftCorner(pv, pv).selfadjointView<Eigen::Lower>().rankUpdate(view.v.transpose());
+    for (int64_t j = 0; j < n; ++j) gram.row(pv).head(pv) += view.v.row(j);
+    gram(pv, pv) = static_cast<double>(n);
+    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(gram);
     const double sigma2 = eigen.eigenvalues().maxCoeff();  // ≥ n > 0: the ones column alone gives n
     for (int64_t j = 0; j < n; ++j) weights[j] = v_norms(j) / sigma2 + 1.0 / static_cast<double>(n);
     return weights;
@@ -92,22 +97,24 @@ void kdeformer_samples(const KdeformerParams& params, const HeadView& view, cons
 template <typename S>
 MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& view, RandomKey key,
                                VectorD* log_denominator, std::vector<double>* weights_out,
-                               const SortLshBlocks* given_blocks) {
+                               const SortLshBlocks* given_blocks, ThreadPool* pool) {
   const SortLshBlocks blocks =
-      given_blocks ? *given_blocks : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key);
+      given_blocks ? *given_blocks
+                   : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key, pool);
   std::vector<double> weights, sample_weights;
   std::vector<int64_t> samples;
   kdeformer_samples(params, view, blocks, key, weights, samples, sample_weights);
   if (weights_out) *weights_out = weights;
   MatrixT<S> out;
-  block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, sample_weights, true, out, log_denominator);
+  block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, sample_weights, true, out, log_denominator,
+                        pool);
   return out;
 }
 
 template MatrixT<float> kdeformer_attention<float>(const KdeformerParams&, const HeadView&, RandomKey, VectorD*,
-                                                   std::vector<double>*, const SortLshBlocks*);
+                                                   std::vector<double>*, const SortLshBlocks*, ThreadPool*);
 template MatrixT<double> kdeformer_attention<double>(const KdeformerParams&, const HeadView&, RandomKey, VectorD*,
-                                                     std::vector<double>*, const SortLshBlocks*);
+                                                     std::vector<double>*, const SortLshBlocks*, ThreadPool*);
 
 namespace {
 
@@ -116,7 +123,7 @@ class Kdeformer final : public Estimator {
   explicit Kdeformer(KdeformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = kdeformer_attention<float>(params_, view, ctx.key);
+    out = kdeformer_attention<float>(params_, view, ctx.key, nullptr, nullptr, nullptr, ctx.pool);
   }
 
   // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus 1/(m·P_j) per off-block sample of

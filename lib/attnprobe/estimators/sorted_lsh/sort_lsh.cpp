@@ -34,13 +34,13 @@ void sort_into_blocks(const std::vector<uint32_t>& codes, BucketOrder order, int
 }  // namespace
 
 SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int64_t block, BucketOrder order,
-                              RandomKey key) {
+                              RandomKey key, ThreadPool* pool) {
   SortLshBlocks out;
   out.block = block;
   std::vector<uint32_t> q_codes(q.rows(), 0), k_codes(k.rows(), 0);
   if (bits > 0) {  // lsh_codes draws the same r projections for both calls (same key, m = 1, tau = r)
-    q_codes = lsh_codes(q, 1, bits, LshKind::kGauss, key);
-    k_codes = lsh_codes(k, 1, bits, LshKind::kGauss, key);
+    q_codes = lsh_codes(q, 1, bits, LshKind::kGauss, key, pool);
+    k_codes = lsh_codes(k, 1, bits, LshKind::kGauss, key, pool);
   }
   sort_into_blocks(q_codes, order, block, out.query_order, out.query_block);
   sort_into_blocks(k_codes, order, block, out.key_order, out.key_block);
@@ -50,15 +50,17 @@ SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int6
 template <typename S>
 void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlocks& blocks,
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
-                        MatrixT<S>& out, VectorD* log_denominator) {
+                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool) {
   const int64_t n = data.q.rows(), pv = data.v.cols(), m = static_cast<int64_t>(samples.size());
   const S s = static_cast<S>(scale);
   out.resize(n, pv);
   if (log_denominator) log_denominator->resize(n);
   const MatrixT<S> k_sampled = data.k(samples, Eigen::all), v_sampled = data.v(samples, Eigen::all);  // m × p, m × pv
   const RowVectorT<S> weights = Eigen::Map<const VectorD>(sample_weights.data(), m).cast<S>().transpose();
-  RowVectorT<S> keep(m);
-  for (int64_t g = 0; g < blocks.blocks(); ++g) {
+  // Each block's rows are independent of the others: blocks run on the pool. Both parts of a block are
+  // contracted with V as two products over the block (one matrix–vector product per row was a quarter of
+  // a kdeformer call).
+  for_each_index(pool, blocks.blocks(), [&](int64_t g) {
     const int64_t begin = blocks.begin(g), rows = blocks.end(g) - begin;
     const std::vector<int64_t> queries(blocks.query_order.begin() + begin, blocks.query_order.begin() + begin + rows);
     const std::vector<int64_t> keys(blocks.key_order.begin() + begin, blocks.key_order.begin() + begin + rows);
@@ -66,8 +68,9 @@ void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlo
     MatrixT<S> block_logits = s * (q_block * data.k(keys, Eigen::all).transpose());  // rows × rows
     MatrixT<S> sample_logits = s * (q_block * k_sampled.transpose());                // rows × m
     // Masked samples (their key sits in this block) get logit −∞: out of the row max, weight exactly 0.
+    RowVectorT<S> keep(m);
     for (int64_t u = 0; u < m; ++u) keep(u) = !mask || blocks.key_block[samples[u]] != g ? S(1) : S(0);
-    const MatrixT<S> v_block = data.v(keys, Eigen::all);
+    VectorT<S> denominator(rows);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t u = 0; u < m; ++u)
         if (keep(u) == 0) sample_logits(r, u) = -std::numeric_limits<S>::infinity();
@@ -75,19 +78,22 @@ void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlo
                             : block_logits.row(r).maxCoeff();
       block_logits.row(r).array() = (block_logits.row(r).array() - shift).exp();
       sample_logits.row(r).array() = (sample_logits.row(r).array() - shift).exp() * weights.array();
-      const S denominator = block_logits.row(r).sum() + sample_logits.row(r).sum();
-      out.row(queries[r]) = (block_logits.row(r) * v_block + sample_logits.row(r) * v_sampled) / denominator;
-      if (log_denominator) (*log_denominator)(queries[r]) = static_cast<double>(shift) + std::log(double(denominator));
+      denominator(r) = block_logits.row(r).sum() + sample_logits.row(r).sum();
+      if (log_denominator)
+        (*log_denominator)(queries[r]) = static_cast<double>(shift) + std::log(double(denominator(r)));
     }
-  }
+    MatrixT<S> numerator = block_logits * data.v(keys, Eigen::all);  // rows × pv
+    if (m > 0) numerator.noalias() += sample_logits * v_sampled;
+    for (int64_t r = 0; r < rows; ++r) out.row(queries[r]) = numerator.row(r) / denominator(r);
+  });
 }
 
 template void block_plus_samples<float>(const SliceData<float>&, double, const SortLshBlocks&,
                                         const std::vector<int64_t>&, const std::vector<double>&, bool, MatrixT<float>&,
-                                        VectorD*);
+                                        VectorD*, ThreadPool*);
 template void block_plus_samples<double>(const SliceData<double>&, double, const SortLshBlocks&,
                                          const std::vector<int64_t>&, const std::vector<double>&, bool,
-                                         MatrixT<double>&, VectorD*);
+                                         MatrixT<double>&, VectorD*, ThreadPool*);
 
 MatrixD block_plus_samples_rows(const MatrixD& q, const MatrixD& k, double scale, const SortLshBlocks& blocks,
                                 const std::vector<int64_t>& samples, const std::vector<double>& sample_weights,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/common/precision.h"
 #include "attnprobe/rng/random_stream.h"
 
@@ -40,17 +41,19 @@ struct SortLshBlocks {
   int64_t end(int64_t g) const { return std::min<int64_t>((g + 1) * block, static_cast<int64_t>(query_order.size())); }
 };
 
-/// Blocks of queries q (n × p) and keys k (n × p) with `bits` hash bits (0..30) and block size `block` ≥ 1.
+/// Blocks of queries q (n × p) and keys k (n × p) with `bits` hash bits (0..30) and block size `block` ≥ 1;
+/// the hashing runs on the pool when one is given (the codes do not depend on it).
 SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int64_t block, BucketOrder order,
-                              RandomKey key);
+                              RandomKey key, ThreadPool* pool = nullptr);
 
 /// The kernel above for every query: `samples` t_u (indices into the keys) with weights c_u; with
 /// `mask` false the in-block samples are kept (hyper-attn's fp32 path). out: n × pv, out_i = F_i[0..pv) /
-/// F_i[pv]. log_denominator (optional): log F_i[pv], the estimated log D_i, in float64.
+/// F_i[pv]. log_denominator (optional): log F_i[pv], the estimated log D_i, in float64. Blocks run on the
+/// pool when one is given (each block writes its own rows: the result does not depend on it).
 template <typename S>
 void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlocks& blocks,
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
-                        MatrixT<S>& out, VectorD* log_denominator);
+                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool = nullptr);
 
 /// Rows [r0, r0 + rows) of the attention matrix the kernel above implies (rows × n, float64), so that
 /// out_i = Σ_j Â_ij·v_j:  Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′,  c_ij = [β_K(j) = β_Q(i)] + Σ_{u kept for i, t_u = j}
