@@ -55,8 +55,8 @@ TEST_CASE("favorpp(a=0) is performer: the same draws, features and output", "[fa
     for (int64_t i = 0; i < gap.rows(); ++i) row_gap = std::max(row_gap, gap.row(i).norm() / ours.row(i).norm());
     INFO("relative row gap to performer " << row_gap);
     CHECK(row_gap <= 2e-6);
-    // The registered (float32) estimator: the same numbers to float32 accuracy. Observed: 1.4e-7 relative (both ortho
-    // settings).
+    // The registered (float32) estimator, the same blocked pass with c_m = −½·log M added: the same numbers to float32
+    // accuracy. Observed: 1.2e-7 and 1.3e-7 relative (ortho 0, 1: the added constant rounds the log-features).
     const MatrixF registered = run_estimator("favorpp(a=0," + suffix + ")", view);
     MatrixF direct;
     parse_spec("favorpp(a=0," + suffix + ")").make()->estimate(view, EstimateContext{key, nullptr}, direct);
@@ -64,6 +64,30 @@ TEST_CASE("favorpp(a=0) is performer: the same draws, features and output", "[fa
     INFO("float32 gap " << float_gap);
     CHECK(float_gap < 1e-5);
     CHECK(registered.allFinite());
+  }
+}
+
+TEST_CASE("favorpp's blocked float32 estimate equals its float64 formula for every variant", "[favorpp]") {
+  // The estimator runs positive maps through Performer's blocked pass (feature_attention.h: 256-row
+  // blocks, key chunks with per-feature online shifts, float32); favorpp_attention<double> forms the
+  // n × M features whole in float64 under one shift per feature. Same draws and fit, so the outputs agree to
+  // float32 accumulation accuracy: observed max over rows of ‖Δ_i‖/‖out_i‖ 3.9e-7 to 4.9e-7 (n = 700 spans
+  // three key chunks and a partial block; 1e-5 leaves room for p and n, not for a wrong shift). And with a pool of 1 or
+  // 2 threads the bits are the same.
+  const HeadView view = synth_slice(700, 16, 0.5, 4, 23);
+  const RandomKey key = make_random_key(9, "blocked", 0);
+  for (const std::string spec :
+       {"favorpp(M=40)", "favorpp(M=40,variant=arf)", "favorpp(M=40,variant=sderf)", "favorpp(M=40,a=-0.3,ortho=0)"}) {
+    INFO(spec);
+    const MatrixD expected = favorpp_attention<double>(params_of(spec), view, key);
+    const PooledEstimates pooled = estimate_with_pools(spec, view, key);
+    const MatrixD gap = pooled.alone.cast<double>() - expected;
+    double row_gap = 0;
+    for (int64_t i = 0; i < gap.rows(); ++i) row_gap = std::max(row_gap, gap.row(i).norm() / expected.row(i).norm());
+    INFO("relative row gap " << row_gap);
+    CHECK(row_gap < 1e-5);
+    CHECK(pooled.one_thread == pooled.alone);
+    CHECK(pooled.two_threads == pooled.alone);
   }
 }
 
@@ -236,6 +260,9 @@ TEST_CASE("favorpp stays finite in float32 where one key shift per slice underfl
     const RandomKey key = make_random_key(11, "underflow", trial);
     const MatrixF out = favorpp_attention<float>(params_of("favorpp"), view, key, &map);
     bad += !out.allFinite();
+    MatrixF estimate;  // the registered estimator's blocked pass (feature_attention.h)
+    parse_spec("favorpp").make()->estimate(view, EstimateContext{key, nullptr}, estimate);
+    bad += !estimate.allFinite();
     MatrixF lq = gerf_log_features<float>(map, view.qf, view.scale, true);
     MatrixF lk = gerf_log_features<float>(map, view.kf, view.scale, false);
     for (int64_t i = 0; i < lq.rows(); ++i) lq.row(i).array() = (lq.row(i).array() - lq.row(i).maxCoeff()).exp();
@@ -243,8 +270,8 @@ TEST_CASE("favorpp stays finite in float32 where one key shift per slice underfl
     const VectorF den = lq * lk.colwise().sum().transpose();
     old_zero += (den.array() == 0).count();
   }
-  // Observed: A* = −6.81; one slice-wide shift: 340 zero denominators in 8 trials × 512 rows; the
-  // estimator: no non-finite output.
+  // Observed: A* = −6.81; one slice-wide shift: 340 zero denominators in 8 trials × 512 rows; the float32
+  // formula and the estimator: no non-finite output.
   INFO("A* " << map.a << " zero denominators with one key shift " << old_zero << ", non-finite outputs " << bad);
   CHECK(old_zero > 0);
   CHECK(bad == 0);

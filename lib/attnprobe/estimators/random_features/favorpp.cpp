@@ -15,7 +15,8 @@
 // positive, so denominators can be ≤ 0 (shown only to make the point). A* needs all query–key pairs,
 // so there is no causal form. Cost O(n·M·(p + pv)) + O(n·p) for A* (+ O(n·p² + p³) for sderf);
 // float32 products, the fit (A*, G, eigendecomposition) in float64 because it is O(n·p) and sets one
-// number shared by every feature.
+// number shared by every feature. The estimate of a positive map is Performer's blocked float32 pass
+// (feature_attention.h: row blocks on the pool, never n × M).
 #include "attnprobe/estimators/random_features/favorpp.h"
 
 #include <fmt/format.h>
@@ -113,8 +114,16 @@ class Favorpp final : public Estimator {
  public:
   explicit Favorpp(FavorppParams params) : params_(std::move(params)) {}
 
+  // Positive maps take the blocked float32 forward Performer uses (feature_attention.h: row blocks on the
+  // pool, never n × M); the trigonometric branch is not positive and keeps favorpp_attention.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = favorpp_attention<float>(params_, view, ctx.key);
+    if (params_.gerf.sign < 0) {
+      out = favorpp_attention<float>(params_, view, ctx.key);
+      return;
+    }
+    const GerfMap map =
+        fit_gerf(params_.gerf, view.q, view.k, view.scale, params_.features, params_.orthogonal, ctx.key);
+    positive_feature_attention(gerf_feature_map_f32(map, view.scale), view.qf, view.kf, view.vf, ctx.pool, out);
   }
 
   // Â_ij = φ(q_i)·φ(k_j) / φ(q_i)·Σ_j′ φ(k_j′) with the fitted map of estimate() (same ω, same A), in

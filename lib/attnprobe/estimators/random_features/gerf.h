@@ -13,6 +13,7 @@
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/estimators/common/precision.h"
+#include "attnprobe/estimators/random_features/feature_attention.h"
 #include "attnprobe/rng/random_stream.h"
 
 namespace attnprobe {
@@ -73,6 +74,10 @@ GerfMap hyperbolic_map(const MatrixD& omegas);
 /// the rescale g. √scale and g are folded into the M × p projections, so x is read once and not copied.
 template <typename S>
 MatrixT<S> gerf_log_features(const GerfMap& map, const MatrixT<S>& x, double scale, bool query);
+
+/// A positive map (sign +1) in the form of the blocked float32 forward (feature_attention.h): w^Q and w^K
+/// the projections with √s·g folded in, c_m the offsets, h = ½·s·g_K² (one number when g_K is all ones).
+PositiveFeatureMapF gerf_feature_map_f32(const GerfMap& map, double scale);
 
 /// Exponentiates log-features under shifts that cancel: keys get one shift per feature, the column
 /// maximum c_m of key_log (n′ × M), and queries carry it: query_log (n × M) becomes exp(Q + c − c_i) with

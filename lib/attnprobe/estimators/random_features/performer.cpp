@@ -9,20 +9,19 @@
 // already accumulated are rescaled when c_m grows, as in online softmax), and queries carry c_m and
 // take out their own row maximum, so every key sum and every query row holds a 1 and the float32
 // denominator is ≥ 1 (one shift per slice underflowed it). Key chunks and query blocks run on the
-// context's pool; the chunking depends on n only, so every thread count gives the same bits.
+// context's pool; the chunking depends on n only, so every thread count gives the same bits. That
+// pass is feature_attention.h's, shared with favorpp.
 // Backward of L = ⟨G, out⟩ with the same ω (a_i = query features, N_i = a_i·KV, D_i = a_i·Σ_j φ(k_j)):
 //   ∂L/∂a_im = (g_i·kv_m − (g_i·out_i)·ks_m)/D_i,  ∇_q_i = √s·Σ_m a_im·∂L/∂a_im·ω_m,
 //   ∇_V = Φ_K·Σ_i (a_i/D_i)ᵀ g_i;  O(n·M·(p + pv)), float64.
 #include <cmath>
-#include <functional>
 #include <limits>
 
 #include "attnprobe/common/error.h"
-#include "attnprobe/common/parallel.h"
+#include "attnprobe/estimators/random_features/feature_attention.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/random_features/performer_params.h"
 #include "attnprobe/estimators/registry.h"
-#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 namespace {
@@ -31,78 +30,16 @@ class Performer final : public Estimator {
  public:
   explicit Performer(PerformerParams params) : features_(params.features), orthogonal_(params.orthogonal) {}
 
-  // The forward pass of a sweep and `bench`: float32, blocked over rows, never n × M (see the header).
+  // The forward pass of a sweep and `bench`: float32, blocked over rows, never n × M
+  // (feature_attention.h; √s folded into the projections: ω·q̃ = (√s·ω)·q).
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return estimate_causal(view, ctx, out);
-    const int64_t n = view.n(), keys = view.kf.rows(), pv = view.pv(), m = features_;
-    // √s folded into the projections: ω·q̃ = (√s·ω)·q.
-    const MatrixF w = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key)).cast<float>();
-    const MatrixF w_t = w.transpose();  // p × M, for the tile products (exact/tile_product.h)
-    const float half_scale = static_cast<float>(0.5 * view.scale);
-
-    // Keys: a fixed number of contiguous chunks (a function of the key count only, so the sums do not
-    // depend on the thread count), each reduced block by block with an online per-feature maximum.
-    const int64_t chunk_count = std::min<int64_t>(kKeyChunks, (keys + kRowBlock - 1) / kRowBlock);
-    const int64_t chunk_rows = (keys + chunk_count - 1) / chunk_count;
-    std::vector<KeySums> chunks(chunk_count);
-    for_each_index(ctx.pool, chunk_count, [&](int64_t c) {
-      KeySums& sums = chunks[c];
-      sums.max = RowVectorF::Constant(m, -std::numeric_limits<float>::infinity());
-      sums.kv = MatrixD::Zero(m, pv);
-      sums.sum = RowVectorD::Zero(m);
-      MatrixF& logits = workspace().logits;
-      MatrixF& block_kv = workspace().block_kv;
-      MatrixF& logits_t = workspace().logits_t;
-      const int64_t end = std::min(keys, (c + 1) * chunk_rows);
-      for (int64_t j0 = c * chunk_rows; j0 < end; j0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, end - j0);
-        tile_product(view.kf.middleRows(j0, rows), w_t, logits);  // rows × M
-        logits.colwise() -= half_scale * view.kf.middleRows(j0, rows).rowwise().squaredNorm();
-        const RowVectorF block_max = logits.colwise().maxCoeff();
-        for (int64_t f = 0; f < m; ++f)
-          if (block_max(f) > sums.max(f)) {
-            // exp(−inf) = 0 for the first block; the sums are 0 then anyway.
-            const double rescale = std::exp(static_cast<double>(sums.max(f)) - block_max(f));
-            sums.kv.row(f) *= rescale;
-            sums.sum(f) *= rescale;
-            sums.max(f) = block_max(f);
-          }
-        logits.rowwise() -= sums.max;
-        logits = logits.array().exp();  // in place: exp of a rowwise() expression ran glibc's scalar expf (17%)
-        logits_t = logits.transpose();
-        tile_product(logits_t, view.vf.middleRows(j0, rows), block_kv);  // M × pv
-        sums.kv += block_kv.cast<double>();
-        sums.sum += logits.colwise().sum().cast<double>();
-      }
-    });
-    // Chunks merged in their order under the overall per-feature maximum c_m.
-    RowVectorF shift = chunks[0].max;
-    for (const KeySums& sums : chunks) shift = shift.cwiseMax(sums.max);
-    MatrixD kv = MatrixD::Zero(m, pv);
-    RowVectorD key_sum = RowVectorD::Zero(m);
-    for (const KeySums& sums : chunks) {
-      const RowVectorD rescale = (sums.max - shift).cast<double>().array().exp();
-      kv += rescale.transpose().asDiagonal() * sums.kv;
-      key_sum += sums.sum.cwiseProduct(rescale);
-    }
-    const MatrixF kv_f = kv.cast<float>();
-    const VectorF key_sum_f = key_sum.transpose().cast<float>();
-
-    // Queries: ‖q̃‖²/2 and M^{-1/2} cancel in the ratio; the keys' c_m is carried over and each row's own
-    // maximum taken out, so every row holds a 1 and every key sum is ≥ 1: the denominator is ≥ 1.
-    out.resize(n, pv);
-    for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
-      const int64_t i0 = b * kRowBlock, rows = std::min(kRowBlock, n - i0);
-      MatrixF& logits = workspace().logits;
-      tile_product(view.qf.middleRows(i0, rows), w_t, logits);  // rows × M
-      logits.rowwise() += shift;
-      const VectorF row_max = logits.rowwise().maxCoeff();  // evaluated first: the update below aliases
-      logits.colwise() -= row_max;
-      logits = logits.array().exp();
-      out.middleRows(i0, rows).setZero();
-      tile_product_add(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
-      out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
-    });
+    PositiveFeatureMapF map;
+    map.query_t =
+        (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key)).cast<float>().transpose();
+    map.key_t = map.query_t;
+    map.key_square_weight = static_cast<float>(0.5 * view.scale);
+    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out);
   }
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -146,12 +83,10 @@ class Performer final : public Estimator {
     return 2.0 * 2.0 * n * features_ * p + 2.0 * 2.0 * n * features_ * pv;
   }
 
-  // estimate(): ω (M × p), the chunks' sums (≤ 8 × M × pv, float64) and per thread one block of
-  // features (256 × M) and one M × pv product, float32 (the output is the caller's). backward() forms
-  // the n × M features in float64.
-  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    const double m = static_cast<double>(features_);
-    return 8.0 * (m * p + (kKeyChunks + 1) * m * (pv + 1)) + 4.0 * (kRowBlock * m + m * pv);
+  // estimate(): ω (M × p, float64) and the blocked forward's buffers (feature_attention.h; the output is
+  // the caller's). backward() forms the n × M features in float64.
+  double memory_bytes(int64_t, int64_t p, int64_t pv) const override {
+    return 8.0 * features_ * p + positive_feature_attention_bytes(features_, p, pv);
   }
 
   // The causal form (mask = causal): S_i = Σ_{j≤i} φ(k_j)ᵀv_j and z_i = Σ_{j≤i} φ(k_j), one token at a
@@ -194,25 +129,7 @@ class Performer final : public Estimator {
   }
 
  private:
-  static constexpr int64_t kRowBlock = 256;  ///< rows per block: 256 × M floats stay in L2
-  static constexpr int64_t kKeyChunks = 8;   ///< key chunks reduced independently (threads), merged in order
-
-  /// One chunk's key sums under its own per-feature maximum: Σ_j exp(L_jm − max_m)·v_j and Σ_j exp(L_jm − max_m).
-  struct KeySums {
-    RowVectorF max;  ///< M
-    MatrixD kv;      ///< M × pv
-    RowVectorD sum;  ///< M
-  };
-  /// Per-thread buffers kept between calls (no allocation once they have their size).
-  struct Workspace {
-    MatrixF logits;    ///< rows × M
-    MatrixF block_kv;  ///< M × pv
-    MatrixF logits_t;  ///< M × rows
-  };
-  static Workspace& workspace() {
-    thread_local Workspace w;
-    return w;
-  }
+  static constexpr int64_t kRowBlock = 256;  ///< causal form: rows of log-features formed at once
 
   struct Forward {
     MatrixD omegas;          ///< M × p

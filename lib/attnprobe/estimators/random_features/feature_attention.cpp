@@ -1,0 +1,124 @@
+#include "attnprobe/estimators/random_features/feature_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attnprobe/exact/tile_product.h"
+
+namespace attnprobe {
+namespace {
+
+constexpr int64_t kRowBlock = 256;  ///< rows per block: 256 × M floats stay in L2
+constexpr int64_t kKeyChunks = 8;   ///< key chunks reduced independently (threads), merged in order
+
+/// One chunk's key sums under its own per-feature maximum: Σ_j exp(L_jm − max_m)·v_j and Σ_j exp(L_jm − max_m).
+struct KeySums {
+  RowVectorF max;  ///< M
+  MatrixD kv;      ///< M × pv
+  RowVectorD sum;  ///< M
+};
+
+/// Per-thread buffers kept between calls (no allocation once they have their size).
+struct Workspace {
+  MatrixF logits;    ///< rows × M
+  MatrixF block_kv;  ///< M × pv
+  MatrixF logits_t;  ///< M × rows
+};
+Workspace& workspace() {
+  thread_local Workspace w;
+  return w;
+}
+
+// logits (rows × M) −= Σ_l h_l·k_l² of each key row.
+void subtract_key_squares(const PositiveFeatureMapF& map, const MatrixF& k, int64_t j0, int64_t rows,
+                          MatrixF& logits) {
+  if (map.key_square_weights.size() == 0) {
+    logits.colwise() -= map.key_square_weight * k.middleRows(j0, rows).rowwise().squaredNorm();
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    logits.row(r).array() -= (k.row(j0 + r).array().square() * map.key_square_weights.array()).sum();
+}
+
+}  // namespace
+
+void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q, const MatrixF& k, const MatrixF& v,
+                                ThreadPool* pool, MatrixF& out) {
+  const int64_t n = q.rows(), keys = k.rows(), pv = v.cols(), m = map.key_t.cols();
+  const bool offsets = map.offsets.size() > 0;
+
+  // Keys: a fixed number of contiguous chunks (a function of the key count only, so the sums do not
+  // depend on the thread count), each reduced block by block with an online per-feature maximum.
+  const int64_t chunk_count = std::min<int64_t>(kKeyChunks, (keys + kRowBlock - 1) / kRowBlock);
+  const int64_t chunk_rows = (keys + chunk_count - 1) / chunk_count;
+  std::vector<KeySums> chunks(chunk_count);
+  for_each_index(pool, chunk_count, [&](int64_t c) {
+    KeySums& sums = chunks[c];
+    sums.max = RowVectorF::Constant(m, -std::numeric_limits<float>::infinity());
+    sums.kv = MatrixD::Zero(m, pv);
+    sums.sum = RowVectorD::Zero(m);
+    MatrixF& logits = workspace().logits;
+    MatrixF& block_kv = workspace().block_kv;
+    MatrixF& logits_t = workspace().logits_t;
+    const int64_t end = std::min(keys, (c + 1) * chunk_rows);
+    for (int64_t j0 = c * chunk_rows; j0 < end; j0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, end - j0);
+      tile_product(k.middleRows(j0, rows), map.key_t, logits);  // rows × M
+      if (offsets) logits.rowwise() += map.offsets;
+      subtract_key_squares(map, k, j0, rows, logits);
+      const RowVectorF block_max = logits.colwise().maxCoeff();
+      for (int64_t f = 0; f < m; ++f)
+        if (block_max(f) > sums.max(f)) {
+          // exp(−inf) = 0 for the first block; the sums are 0 then anyway.
+          const double rescale = std::exp(static_cast<double>(sums.max(f)) - block_max(f));
+          sums.kv.row(f) *= rescale;
+          sums.sum(f) *= rescale;
+          sums.max(f) = block_max(f);
+        }
+      logits.rowwise() -= sums.max;
+      logits = logits.array().exp();  // in place: exp of a rowwise() expression ran glibc's scalar expf (17%)
+      logits_t = logits.transpose();
+      tile_product(logits_t, v.middleRows(j0, rows), block_kv);  // M × pv
+      sums.kv += block_kv.cast<double>();
+      sums.sum += logits.colwise().sum().cast<double>();
+    }
+  });
+  // Chunks merged in their order under the overall per-feature maximum.
+  RowVectorF shift = chunks[0].max;
+  for (const KeySums& sums : chunks) shift = shift.cwiseMax(sums.max);
+  MatrixD kv = MatrixD::Zero(m, pv);
+  RowVectorD key_sum = RowVectorD::Zero(m);
+  for (const KeySums& sums : chunks) {
+    const RowVectorD rescale = (sums.max - shift).cast<double>().array().exp();
+    kv += rescale.transpose().asDiagonal() * sums.kv;
+    key_sum += sums.sum.cwiseProduct(rescale);
+  }
+  const MatrixF kv_f = kv.cast<float>();
+  const VectorF key_sum_f = key_sum.transpose().cast<float>();
+  // The queries carry the keys' shift (and c_m); each row's own maximum is taken out.
+  if (offsets) shift += map.offsets;
+
+  out.resize(n, pv);
+  for_each_index(pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
+    const int64_t i0 = b * kRowBlock, rows = std::min(kRowBlock, n - i0);
+    MatrixF& logits = workspace().logits;
+    tile_product(q.middleRows(i0, rows), map.query_t, logits);  // rows × M
+    logits.rowwise() += shift;
+    const VectorF row_max = logits.rowwise().maxCoeff();  // evaluated first: the update below aliases
+    logits.colwise() -= row_max;
+    logits = logits.array().exp();
+    out.middleRows(i0, rows).setZero();
+    tile_product_add(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
+    out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
+  });
+}
+
+// ω-sized maps (2 × p × M), the chunks' sums (≤ 8 × M × (pv + 1), float64, and their merge) and per
+// thread one block of features (256 × M, and its transpose) and one M × pv product, float32.
+double positive_feature_attention_bytes(int64_t features, int64_t p, int64_t pv) {
+  const double m = static_cast<double>(features);
+  return 4.0 * 2 * m * p + 8.0 * (kKeyChunks + 1) * m * (pv + 1) + 4.0 * (2 * kRowBlock * m + m * pv);
+}
+
+}  // namespace attnprobe
