@@ -31,8 +31,7 @@ Workspace& workspace() {
 }
 
 // logits (rows × M) −= Σ_l h_l·k_l² of each key row.
-void subtract_key_squares(const PositiveFeatureMapF& map, const MatrixF& k, int64_t j0, int64_t rows,
-                          MatrixF& logits) {
+void subtract_key_squares(const PositiveFeatureMapF& map, const MatrixF& k, int64_t j0, int64_t rows, MatrixF& logits) {
   if (map.key_square_weights.size() == 0) {
     logits.colwise() -= map.key_square_weight * k.middleRows(j0, rows).rowwise().squaredNorm();
     return;
