@@ -207,3 +207,18 @@ TEST_CASE("scatterbrain supports: windows, blocks, sortLSH and SMYRF clusters", 
     CHECK(gap < 1e-12);
   }
 }
+
+TEST_CASE("scatterbrain gives the same bits with any pool on every query-chunk path", "[scatterbrain][threads]") {
+  // The registry-wide test covers the registered variants; these are the other chunk paths: the empty
+  // support (w = 0), one SMYRF round (chunks per cluster, like sortlsh) and several (merged serially),
+  // with n = 700 spanning several 256-row feature blocks and all 8 key groups.
+  const HeadView view = synth_slice(700, 16, 0.6, 31);
+  for (const std::string spec : {"scatterbrain(w=0)", "scatterbrain(sparse=smyrf,w=24,rounds=1)",
+                                 "scatterbrain(sparse=smyrf,w=24,rounds=3)", "scatterbrain(sparse=block,w=40,ext=5)"}) {
+    INFO(spec);
+    const PooledEstimates runs = estimate_with_pools(spec, view, make_random_key(2, spec, 0));
+    CHECK(runs.alone.allFinite());
+    CHECK(runs.alone == runs.one_thread);
+    CHECK(runs.alone == runs.two_threads);
+  }
+}

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/random_features/features.h"
@@ -168,21 +170,35 @@ PositiveFeatureMapF gerf_feature_map_f32(const GerfMap& map, double scale) {
 }
 
 template <typename S>
-void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift) {
-  const RowVectorT<S> column_max = key_log.colwise().maxCoeff();
-  key_log.array().rowwise() -= column_max.array();
-  key_log = key_log.array().exp();
-  query_log.rowwise() += column_max;
+void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift, ThreadPool* pool) {
+  constexpr int64_t kBlock = 256;
+  auto blocks = [&](const MatrixT<S>& x) { return (x.rows() + kBlock - 1) / kBlock; };
+  auto rows_of = [&](MatrixT<S>& x, int64_t b) {
+    return x.middleRows(b * kBlock, std::min(kBlock, x.rows() - b * kBlock));
+  };
+  std::vector<RowVectorT<S>> block_max(blocks(key_log));
+  for_each_index(pool, blocks(key_log), [&](int64_t b) { block_max[b] = rows_of(key_log, b).colwise().maxCoeff(); });
+  RowVectorT<S> column_max = RowVectorT<S>::Constant(key_log.cols(), -std::numeric_limits<S>::infinity());
+  for (const RowVectorT<S>& m : block_max) column_max = column_max.cwiseMax(m);
+  for_each_index(pool, blocks(key_log), [&](int64_t b) {
+    auto rows = rows_of(key_log, b);
+    rows.array().rowwise() -= column_max.array();
+    rows = rows.array().exp();
+  });
   if (query_shift) query_shift->resize(query_log.rows());
-  for (int64_t i = 0; i < query_log.rows(); ++i) {
-    const S row_max = query_log.row(i).maxCoeff();
-    if (query_shift) (*query_shift)(i) = static_cast<double>(row_max);
-    query_log.row(i).array() = (query_log.row(i).array() - row_max).exp();
-  }
+  for_each_index(pool, blocks(query_log), [&](int64_t b) {
+    for (int64_t i = b * kBlock; i < std::min(query_log.rows(), (b + 1) * kBlock); ++i) {
+      auto row = query_log.row(i);
+      row += column_max;
+      const S row_max = row.maxCoeff();
+      if (query_shift) (*query_shift)(i) = static_cast<double>(row_max);
+      row.array() = (row.array() - row_max).exp();
+    }
+  });
 }
 
-template void exponentiate_features<float>(MatrixT<float>&, MatrixT<float>&, VectorD*);
-template void exponentiate_features<double>(MatrixT<double>&, MatrixT<double>&, VectorD*);
+template void exponentiate_features<float>(MatrixT<float>&, MatrixT<float>&, VectorD*, ThreadPool*);
+template void exponentiate_features<double>(MatrixT<double>&, MatrixT<double>&, VectorD*, ThreadPool*);
 
 template MatrixT<float> gerf_log_features<float>(const GerfMap&, const MatrixT<float>&, double, bool);
 template MatrixT<double> gerf_log_features<double>(const GerfMap&, const MatrixT<double>&, double, bool);

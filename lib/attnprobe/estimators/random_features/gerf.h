@@ -84,8 +84,10 @@ PositiveFeatureMapF gerf_feature_map_f32(const GerfMap& map, double scale);
 /// c_i its row maximum, key_log becomes exp(K − c), so φ(q_i)·φ(k_j) = e^{c_i}·Q̃_i·K̃_j. Every key column
 /// and every query row holds a 1, so Σ_m Q̃_im·Σ_j K̃_jm ≥ 1: float32 cannot underflow a denominator to 0
 /// (one shift per slice did, at p = 8 where A* is very negative and A‖ω‖² spreads the features over ~100
-/// nats). query_shift (optional) receives c_i.
+/// nats). query_shift (optional) receives c_i. Fixed row blocks run on the pool when one is given (the
+/// maxima are exact, so the result does not depend on it).
 template <typename S>
-void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift = nullptr);
+void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* query_shift = nullptr,
+                           ThreadPool* pool = nullptr);
 
 }  // namespace attnprobe

@@ -74,11 +74,12 @@ struct Groupings {
   std::vector<std::vector<int64_t>> query_group, key_group;
 };
 
-Groupings hashed_groupings(const ScatterbrainParams& params, const HeadView& view, RandomKey key) {
+Groupings hashed_groupings(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
+                           ThreadPool* pool = nullptr) {
   Groupings out;
   const int64_t w = params.width;
   if (params.sparse == SbSupport::kSortLsh) {
-    const SortLshBlocks blocks = sort_lsh_blocks(view.q, view.k, 7, w, BucketOrder::kGray, key);
+    const SortLshBlocks blocks = sort_lsh_blocks(view.q, view.k, 7, w, BucketOrder::kGray, key, pool);
     out.query_group.push_back(blocks.query_block);
     out.key_group.push_back(blocks.key_block);
     return out;
@@ -170,20 +171,44 @@ struct RowSums {
 template <typename S>
 class ScatterbrainRun {
  public:
-  ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key)
+  ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key, ThreadPool* pool)
       : view_(view), data_(slice_data<S>(view)), n_(view.n()), pv_(view.pv()) {
     const GerfMap map = scatterbrain_features(params, view, key);
-    query_features_ = gerf_log_features<S>(map, data_.q, view.scale, true);   // n × M
-    key_features_ = gerf_log_features<S>(map, data_.k, view.scale, false);    // n × M
-    exponentiate_features<S>(query_features_, key_features_, &query_shift_);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
-    // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64, in row chunks (no n × M float64 temporary).
-    kv_.setZero(key_features_.cols(), pv_);
-    key_sum_.setZero(key_features_.cols());
-    for (int64_t r0 = 0; r0 < n_; r0 += kChunk) {
-      const int64_t rows = std::min(kChunk, n_ - r0);
-      const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
-      kv_.noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
-      key_sum_ += chunk.colwise().sum().transpose();
+    const int64_t m = map.projections.rows();
+    // The n × M log-features in fixed row blocks on the pool (the bits do not depend on the thread count).
+    query_features_.resize(n_, m);
+    key_features_.resize(n_, m);
+    const int64_t feature_blocks = (n_ + kFeatureRows - 1) / kFeatureRows;
+    for_each_index(pool, feature_blocks, [&](int64_t b) {
+      const int64_t r0 = b * kFeatureRows, rows = std::min(kFeatureRows, n_ - r0);
+      query_features_.middleRows(r0, rows) =
+          gerf_log_features<S>(map, MatrixT<S>(data_.q.middleRows(r0, rows)), view.scale, true);
+      key_features_.middleRows(r0, rows) =
+          gerf_log_features<S>(map, MatrixT<S>(data_.k.middleRows(r0, rows)), view.scale, false);
+    });
+    // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
+    exponentiate_features<S>(query_features_, key_features_, &query_shift_, pool);
+    // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64: 64-row chunks (no n × M float64 temporary) summed within
+    // 8 fixed groups of keys on the pool, the groups added in order.
+    const int64_t group_count = std::min<int64_t>(kKeyGroups, (n_ + kChunk - 1) / kChunk);
+    const int64_t group_rows = ((n_ + group_count - 1) / group_count + kChunk - 1) / kChunk * kChunk;
+    std::vector<MatrixD> group_kv(group_count);
+    std::vector<VectorD> group_sum(group_count);
+    for_each_index(pool, group_count, [&](int64_t g) {
+      group_kv[g].setZero(m, pv_);
+      group_sum[g].setZero(m);
+      for (int64_t r0 = g * group_rows; r0 < std::min(n_, (g + 1) * group_rows); r0 += kChunk) {
+        const int64_t rows = std::min(kChunk, n_ - r0);
+        const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
+        group_kv[g].noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
+        group_sum[g] += chunk.colwise().sum().transpose();
+      }
+    });
+    kv_.setZero(m, pv_);
+    key_sum_.setZero(m);
+    for (int64_t g = 0; g < group_count; ++g) {
+      kv_ += group_kv[g];
+      key_sum_ += group_sum[g];
     }
   }
 
@@ -241,6 +266,8 @@ class ScatterbrainRun {
   }
 
   static constexpr int64_t kChunk = 64;
+  static constexpr int64_t kFeatureRows = 256;  ///< rows of log-features formed at once
+  static constexpr int64_t kKeyGroups = 8;      ///< key groups summed apart (threads), added in order
 
  private:
   const HeadView& view_;
@@ -262,20 +289,28 @@ std::vector<int64_t> index_range(int64_t begin, int64_t end) {
 
 template <typename S>
 MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                  VectorD* log_denominator) {
+                                  VectorD* log_denominator, ThreadPool* pool) {
   using Run = ScatterbrainRun<S>;
   const int64_t n = view.n(), w = params.width, chunk = Run::kChunk;
-  const Run run(params, view, key);
+  const Run run(params, view, key, pool);
   MatrixT<S> out(n, view.pv());
   if (log_denominator) log_denominator->resize(n);
   RowSums sums;
   auto always = [](int64_t, int64_t) { return true; };
+  // Chunks of queries, each finished on its own (it writes only its rows), on the pool.
+  auto for_each_chunk = [&](int64_t count, const auto& add_pairs) {
+    for_each_index(pool, count, [&](int64_t c) {
+      thread_local RowSums chunk_sums;
+      const std::vector<int64_t> queries = add_pairs(c, chunk_sums);
+      run.finish(queries, chunk_sums, out, log_denominator);
+    });
+  };
   if (w == 0) {  // empty support: Performer
-    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-      const std::vector<int64_t> queries = index_range(r0, std::min(n, r0 + chunk));
-      run.start(queries, sums);
-      run.finish(queries, sums, out, log_denominator);
-    }
+    for_each_chunk((n + chunk - 1) / chunk, [&](int64_t c, RowSums& chunk_sums) {
+      const std::vector<int64_t> queries = index_range(c * chunk, std::min(n, (c + 1) * chunk));
+      run.start(queries, chunk_sums);
+      return queries;
+    });
     return out;
   }
   switch (params.sparse) {
@@ -283,17 +318,22 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
     case SbSupport::kBlock: {
       // Chunks of consecutive queries (within one block for `block`) against the union of their windows.
       const int64_t step = params.sparse == SbSupport::kBlock ? std::min(chunk, w) : chunk;
+      std::vector<int64_t> starts;  // chunk c: queries [starts[c], starts[c + 1])
       for (int64_t r0 = 0; r0 < n;) {
-        int64_t r1 = std::min(n, r0 + step), k0, k1;
-        if (params.sparse == SbSupport::kLocal) {
+        starts.push_back(r0);
+        r0 = params.sparse == SbSupport::kBlock ? std::min({n, r0 + step, (r0 / w + 1) * w}) : std::min(n, r0 + step);
+      }
+      starts.push_back(n);
+      for_each_chunk(static_cast<int64_t>(starts.size()) - 1, [&](int64_t c, RowSums& chunk_sums) {
+        const int64_t r0 = starts[c], r1 = starts[c + 1];
+        int64_t k0, k1;
+        if (params.sparse == SbSupport::kLocal)
           k0 = r0 - w / 2, k1 = r1 - 1 + (w + 1) / 2;
-        } else {
-          r1 = std::min(r1, (r0 / w + 1) * w);
+        else
           k0 = (r0 / w) * w - params.ext, k1 = (r0 / w + 1) * w + params.ext;
-        }
         k0 = std::max<int64_t>(0, k0), k1 = std::min(n, k1);
         const std::vector<int64_t> queries = index_range(r0, r1), keys = index_range(k0, k1);
-        run.start(queries, sums);
+        run.start(queries, chunk_sums);
         if (params.sparse == SbSupport::kLocal)
           run.add_group(
               queries, keys,
@@ -301,18 +341,17 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
                 const int64_t i = r0 + r, j = k0 + u;
                 return j >= i - w / 2 && j < i + (w + 1) / 2;
               },
-              sums);
+              chunk_sums);
         else
-          run.add_group(queries, keys, always, sums);
-        run.finish(queries, sums, out, log_denominator);
-        r0 = r1;
-      }
+          run.add_group(queries, keys, always, chunk_sums);
+        return queries;
+      });
       break;
     }
     case SbSupport::kSortLsh:
     case SbSupport::kSmyrf: {
       // Each round's groups share their keys; a pair met in an earlier round is not counted again.
-      const Groupings groupings = hashed_groupings(params, view, key);
+      const Groupings groupings = hashed_groupings(params, view, key, pool);
       const int64_t rounds = static_cast<int64_t>(groupings.query_group.size());
       const int64_t groups = (n + w - 1) / w;
       std::vector<std::vector<std::vector<int64_t>>> query_members(rounds), key_members(rounds);
@@ -323,16 +362,18 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
         for (int64_t j = 0; j < n; ++j) key_members[h][groupings.key_group[h][j]].push_back(j);
       }
       if (rounds == 1) {  // sortlsh, or smyrf with one round: each query meets one group, finish per chunk
-        for (int64_t g = 0; g < groups; ++g) {
+        std::vector<std::pair<int64_t, int64_t>> chunks;  // (group, first member)
+        for (int64_t g = 0; g < groups; ++g)
+          for (size_t c0 = 0; c0 < query_members[0][g].size(); c0 += chunk) chunks.emplace_back(g, c0);
+        for_each_chunk(static_cast<int64_t>(chunks.size()), [&](int64_t c, RowSums& chunk_sums) {
+          const auto [g, c0] = chunks[c];
           const auto& members = query_members[0][g];
-          for (size_t c0 = 0; c0 < members.size(); c0 += chunk) {
-            const std::vector<int64_t> queries(members.begin() + c0,
-                                               members.begin() + std::min(members.size(), c0 + chunk));
-            run.start(queries, sums);
-            run.add_group(queries, key_members[0][g], always, sums);
-            run.finish(queries, sums, out, log_denominator);
-          }
-        }
+          const std::vector<int64_t> queries(members.begin() + c0,
+                                             members.begin() + std::min<int64_t>(members.size(), c0 + chunk));
+          run.start(queries, chunk_sums);
+          run.add_group(queries, key_members[0][g], always, chunk_sums);
+          return queries;
+        });
         break;
       }
       // Several rounds: every (round, group) once, against its keys gathered once, minus the pairs met in
@@ -384,9 +425,10 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
   return out;
 }
 
-template MatrixT<float> scatterbrain_attention<float>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*);
-template MatrixT<double> scatterbrain_attention<double>(const ScatterbrainParams&, const HeadView&, RandomKey,
-                                                        VectorD*);
+template MatrixT<float> scatterbrain_attention<float>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
+                                                      ThreadPool*);
+template MatrixT<double> scatterbrain_attention<double>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
+                                                        ThreadPool*);
 
 namespace {
 
@@ -395,7 +437,7 @@ class Scatterbrain final : public Estimator {
   explicit Scatterbrain(ScatterbrainParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = scatterbrain_attention<float>(params_, view, ctx.key);
+    out = scatterbrain_attention<float>(params_, view, ctx.key, nullptr, ctx.pool);
   }
 
   // Â_ij = e_ij/D̂_i on the support S_i and φ(q_i)·φ(k_j)/D̂_i off it, with D̂_i = Σ_{j∈S_i} e_ij +

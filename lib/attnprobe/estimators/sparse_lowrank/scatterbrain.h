@@ -39,9 +39,11 @@ SparseSupport scatterbrain_support(const ScatterbrainParams& params, const HeadV
 /// The feature map of `params` fitted to the slice (the same draws the estimator uses).
 GerfMap scatterbrain_features(const ScatterbrainParams& params, const HeadView& view, RandomKey key);
 
-/// n × pv estimate in precision S; log_denominator (optional) receives log D̂_i (float64).
+/// n × pv estimate in precision S; log_denominator (optional) receives log D̂_i (float64). The features
+/// and the query chunks run on the pool when one is given (all supports but multi-round smyrf, whose
+/// rounds merge into shared sums); the result does not depend on it.
 template <typename S>
 MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                  VectorD* log_denominator = nullptr);
+                                  VectorD* log_denominator = nullptr, ThreadPool* pool = nullptr);
 
 }  // namespace attnprobe
