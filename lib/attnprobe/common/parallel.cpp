@@ -1,6 +1,11 @@
 #include "attnprobe/common/parallel.h"
 
+#include <chrono>
+
 #include "attnprobe/common/error.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace attnprobe {
 
@@ -43,6 +48,19 @@ void ThreadPool::stop_and_join() {
 
 ThreadPool::~ThreadPool() { stop_and_join(); }
 
+template <typename Busy>
+void ThreadPool::spin_while(const Busy& busy) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicroseconds);
+  while (busy()) {
+    for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__)
+      _mm_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() > deadline) return;
+  }
+}
+
 void ThreadPool::run_items() {
   while (true) {
     int64_t item;
@@ -62,6 +80,7 @@ void ThreadPool::run_items() {
       if (!error_) error_ = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    unfinished_.fetch_sub(1, std::memory_order_release);
     if (++finished_items_ == job_count_) done_.notify_all();
   }
 }
@@ -69,15 +88,18 @@ void ThreadPool::run_items() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   while (true) {
+    spin_while([&] { return published_generation_.load(std::memory_order_acquire) == seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       ++busy_workers_;
+      unfinished_.fetch_add(1, std::memory_order_relaxed);
     }
     run_items();
     std::lock_guard<std::mutex> lock(mutex_);
+    unfinished_.fetch_sub(1, std::memory_order_release);
     if (--busy_workers_ == 0) done_.notify_all();
   }
 }
@@ -95,10 +117,12 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t)>&
     next_item_ = 0;
     finished_items_ = 0;
     error_ = nullptr;
-    ++generation_;
+    unfinished_.store(count, std::memory_order_relaxed);
+    published_generation_.store(++generation_, std::memory_order_release);
   }
   wake_.notify_all();
   run_items();
+  spin_while([&] { return unfinished_.load(std::memory_order_acquire) > 0; });
   std::exception_ptr error;
   {
     // Wait for every item and for every worker to have left run_items, so the next job

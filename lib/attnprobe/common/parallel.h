@@ -3,6 +3,7 @@
 // Work items are claimed dynamically, so results must never depend on which thread ran an
 // item: every caller writes item i's result to slot i, and randomness is keyed by the item's
 // logical index (docs/randomness.md, "Guarantees"). That is what makes `--threads 1` and `--threads 2` identical.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,13 @@ class ThreadPool {
   void worker_loop();
   void run_items();
   void stop_and_join();
+  /// Spins for at most kSpinMicroseconds while `busy()` holds, so that the next job (for a worker) or
+  /// the last item (for the caller) is usually met awake: a futex wake-up costs tens of microseconds on
+  /// these VMs, as much as a parallel region of a small slice, and one estimator call has several
+  /// regions back to back (key chunks, then query blocks).
+  template <typename Busy>
+  static void spin_while(const Busy& busy);
+  static constexpr int kSpinMicroseconds = 50;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -41,6 +49,8 @@ class ThreadPool {
   int64_t next_item_ = 0;
   int64_t finished_items_ = 0;
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> published_generation_{0};  ///< generation_, readable without the mutex (spinning)
+  std::atomic<int64_t> unfinished_{0};             ///< items not finished plus workers in run_items
   int busy_workers_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
