@@ -1,5 +1,6 @@
 // Exact attention: the float64 reference against an independent long-double loop, and the blocked
 // float32 path against the float64 reference (n = 4096 and awkward sizes), thread-count invariance.
+#include <atomic>
 #include <cmath>
 
 #include "attnprobe/exact/exact_attention.h"
@@ -137,6 +138,16 @@ TEST_CASE("key-chunked attention: bias, log-normalisers and bits for any thread 
   key_chunked_attention_f32(q.cast<float>(), k.cast<float>(), MatrixF(keys, 0), 0.3f, &bias_f, none, &log_norm_none);
   CHECK(none.cols() == 0);
   CHECK(log_norm_none == log_norm_one);
+  // Work run alongside the chunks (Nyström's pseudo-inverse): once, with or without a pool, and the
+  // attention is unchanged.
+  for (ThreadPool* with : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::atomic<int> runs{0};
+    MatrixF beside;
+    key_chunked_attention_f32(q.cast<float>(), k.cast<float>(), v.cast<float>(), 0.3f, &bias_f, beside, nullptr, with,
+                              [&] { ++runs; });
+    CHECK(runs == 1);
+    CHECK(beside == one);
+  }
 }
 
 TEST_CASE("extreme logits stay finite (the row max is subtracted)", "[exact]") {

@@ -167,13 +167,17 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
 }
 
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
-                               const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser, ThreadPool* pool) {
+                               const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser, ThreadPool* pool,
+                               const std::function<void()>& alongside) {
   const int64_t rows = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   const int64_t chunks = std::max<int64_t>(1, (keys + kKeyChunk - 1) / kKeyChunk);
   // Per chunk: the online-softmax state of every query row, combined below in chunk order.
   MatrixF chunk_max(chunks, rows), chunk_sum(chunks, rows);
   std::vector<MatrixF> chunk_acc(chunks);
-  for_each_index(pool, chunks, [&](int64_t chunk) {
+  const int64_t first_chunk = alongside ? 1 : 0;  // item 0 is `alongside`, when there is one
+  for_each_index(pool, first_chunk + chunks, [&](int64_t item) {
+    if (item < first_chunk) return alongside();
+    const int64_t chunk = item - first_chunk;
     const int64_t c0 = chunk * kKeyChunk, c1 = std::min(keys, c0 + kKeyChunk);
     chunk_max.row(chunk).setConstant(-std::numeric_limits<float>::infinity());
     chunk_sum.row(chunk).setZero();

@@ -9,6 +9,7 @@
 // Mask::kCausal: query i attends to keys j ≤ i only (needs keys ≥ n); keys past a block's last
 // query are never read, so row i depends on tokens 0..i alone, bit for bit.
 #include <algorithm>
+#include <functional>
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
@@ -41,9 +42,12 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
 /// fixed chunks of 1024, each an online softmax on the pool, combined in chunk order: a pool speeds it up
 /// although there is only one query block, and the bits do not depend on the thread count. v may have no
 /// columns (then only the normalisers are wanted). q: rows × p, k: keys × p (keys ≥ 1), v: keys × pv.
+/// `alongside`, when given, runs as one more item of the chunks' parallel region, the first one claimed
+/// (without a pool: before the chunks): serial work the caller needs next to this pass, such as
+/// Nyström's pseudo-inverse, then keeps one thread busy while the others take the chunks.
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
                                const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser = nullptr,
-                               ThreadPool* pool = nullptr);
+                               ThreadPool* pool = nullptr, const std::function<void()>& alongside = {});
 
 /// C = alpha·A·Bᵀ + beta·C (row-major, float) with Eigen's GEMM. Eigen rather than OpenBLAS: built
 /// with -march=native it uses AVX-512 wherever the CPU has it, while OpenBLAS picks its kernel from

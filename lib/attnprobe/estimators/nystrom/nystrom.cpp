@@ -77,9 +77,13 @@ class Nystrom final : public Estimator {
     const Landmarks marks = landmarks(view, ctx.pool);
     const float scale = static_cast<float>(view.scale);
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
+    // The L × L pseudo-inverse (a float64 eigensolver: most of the call at L = 256 and n ≤ 4096) is one
+    // more item of the K3·V pass, so a second thread takes key chunks meanwhile instead of waiting.
     MatrixF k3_v;  // L × pv
-    key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool);
-    const MatrixF values = pseudo_inverse(k2(view, marks)).apply(k3_v.cast<double>()).cast<float>();
+    PseudoInverse pinv;
+    key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool,
+                              [&] { pinv = pseudo_inverse(k2(view, marks)); });
+    const MatrixF values = pinv.apply(k3_v.cast<double>()).cast<float>();
     exact_attention_f32(view.qf, k_bar, values, scale, out, ctx.pool);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override { return compute(view); }
