@@ -47,8 +47,10 @@ struct KdeformerParams {
 };
 
 /// Unnormalised sampling weights w_j (n): vnorm ‖ṽ_j‖/σ² + 1/n; uniform 1; colnorm
-/// ‖(B∘(1−M^H))_{:,j}‖·‖ṽ_j‖ (O(n²·p) oracle). ṽ_j = [v_j, 1].
-std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks);
+/// ‖(B∘(1−M^H))_{:,j}‖·‖ṽ_j‖ (O(n²·p) oracle). ṽ_j = [v_j, 1]. vnorm's ṼᵀṼ is summed in fixed row groups
+/// on the pool when one is given (the result does not depend on it).
+std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks,
+                                      ThreadPool* pool = nullptr);
 
 /// n × pv estimate in precision S; log_denominator, blocks and pool as for hyper; weights (optional) receives w.
 template <typename S>

@@ -35,18 +35,28 @@ KdeformerParams KdeformerParams::from_spec(const Spec& spec) {
   return params;
 }
 
-std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks) {
+std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks,
+                                      ThreadPool* pool) {
   const int64_t n = view.n(), pv = view.pv();
   std::vector<double> weights(n, 1.0);
   if (probs == KdeProbs::kUniform) return weights;
   // ‖ṽ_j‖ and ṼᵀṼ = [VᵀV, Vᵀ1; 1ᵀV, n] from V itself: an n × (pv + 1) copy of Ṽ was 33 MiB at
   // n = 65536 (page faults), and VᵀV as a symmetric rank update is half a product (the eigensolver
-  // reads the lower triangle only).
+  // reads the lower triangle only). The rows go in 8 fixed groups on the pool, added in order.
   const VectorD v_norms = (view.v.rowwise().squaredNorm().array() + 1.0).sqrt();
   if (probs == KdeProbs::kVnorm) {
+    constexpr int64_t kGroups = 8;
+    const int64_t group_rows = (n + kGroups - 1) / kGroups;
+    std::vector<MatrixD> parts(kGroups);
+    for_each_index(pool, kGroups, [&](int64_t g) {
+      const int64_t r0 = std::min(n, g * group_rows), rows = std::min(n, r0 + group_rows) - r0;
+      parts[g] = MatrixD::Zero(pv + 1, pv + 1);
+      parts[g].topLeftCorner(pv, pv).selfadjointView<Eigen::Lower>().rankUpdate(
+          view.v.middleRows(r0, rows).transpose());
+      for (int64_t j = r0; j < r0 + rows; ++j) parts[g].row(pv).head(pv) += view.v.row(j);
+    });
     MatrixD gram = MatrixD::Zero(pv + 1, pv + 1);
-    gram.topLeftCorner(pv, pv).selfadjointView<Eigen::Lower>().rankUpdate(view.v.transpose());
-    for (int64_t j = 0; j < n; ++j) gram.row(pv).head(pv) += view.v.row(j);
+    for (const MatrixD& part : parts) gram += part;
     gram(pv, pv) = static_cast<double>(n);
     const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(gram);
     const double sigma2 = eigen.eigenvalues().maxCoeff();  // ≥ n > 0: the ones column alone gives n
@@ -78,9 +88,9 @@ namespace {
 
 // The residual samples t_u ∝ w (with replacement) and their weights c_u = 1/(m·P_{t_u}); `weights` receives w.
 void kdeformer_samples(const KdeformerParams& params, const HeadView& view, const SortLshBlocks& blocks, RandomKey key,
-                       std::vector<double>& weights, std::vector<int64_t>& samples,
-                       std::vector<double>& sample_weights) {
-  weights = kdeformer_weights(params.probs, view, blocks);
+                       std::vector<double>& weights, std::vector<int64_t>& samples, std::vector<double>& sample_weights,
+                       ThreadPool* pool = nullptr) {
+  weights = kdeformer_weights(params.probs, view, blocks, pool);
   double total = 0;
   for (double w : weights) total += w;
   samples.clear();
@@ -103,7 +113,7 @@ MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& vi
                    : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key, pool);
   std::vector<double> weights, sample_weights;
   std::vector<int64_t> samples;
-  kdeformer_samples(params, view, blocks, key, weights, samples, sample_weights);
+  kdeformer_samples(params, view, blocks, key, weights, samples, sample_weights, pool);
   if (weights_out) *weights_out = weights;
   MatrixT<S> out;
   block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, sample_weights, true, out, log_denominator,

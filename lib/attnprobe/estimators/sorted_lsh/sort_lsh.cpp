@@ -42,8 +42,12 @@ SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int6
     q_codes = lsh_codes(q, 1, bits, LshKind::kGauss, key, pool);
     k_codes = lsh_codes(k, 1, bits, LshKind::kGauss, key, pool);
   }
-  sort_into_blocks(q_codes, order, block, out.query_order, out.query_block);
-  sort_into_blocks(k_codes, order, block, out.key_order, out.key_block);
+  for_each_index(pool, 2, [&](int64_t side) {  // the two sorts are independent
+    if (side == 0)
+      sort_into_blocks(q_codes, order, block, out.query_order, out.query_block);
+    else
+      sort_into_blocks(k_codes, order, block, out.key_order, out.key_block);
+  });
   return out;
 }
 
