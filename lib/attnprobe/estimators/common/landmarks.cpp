@@ -21,12 +21,17 @@ std::vector<Segment> contiguous_segments(int64_t n, int64_t count) {
 MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments, ThreadPool* pool) {
   MatrixD out(static_cast<int64_t>(segments.size()), x.cols());
   // Row by row along contiguous memory: a colwise() reduction over the row-major block strided down
-  // every column (10% of a Nyström call at n = 4096).
-  for_each_index(pool, static_cast<int64_t>(segments.size()), [&](int64_t s) {
-    auto mean = out.row(s);
-    mean.setZero();
-    for (int64_t r = segments[s].start; r < segments[s].start + segments[s].length; ++r) mean += x.row(r);
-    mean /= static_cast<double>(segments[s].length);
+  // every column (10% of a Nyström call at n = 4096). Eight segments per pool item: a segment can be a
+  // handful of rows (L = 256), less work than claiming an item.
+  constexpr int64_t kSegmentsPerItem = 8;
+  const int64_t count = static_cast<int64_t>(segments.size());
+  for_each_index(pool, (count + kSegmentsPerItem - 1) / kSegmentsPerItem, [&](int64_t item) {
+    for (int64_t s = item * kSegmentsPerItem; s < std::min(count, (item + 1) * kSegmentsPerItem); ++s) {
+      auto mean = out.row(s);
+      mean.setZero();
+      for (int64_t r = segments[s].start; r < segments[s].start + segments[s].length; ++r) mean += x.row(r);
+      mean /= static_cast<double>(segments[s].length);
+    }
   });
   return out;
 }
