@@ -21,8 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-DEFAULT_SPECS = ["performer", "performer(M=256)", "lara", "linformer(d=256)", "nystrom", "nystrom(L=256)",
-                 "skeinformer(d=256)", "yoso", "vmean"]
+# Every estimator whose cost is linear in n (ra, yoso-e and linformer-jlt are O(n²) by design).
+DEFAULT_SPECS = ["performer", "performer(M=256)", "favorpp", "lara", "linformer(d=256)", "informer", "nystrom",
+                 "nystrom(L=256)", "skeinformer(d=256)", "yoso", "hyper", "kdeformer", "scatterbrain", "vmean"]
 
 
 def run_one(binary, spec, n, p, repeat):
