@@ -145,7 +145,8 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
                          ThreadPool* pool, Mask mask) {
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
-  const MatrixF scaled_keys_t = scale * k.transpose();  // p × keys, once per call (O(n·p) beside O(n²·p))
+  MatrixF scaled_keys_t;  // p × keys, once per call (O(n·p) beside O(n²·p))
+  transpose_scaled(k, scale, scaled_keys_t);
   const ScaledKeysT keys_t{scaled_keys_t.data(), keys, 0};
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
   auto run_block = [&](int64_t block) {
@@ -184,7 +185,7 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     MatrixF& acc = chunk_acc[chunk];
     acc.setZero(rows, pv);
     thread_local MatrixF chunk_keys_t;  // p × (c1 − c0): the chunk's keys, scaled and transposed once
-    chunk_keys_t = scale * k.middleRows(c0, c1 - c0).transpose();
+    transpose_scaled(k.middleRows(c0, c1 - c0), scale, chunk_keys_t);
     const ScaledKeysT keys_t{chunk_keys_t.data(), c1 - c0, c0};
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
       accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,

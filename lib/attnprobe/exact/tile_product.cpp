@@ -52,9 +52,62 @@ void tile_product_rows(int vecs, const float* e, int64_t lde, int64_t cols, cons
       return tile_product_block<kRows, 4>(e, lde, cols, x, ldx, out, ldo, last);
   }
 }
+
+// dst (16 × 16, leading dimension ldd) = scale·srcᵀ (16 × 16, lds): 16 rows in registers, pairs of rows
+// interleaved within 128-bit lanes (unpack ps), then pairs of pairs (unpack pd) — lane k of u[4i + j]
+// holds column 4k + j of rows 4i..4i+3 — then the lanes gathered across the four row groups.
+void transpose16(const float* src, int64_t lds, float scale, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = lo(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = hi(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = lo(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = hi(t[4 * i + 1], t[4 * i + 3]);
+  }
+  const __m512 factor = _mm512_set1_ps(scale);
+  for (int j = 0; j < 4; ++j) {
+    const __m512 even01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88),
+                 odd01 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    const __m512 even23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88),
+                 odd23 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    _mm512_storeu_ps(dst + j * ldd, _mm512_mul_ps(factor, _mm512_shuffle_f32x4(even01, even23, 0x88)));
+    _mm512_storeu_ps(dst + (4 + j) * ldd, _mm512_mul_ps(factor, _mm512_shuffle_f32x4(odd01, odd23, 0x88)));
+    _mm512_storeu_ps(dst + (8 + j) * ldd, _mm512_mul_ps(factor, _mm512_shuffle_f32x4(even01, even23, 0xdd)));
+    _mm512_storeu_ps(dst + (12 + j) * ldd, _mm512_mul_ps(factor, _mm512_shuffle_f32x4(odd01, odd23, 0xdd)));
+  }
+}
 #endif
 
 }  // namespace
+
+void transpose_scaled(ConstRowBlockF a, float scale, MatrixF& out) {
+  const int64_t rows = a.rows(), cols = a.cols(), lda = a.outerStride();
+  out.resize(cols, rows);
+  const float* src = a.data();
+  float* dst = out.data();
+  int64_t r0 = 0;
+#if defined(__AVX512F__)
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16) transpose16(src + r0 * lda + c0, lda, scale, dst + c0 * rows + r0, rows);
+    for (; c0 < cols; ++c0)
+      for (int64_t r = r0; r < r0 + 16; ++r) dst[c0 * rows + r] = scale * src[r * lda + c0];
+  }
+#endif
+  for (; r0 < rows; ++r0)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r0] = scale * src[r0 * lda + c];
+}
 
 void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                       int64_t width, float* out, int64_t ldo) {

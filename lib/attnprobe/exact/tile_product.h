@@ -25,4 +25,10 @@ using ConstRowBlockF = Eigen::Ref<const MatrixF, 0, Eigen::OuterStride<>>;
 /// made once per call, not per block).
 void tile_product(ConstRowBlockF a, ConstRowBlockF b, MatrixF& out);
 
+/// out = scale·aᵀ (a.cols() × a.rows(), resized): the transposed operand the tile products want (keys of
+/// a chunk, feature blocks). With AVX-512 in 16 × 16 register blocks; Eigen's transposed assignment
+/// gathered 4 floats at a time (~10% of a LARA or Nyström call). Each entry is one multiplication, as
+/// `scale * a.transpose()`: the same bits.
+void transpose_scaled(ConstRowBlockF a, float scale, MatrixF& out);
+
 }  // namespace attnprobe

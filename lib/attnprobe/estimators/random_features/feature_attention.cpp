@@ -77,7 +77,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
         }
       logits.rowwise() -= sums.max;
       logits = logits.array().exp();  // in place: exp of a rowwise() expression ran glibc's scalar expf (17%)
-      logits_t = logits.transpose();
+      transpose_scaled(logits, 1.0f, logits_t);
       tile_product(logits_t, v.middleRows(j0, rows), block_kv);  // M × pv
       sums.kv += block_kv.cast<double>();
       sums.sum += logits.colwise().sum().cast<double>();

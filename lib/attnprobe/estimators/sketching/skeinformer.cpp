@@ -47,7 +47,8 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
   const RowVectorF shift = log_norm.transpose().cast<float>();
   // Column norms ‖B_J[:, c]‖₂ per block of keys: B_J's block again (exp(logit − log-normaliser)), squared
   // and summed over the pilot rows in float64. Each column's sum has one owner: bits independent of the pool.
-  const MatrixF q_pilot_t = scale * q_pilot.transpose();  // p × d_eff, for the tile products
+  MatrixF q_pilot_t;  // p × d_eff, for the tile products
+  transpose_scaled(q_pilot, scale, q_pilot_t);
   std::vector<double> weights(n);
   constexpr int64_t kKeyBlock = 512;
   for_each_index(pool, (n + kKeyBlock - 1) / kKeyBlock, [&](int64_t block) {
@@ -82,7 +83,8 @@ class Skeinformer final : public Estimator {
     // Steps 4-5 on the selected columns, in independent blocks of kRowBlock query rows on the call's pool
     // (the n × |J′| logits are never formed; each row's products are GEMMs over its block, not GEMVs).
     const MatrixF k_sel = view.kf(columns, Eigen::all), v_sel = view.vf(columns, Eigen::all);
-    const MatrixF k_sel_t = scale * k_sel.transpose();  // p × |J′|: s·K_J′ᵀ for the tile products
+    MatrixF k_sel_t;  // p × |J′|: s·K_J′ᵀ for the tile products
+    transpose_scaled(k_sel, scale, k_sel_t);
     const int64_t selected = static_cast<int64_t>(columns.size());
     // Σ_j v_j in float64 along contiguous rows (a colwise() sum strides down the row-major columns).
     const RowVectorF v_total =
