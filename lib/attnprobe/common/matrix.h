@@ -13,4 +13,21 @@ using VectorD = Eigen::VectorXd;
 using RowVectorF = Eigen::RowVectorXf;
 using RowVectorD = Eigen::RowVectorXd;
 
+/// Column sums and maxima of a row-major block, accumulated row by row: Eigen's colwise() reductions
+/// walk down each column with the row stride, one scalar at a time (a column sum of Performer's 256 × 256
+/// feature block was 12% of its call); along the rows they vectorise. The sums add rows 0, 1, … in
+/// order, the order of the scalar walk: the same bits.
+template <typename Block>
+Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> column_sums(const Block& x) {
+  Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> out = x.row(0);
+  for (Eigen::Index r = 1; r < x.rows(); ++r) out += x.row(r);
+  return out;
+}
+template <typename Block>
+Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> column_max(const Block& x) {
+  Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> out = x.row(0);
+  for (Eigen::Index r = 1; r < x.rows(); ++r) out = out.cwiseMax(x.row(r));
+  return out;
+}
+
 }  // namespace attnprobe

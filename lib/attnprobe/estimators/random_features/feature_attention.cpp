@@ -66,7 +66,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
       tile_product(k.middleRows(j0, rows), map.key_t, logits);  // rows × M
       if (offsets) logits.rowwise() += map.offsets;
       subtract_key_squares(map, k, j0, rows, logits);
-      const RowVectorF block_max = logits.colwise().maxCoeff();
+      const RowVectorF block_max = column_max(logits);
       for (int64_t f = 0; f < m; ++f)
         if (block_max(f) > sums.max(f)) {
           // exp(−inf) = 0 for the first block; the sums are 0 then anyway.
@@ -80,7 +80,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
       transpose_scaled(logits, 1.0f, logits_t);
       tile_product(logits_t, v.middleRows(j0, rows), block_kv);  // M × pv
       sums.kv += block_kv.cast<double>();
-      sums.sum += logits.colwise().sum().cast<double>();
+      sums.sum += column_sums(logits).cast<double>();
     }
   });
   // Chunks merged in their order under the overall per-feature maximum.

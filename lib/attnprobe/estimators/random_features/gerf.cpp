@@ -187,7 +187,7 @@ void exponentiate_features(MatrixT<S>& query_log, MatrixT<S>& key_log, VectorD* 
     return x.middleRows(b * kBlock, std::min(kBlock, x.rows() - b * kBlock));
   };
   std::vector<RowVectorT<S>> block_max(blocks(key_log));
-  for_each_index(pool, blocks(key_log), [&](int64_t b) { block_max[b] = rows_of(key_log, b).colwise().maxCoeff(); });
+  for_each_index(pool, blocks(key_log), [&](int64_t b) { block_max[b] = column_max(rows_of(key_log, b)); });
   RowVectorT<S> column_max = RowVectorT<S>::Constant(key_log.cols(), -std::numeric_limits<S>::infinity());
   for (const RowVectorT<S>& m : block_max) column_max = column_max.cwiseMax(m);
   for_each_index(pool, blocks(key_log), [&](int64_t b) {

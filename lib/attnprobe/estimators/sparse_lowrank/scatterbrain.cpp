@@ -201,7 +201,7 @@ class ScatterbrainRun {
         const int64_t rows = std::min(kChunk, n_ - r0);
         const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
         group_kv[g].noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
-        group_sum[g] += chunk.colwise().sum().transpose();
+        group_sum[g] += column_sums(chunk).transpose();
       }
     });
     kv_.setZero(m, pv_);
