@@ -2,6 +2,7 @@
 // float32 path against the float64 reference (n = 4096 and awkward sizes), thread-count invariance.
 #include <atomic>
 #include <cmath>
+#include <limits>
 
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/exact/tile_product.h"
@@ -193,4 +194,20 @@ TEST_CASE("the tile kernel and the transpose agree with Eigen", "[exact]") {
     const MatrixF reference = 0.37f * a.middleRows(2, rows).transpose();
     CHECK(transposed == reference);
   }
+}
+
+TEST_CASE("column sums and maxima of row-major blocks equal Eigen's column reductions", "[exact]") {
+  // Row by row (vectorised) in the order of Eigen's scalar walk down a column: the same bits; and the
+  // empty block gives what an empty reduction gives.
+  const MatrixF x = random_matrix(37, 21, 70).cast<float>();
+  const RowVectorF sums = column_sums(x), maxima = column_max(x);
+  for (int64_t c = 0; c < x.cols(); ++c) {
+    float walk = x(0, c);
+    for (int64_t r = 1; r < x.rows(); ++r) walk += x(r, c);
+    CHECK(sums(c) == walk);
+    CHECK(maxima(c) == x.col(c).maxCoeff());
+  }
+  const MatrixF empty(0, 5);
+  CHECK(column_sums(empty) == RowVectorF::Zero(5));
+  CHECK((column_max(empty).array() == -std::numeric_limits<float>::infinity()).all());
 }

@@ -3,6 +3,7 @@
 // (Q, K: n × p, V: n × pv, outputs: n × pv). Row-major keeps score blocks and softmax rows
 // contiguous (a column-major row softmax at n = 4096 is ~10× slower, docs/performance.md).
 #include <Eigen/Dense>
+#include <limits>
 
 namespace attnprobe {
 
@@ -17,15 +18,20 @@ using RowVectorD = Eigen::RowVectorXd;
 /// walk down each column with the row stride, one scalar at a time (a column sum of Performer's 256 × 256
 /// feature block was 12% of its call); along the rows they vectorise. The sums add rows 0, 1, … in
 /// order, the order of the scalar walk: the same bits.
+/// With no rows: zeros and −inf, as Eigen's reductions of an empty column.
 template <typename Block>
 Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> column_sums(const Block& x) {
-  Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> out = x.row(0);
+  using Row = Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic>;
+  if (x.rows() == 0) return Row::Zero(x.cols());
+  Row out = x.row(0);
   for (Eigen::Index r = 1; r < x.rows(); ++r) out += x.row(r);
   return out;
 }
 template <typename Block>
 Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> column_max(const Block& x) {
-  Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> out = x.row(0);
+  using Row = Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic>;
+  if (x.rows() == 0) return Row::Constant(x.cols(), -std::numeric_limits<typename Block::Scalar>::infinity());
+  Row out = x.row(0);
   for (Eigen::Index r = 1; r < x.rows(); ++r) out = out.cwiseMax(x.row(r));
   return out;
 }
