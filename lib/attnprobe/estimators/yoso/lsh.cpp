@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 
@@ -49,16 +50,37 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
   if (kind == LshKind::kGauss) {
     const RandomStream stream(key, Purpose::kHashProjection);
     const MatrixD r = normal_rows(stream, static_cast<int64_t>(m) * tau, p);
-    // Row blocks keep the block × (m·τ) projections in cache (the whole n × (m·τ) matrix is 32 MiB at
-    // n = 16384, m = 32, τ = 8, and streaming it made hashing superlinear in n).
+    // A code is the signs of x·r_j, which float32 gets right except within its rounding of 0. So the
+    // projections run in float32 on the tile kernel, of rows scaled to unit norm (a sign ignores the scale,
+    // and float32 then cannot overflow), and every projection within a bound of 0 is taken again as the
+    // float64 dot product: |float32 − exact| ≤ (p + 2)·2⁻²⁴·‖r_j‖ for a unit row (the inputs' rounding and p
+    // multiply-adds), and the bound below is 4 times that. Codes are those of the float64 projections
+    // unless one lies within ~1e-16·‖x‖·‖r_j‖ of 0 (the float64 path's own rounding, as on the GPU); the
+    // float64 GEMM took a quarter of a YOSO call. Row blocks keep the block × (m·τ) projections in cache
+    // (the whole n × (m·τ) matrix is 32 MiB at n = 16384, m = 32, τ = 8; streaming it made hashing
+    // superlinear in n).
+    const int64_t width = r.rows();
+    const MatrixF r_t = r.cast<float>().transpose();  // p × (m·τ)
+    const VectorD near_zero = (4.0 * (p + 2) * std::ldexp(1.0, -24)) * r.rowwise().norm();
     const int64_t block = 256;
     for_each_index(pool, (n + block - 1) / block, [&](int64_t b) {
-      thread_local MatrixD projections;
+      thread_local MatrixF unit_rows, projections;
+      thread_local std::vector<double> signs;
       const int64_t r0 = b * block, rows = std::min(block, n - r0);
-      projections.resize(rows, r.rows());
-      projections.noalias() = x.middleRows(r0, rows) * r.transpose();
-      for (int64_t i = 0; i < rows; ++i)
-        for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = sign_code(&projections(i, f * tau), tau);
+      unit_rows.resize(rows, p);
+      for (int64_t i = 0; i < rows; ++i) {
+        const double norm = x.row(r0 + i).norm();
+        unit_rows.row(i) = (x.row(r0 + i) / (norm > 0 ? norm : 1.0)).cast<float>();
+      }
+      tile_product(unit_rows, r_t, projections);  // rows × (m·τ)
+      signs.resize(width);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < width; ++j) {
+          const float projection = projections(i, j);
+          signs[j] = std::abs(projection) > near_zero(j) ? projection : x.row(r0 + i).dot(r.row(j));
+        }
+        for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = sign_code(&signs[f * tau], tau);
+      }
     });
     return codes;
   }
