@@ -45,8 +45,10 @@ class YosoSampling final : public Estimator {
     std::vector<uint32_t> query_codes, key_codes;
     hash_inputs(view, ctx.key, ctx.pool, nullptr, nullptr, query_codes, key_codes);
     // Y is summed in `out` itself: the caller's buffer, kept between calls (a fresh n × pv matrix per
-    // call is 16 MiB at n = 65536, page-faulted anew each time).
-    out.setZero(n, pv);
+    // call is 16 MiB at n = 65536, page-faulted anew each time). Zeroed where it is summed: by the
+    // query blocks on the pool in the dense path (a serial memset of it and of the tables was 8% of a
+    // two-thread call at n = 4096), at once otherwise.
+    out.resize(n, pv);
     MatrixF& y = out;
     const int64_t buckets = int64_t{1} << tau_;
     if (buckets <= std::max<int64_t>(4096, 8 * keys)) {
@@ -55,10 +57,14 @@ class YosoSampling final : public Estimator {
       // n × pv rows once per hash instead made n = 16384 3× slower).
       const int64_t table_floats = buckets * pv;
       const int group = static_cast<int>(std::clamp<int64_t>(kTableBudgetFloats / table_floats, 1, m_));
-      MatrixF tables(static_cast<int64_t>(group) * buckets, pv);
+      // The calling thread's tables, kept between calls (2 MiB, page-faulted anew when fresh); a plain
+      // reference, so the pool's threads below use these (a thread_local named in their lambdas would
+      // be each worker's own, empty one).
+      thread_local MatrixF kept_tables;
+      MatrixF& tables = kept_tables;
+      tables.resize(static_cast<int64_t>(group) * buckets, pv);
       for (int f0 = 0; f0 < m_; f0 += group) {
         const int g_count = std::min(group, m_ - f0);
-        tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
         auto add_key = [&](int64_t j) {
           for (int g = 0; g < g_count; ++g) tables.row(g * buckets + key_codes[j * m_ + f0 + g]) += view.vf.row(j);
         };
@@ -66,6 +72,8 @@ class YosoSampling final : public Estimator {
           for (int g = 0; g < g_count; ++g) y.row(i) += tables.row(g * buckets + query_codes[i * m_ + f0 + g]);
         };
         if (view.mask == Mask::kCausal) {  // prefix bucket sums: query i reads the tables of keys 0..i
+          tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
+          if (f0 == 0) y.setZero();
           for (int64_t i = 0; i < n; ++i) {
             add_key(i);
             read_query(i);
@@ -81,6 +89,7 @@ class YosoSampling final : public Estimator {
           auto fill_tables = [&](int64_t part) {
             const int g_begin = static_cast<int>(part) * kHashesPerPass;
             const int g_end = std::min(g_count, g_begin + kHashesPerPass);
+            tables.middleRows(g_begin * buckets, (g_end - g_begin) * buckets).setZero();
             for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock)
               for (int g = g_begin; g < g_end; ++g)
                 for (int64_t j = j0; j < std::min(keys, j0 + kKeyBlock); ++j)
@@ -89,7 +98,9 @@ class YosoSampling final : public Estimator {
           for_each_index(ctx.pool, (g_count + kHashesPerPass - 1) / kHashesPerPass, fill_tables);
           const int64_t block = 256, blocks = (n + block - 1) / block;
           auto read_block = [&](int64_t b) {
-            for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) read_query(i);
+            const int64_t i0 = b * block, i1 = std::min(n, (b + 1) * block);
+            if (f0 == 0) y.middleRows(i0, i1 - i0).setZero();
+            for (int64_t i = i0; i < i1; ++i) read_query(i);
           };
           for_each_index(ctx.pool, blocks, read_block);
         }
@@ -98,6 +109,7 @@ class YosoSampling final : public Estimator {
       // Large τ, causal: per hash, the buckets met so far in a map (code → row of running sums).
       std::unordered_map<uint32_t, int64_t> slot;
       MatrixF sums(n, pv);
+      y.setZero();
       for (int f = 0; f < m_; ++f) {
         slot.clear();
         for (int64_t i = 0; i < n; ++i) {
@@ -112,6 +124,7 @@ class YosoSampling final : public Estimator {
       std::vector<int64_t> order(keys);
       std::vector<uint32_t> codes(keys);
       MatrixF sums(keys, pv);
+      y.setZero();
       for (int f = 0; f < m_; ++f) {
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(),
