@@ -80,7 +80,6 @@ void ThreadPool::run_items() {
       if (!error_) error_ = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    unfinished_.fetch_sub(1, std::memory_order_release);
     if (++finished_items_ == job_count_) done_.notify_all();
   }
 }
@@ -88,18 +87,16 @@ void ThreadPool::run_items() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   while (true) {
-    spin_while([&] { return published_generation_.load(std::memory_order_acquire) == seen; });
+    spin_while([&] { return generation_ == seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       ++busy_workers_;
-      unfinished_.fetch_add(1, std::memory_order_relaxed);
     }
     run_items();
     std::lock_guard<std::mutex> lock(mutex_);
-    unfinished_.fetch_sub(1, std::memory_order_release);
     if (--busy_workers_ == 0) done_.notify_all();
   }
 }
@@ -117,18 +114,18 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t)>&
     next_item_ = 0;
     finished_items_ = 0;
     error_ = nullptr;
-    unfinished_.store(count, std::memory_order_relaxed);
-    published_generation_.store(++generation_, std::memory_order_release);
+    ++generation_;
   }
   wake_.notify_all();
   run_items();
-  spin_while([&] { return unfinished_.load(std::memory_order_acquire) > 0; });
+  // Wait for every item and for every worker to have left run_items, so the next job
+  // cannot be picked up by a worker still holding a pointer to this one.
+  const auto all_done = [&] { return finished_items_ == job_count_ && busy_workers_ == 0; };
+  spin_while([&] { return !all_done(); });
   std::exception_ptr error;
   {
-    // Wait for every item and for every worker to have left run_items, so the next job
-    // cannot be picked up by a worker still holding a pointer to this one.
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return finished_items_ == job_count_ && busy_workers_ == 0; });
+    done_.wait(lock, all_done);
     job_ = nullptr;
     job_count_ = 0;
     error = error_;

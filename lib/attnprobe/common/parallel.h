@@ -3,6 +3,7 @@
 // Work items are claimed dynamically, so results must never depend on which thread ran an
 // item: every caller writes item i's result to slot i, and randomness is keyed by the item's
 // logical index (docs/randomness.md, "Guarantees"). That is what makes `--threads 1` and `--threads 2` identical.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -47,11 +48,10 @@ class ThreadPool {
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_count_ = 0;
   int64_t next_item_ = 0;
-  int64_t finished_items_ = 0;
-  uint64_t generation_ = 0;
-  std::atomic<uint64_t> published_generation_{0};  ///< generation_, readable without the mutex (spinning)
-  std::atomic<int64_t> unfinished_{0};             ///< items not finished plus workers in run_items
-  int busy_workers_ = 0;
+  // Written under mutex_; atomic so that spin_while can read them without it.
+  std::atomic<int64_t> finished_items_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> busy_workers_{0};
   bool stop_ = false;
   std::exception_ptr error_;
 };
@@ -59,6 +59,25 @@ class ThreadPool {
 /// fn(i) for every i in [0, count): on `pool` when there is one (and more than one thread and item),
 /// else in order on the calling thread. The one switch every "pool or no pool" caller goes through.
 void for_each_index(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& fn);
+
+/// A sum over rows [0, rows) whose bits do not depend on the thread count: the rows are cut into 8 fixed
+/// contiguous groups (a function of `rows` only), add(begin, end, part) accumulates each group into its own
+/// copy of `zero` on the pool, and the parts are added in group order. For the float64 statistics that
+/// sum every row of a slice (column sums, Gram matrices, feature–value products).
+template <typename Part>
+Part sum_row_groups(ThreadPool* pool, int64_t rows, const Part& zero,
+                    const std::function<void(int64_t begin, int64_t end, Part& part)>& add) {
+  constexpr int64_t kGroups = 8;
+  const int64_t group_rows = (rows + kGroups - 1) / kGroups;
+  std::vector<Part> parts(kGroups, zero);
+  for_each_index(pool, kGroups, [&](int64_t g) {
+    const int64_t begin = std::min(rows, g * group_rows), end = std::min(rows, begin + group_rows);
+    if (begin < end) add(begin, end, parts[g]);
+  });
+  Part total = zero;
+  for (const Part& part : parts) total += part;
+  return total;
+}
 
 /// Number of hardware threads (at least 1).
 int hardware_threads();

@@ -2,6 +2,7 @@
 // Landmarks as contiguous-segment means (Nyströmformer, LARA; docs/estimators/nystrom.md): the n positions are
 // split into C contiguous segments; when C does not divide n the first segments are one shorter;
 // when n ≤ C every token is its own segment.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,27 @@ std::vector<Segment> contiguous_segments(int64_t n, int64_t count);
 /// Row c = mean of the rows of segment c (segments × cols). With a pool, segments are spread over its
 /// threads (each mean summed by one thread in row order: the same bits).
 MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments, ThreadPool* pool = nullptr);
+
+/// Every row of out (resized to v's shape) = the mean of v's rows: uniform attention, the one-segment
+/// landmark (vmean's estimate and reference, Informer's lazy rows). The mean is summed in float64 along
+/// contiguous rows (a float sum over thousands of rows loses ~1e-5 relative; colwise().mean() strided
+/// down each column) in sum_row_groups' fixed groups, then each row of out is written once, in blocks on
+/// the pool (zeroing out and adding the mean wrote it twice; replicate() stored one element at a time).
+template <class Values, class Out>
+void mean_rows(const Values& v, Out& out, ThreadPool* pool = nullptr) {
+  const int64_t n = v.rows();
+  const RowVectorD sum = sum_row_groups<RowVectorD>(pool, n, RowVectorD::Zero(v.cols()),
+                                                    [&](int64_t begin, int64_t end, RowVectorD& part) {
+                                                      for (int64_t i = begin; i < end; ++i)
+                                                        part += v.row(i).template cast<double>();
+                                                    });
+  const auto mean = (sum / static_cast<double>(n)).template cast<typename Out::Scalar>().eval();
+  out.resize(n, v.cols());
+  constexpr int64_t kFillRows = 1024;
+  for_each_index(pool, (n + kFillRows - 1) / kFillRows, [&](int64_t b) {
+    for (int64_t i = b * kFillRows; i < std::min(n, (b + 1) * kFillRows); ++i) out.row(i) = mean;
+  });
+}
 
 /// Row-wise softmax of `logits` in place (row max subtracted), in the matrix's precision.
 void softmax_rows(MatrixD& logits);

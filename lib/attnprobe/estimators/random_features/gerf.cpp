@@ -68,25 +68,18 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k,
   if (!options.optimal_a) check_a(options.a);
   // Column statistics of the scaled data: Σ_i q̃_il², Σ_j k̃_jl², and the means q̃̄, k̃̄, summed along the
   // rows (colwise() reductions of the row-major slices strided down every column: a fifth of a call), in
-  // 8 fixed groups of rows on the pool, added in order.
+  // sum_row_groups' fixed groups on the pool.
   auto column_sums = [&](const MatrixD& x, RowVectorD& squares, RowVectorD& mean) {
-    constexpr int64_t kGroups = 8;
-    const int64_t rows = x.rows(), group_rows = (rows + kGroups - 1) / kGroups;
-    std::vector<RowVectorD> group_squares(kGroups, RowVectorD::Zero(p)), group_sums(kGroups, RowVectorD::Zero(p));
-    for_each_index(pool, kGroups, [&](int64_t g) {
-      for (int64_t i = std::min(rows, g * group_rows); i < std::min(rows, (g + 1) * group_rows); ++i) {
-        group_squares[g].array() += x.row(i).array().square();
-        group_sums[g] += x.row(i);
-      }
-    });
-    squares = RowVectorD::Zero(p);
-    mean = RowVectorD::Zero(p);
-    for (int64_t g = 0; g < kGroups; ++g) {
-      squares += group_squares[g];
-      mean += group_sums[g];
-    }
-    squares *= scale;
-    mean *= std::sqrt(scale) / static_cast<double>(rows);
+    // Row 0: Σ x_il², row 1: Σ x_il.
+    const MatrixD sums =
+        sum_row_groups<MatrixD>(pool, x.rows(), MatrixD::Zero(2, p), [&](int64_t begin, int64_t end, MatrixD& part) {
+          for (int64_t i = begin; i < end; ++i) {
+            part.row(0).array() += x.row(i).array().square();
+            part.row(1) += x.row(i);
+          }
+        });
+    squares = scale * sums.row(0);
+    mean = (std::sqrt(scale) / static_cast<double>(x.rows())) * sums.row(1);
   };
   RowVectorD q_sq, k_sq, q_mean, k_mean;
   column_sums(q, q_sq, q_mean);

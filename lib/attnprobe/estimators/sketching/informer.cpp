@@ -71,10 +71,7 @@ class Informer final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_, ctx.pool);
-    // mean(V) in every row, each row written once (as vmean).
-    const RowVectorF mean = segment_means(view.v, {Segment{0, view.v.rows()}}, ctx.pool).cast<float>();
-    out.resize(view.n(), view.pv());
-    for (int64_t i = 0; i < view.n(); ++i) out.row(i) = mean;
+    mean_rows(view.v, out, ctx.pool);  // mean(V) in every row, as vmean
     // A few dozen exact rows over all keys: key chunks on the pool.
     MatrixF exact_rows;
     key_chunked_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), nullptr,

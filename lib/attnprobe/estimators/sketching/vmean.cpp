@@ -4,8 +4,8 @@
 // Causal form: out_i = (1/(i+1))·Σ_{j≤i} v_j, a running sum in float64 (so row i never sees j > i).
 // Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
 #include <algorithm>
-#include <vector>
 
+#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -45,33 +45,6 @@ class VMeanEstimator final : public Estimator {
   }
 
  private:
-  // Every row of out (n × pv): mean(V), summed in float64 along contiguous rows (a float sum over
-  // thousands of rows loses ~1e-5 relative), then each row written once; for the float32 estimate (from
-  // the float32 V: half the bytes to read) and the float64 reference alike. This is a memory copy:
-  // colwise().mean() strided down each column and replicate() stored one element at a time (3.6 ms at
-  // n = 16384), and zeroing out before adding the mean wrote it twice. Rows in 8 fixed groups (on the
-  // pool, when there is one), their sums added in order: the bits do not depend on the thread count.
-  template <class Values, class Out>
-  static void mean_rows(const Values& v, Out& out, ThreadPool* pool = nullptr) {
-    constexpr int64_t kGroups = 8;
-    const int64_t n = v.rows(), group_rows = (n + kGroups - 1) / kGroups;
-    auto group_range = [&](int64_t g) {
-      return std::pair{std::min(n, g * group_rows), std::min(n, (g + 1) * group_rows)};
-    };
-    std::vector<RowVectorD> sums(kGroups, RowVectorD::Zero(v.cols()));
-    for_each_index(pool, kGroups, [&](int64_t g) {
-      const auto [begin, end] = group_range(g);
-      for (int64_t i = begin; i < end; ++i) sums[g] += v.row(i).template cast<double>();
-    });
-    RowVectorD sum = RowVectorD::Zero(v.cols());
-    for (const RowVectorD& part : sums) sum += part;
-    const auto mean = (sum / static_cast<double>(n)).template cast<typename Out::Scalar>().eval();
-    out.resize(n, v.cols());
-    for_each_index(pool, kGroups, [&](int64_t g) {
-      const auto [begin, end] = group_range(g);
-      for (int64_t i = begin; i < end; ++i) out.row(i) = mean;
-    });
-  }
   // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
   // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
   template <class Values, class Out>

@@ -42,21 +42,15 @@ std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, cons
   if (probs == KdeProbs::kUniform) return weights;
   // ‖ṽ_j‖ and ṼᵀṼ = [VᵀV, Vᵀ1; 1ᵀV, n] from V itself: an n × (pv + 1) copy of Ṽ was 33 MiB at
   // n = 65536 (page faults), and VᵀV as a symmetric rank update is half a product (the eigensolver
-  // reads the lower triangle only). The rows go in 8 fixed groups on the pool, added in order.
+  // reads the lower triangle only). The rows go in sum_row_groups' fixed groups on the pool.
   const VectorD v_norms = (view.v.rowwise().squaredNorm().array() + 1.0).sqrt();
   if (probs == KdeProbs::kVnorm) {
-    constexpr int64_t kGroups = 8;
-    const int64_t group_rows = (n + kGroups - 1) / kGroups;
-    std::vector<MatrixD> parts(kGroups);
-    for_each_index(pool, kGroups, [&](int64_t g) {
-      const int64_t r0 = std::min(n, g * group_rows), rows = std::min(n, r0 + group_rows) - r0;
-      parts[g] = MatrixD::Zero(pv + 1, pv + 1);
-      parts[g].topLeftCorner(pv, pv).selfadjointView<Eigen::Lower>().rankUpdate(
-          view.v.middleRows(r0, rows).transpose());
-      for (int64_t j = r0; j < r0 + rows; ++j) parts[g].row(pv).head(pv) += view.v.row(j);
-    });
-    MatrixD gram = MatrixD::Zero(pv + 1, pv + 1);
-    for (const MatrixD& part : parts) gram += part;
+    MatrixD gram =
+        sum_row_groups<MatrixD>(pool, n, MatrixD::Zero(pv + 1, pv + 1), [&](int64_t begin, int64_t end, MatrixD& part) {
+          part.topLeftCorner(pv, pv).selfadjointView<Eigen::Lower>().rankUpdate(
+              view.v.middleRows(begin, end - begin).transpose());
+          for (int64_t j = begin; j < end; ++j) part.row(pv).head(pv) += view.v.row(j);
+        });
     gram(pv, pv) = static_cast<double>(n);
     const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(gram);
     const double sigma2 = eigen.eigenvalues().maxCoeff();  // ≥ n > 0: the ones column alone gives n

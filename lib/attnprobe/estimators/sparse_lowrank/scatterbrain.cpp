@@ -188,28 +188,19 @@ class ScatterbrainRun {
     });
     // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
     exponentiate_features<S>(query_features_, key_features_, &query_shift_, pool);
-    // Σ_j φ̃(k_j)v_jᵀ and Σ_j φ̃(k_j) in float64: 64-row chunks (no n × M float64 temporary) summed within
-    // 8 fixed groups of keys on the pool, the groups added in order.
-    const int64_t group_count = std::min<int64_t>(kKeyGroups, (n_ + kChunk - 1) / kChunk);
-    const int64_t group_rows = ((n_ + group_count - 1) / group_count + kChunk - 1) / kChunk * kChunk;
-    std::vector<MatrixD> group_kv(group_count);
-    std::vector<VectorD> group_sum(group_count);
-    for_each_index(pool, group_count, [&](int64_t g) {
-      group_kv[g].setZero(m, pv_);
-      group_sum[g].setZero(m);
-      for (int64_t r0 = g * group_rows; r0 < std::min(n_, (g + 1) * group_rows); r0 += kChunk) {
-        const int64_t rows = std::min(kChunk, n_ - r0);
-        const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
-        group_kv[g].noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
-        group_sum[g] += column_sums(chunk).transpose();
-      }
-    });
-    kv_.setZero(m, pv_);
-    key_sum_.setZero(m);
-    for (int64_t g = 0; g < group_count; ++g) {
-      kv_ += group_kv[g];
-      key_sum_ += group_sum[g];
-    }
+    // Σ_j φ̃(k_j)v_jᵀ (columns 0..pv−1) and Σ_j φ̃(k_j) (column pv) in float64: 64-row chunks (no n × M
+    // float64 temporary) within sum_row_groups' fixed groups of keys on the pool.
+    const MatrixD sums =
+        sum_row_groups<MatrixD>(pool, n_, MatrixD::Zero(m, pv_ + 1), [&](int64_t begin, int64_t end, MatrixD& part) {
+          for (int64_t r0 = begin; r0 < end; r0 += kChunk) {
+            const int64_t rows = std::min(kChunk, end - r0);
+            const MatrixD chunk = key_features_.middleRows(r0, rows).template cast<double>();
+            part.leftCols(pv_).noalias() += chunk.transpose() * data_.v.middleRows(r0, rows).template cast<double>();
+            part.col(pv_) += column_sums(chunk).transpose();
+          }
+        });
+    kv_ = sums.leftCols(pv_);
+    key_sum_ = sums.col(pv_);
   }
 
   /// Adds the pairs (queries[r], keys[u]) with allowed(r, u) to sums (rows = queries.size() ≤ kChunk):
@@ -267,7 +258,6 @@ class ScatterbrainRun {
 
   static constexpr int64_t kChunk = 64;
   static constexpr int64_t kFeatureRows = 256;  ///< rows of log-features formed at once
-  static constexpr int64_t kKeyGroups = 8;      ///< key groups summed apart (threads), added in order
 
  private:
   const HeadView& view_;
