@@ -196,9 +196,9 @@ TEST_CASE("the tile kernel and the transpose agree with Eigen", "[exact]") {
   }
 }
 
-TEST_CASE("column sums and maxima of row-major blocks equal Eigen's column reductions", "[exact]") {
-  // Row by row (vectorised) in the order of Eigen's scalar walk down a column: the same bits; and the
-  // empty block gives what an empty reduction gives.
+TEST_CASE("column sums add rows in order, as a scalar walk down each column, and column maxima are exact", "[exact]") {
+  // Row by row (vectorised) in the order of a scalar walk down a column (Eigen's colwise() order): the same
+  // bits; and the empty block gives what an empty reduction gives.
   const MatrixF x = random_matrix(37, 21, 70).cast<float>();
   const RowVectorF sums = column_sums(x), maxima = column_max(x);
   for (int64_t c = 0; c < x.cols(); ++c) {
