@@ -1,10 +1,14 @@
 // Sketching estimators and Nyström against their limits and claims (docs/estimators/sketching.md,
 // docs/estimators/nystrom.md): exactness at L = n and u = n, unbiasedness of the unreduced JL sketch,
 // Skeinformer's error falling with d and its exact pilot rows, per-slice Nyström.
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/common/landmarks.h"
+#include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/linformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -84,35 +88,102 @@ TEST_CASE("nystrom's pseudo-inverse is initialised per slice", "[nystrom]") {
 TEST_CASE("nystrom evaluates the literal Newton-Schulz iteration, in float32 on any pool", "[nystrom]") {
   // Temperature 8 makes K2 nearly singular (peaked landmark rows); n = 2500 spans three key chunks of
   // the float32 passes. The independent computation: K1, K2, K3 formed whole and the six steps of the
-  // paper's iteration written out, all float64.
+  // paper's iteration written out, all float64. pv = 32 > L/2 takes Eigen's eigensolver, pv = 16 the
+  // factored SymmetricSpectrum (nystrom.cpp); the weights (L × n K3) form U in both.
   const int64_t n = 2500, l = 40;
-  const HeadView view = synth_slice(n, 32, 8.0, 5);
-  const auto segments = contiguous_segments(n, l);
-  const MatrixD q_bar = segment_means(view.q, segments), k_bar = segment_means(view.k, segments);
-  MatrixD k1 = view.scale * (view.q * k_bar.transpose()), k2 = view.scale * (q_bar * k_bar.transpose()),
-          k3 = view.scale * (q_bar * view.k.transpose());
-  softmax_rows(k1);
-  softmax_rows(k2);
-  softmax_rows(k3);
-  const Eigen::JacobiSVD<MatrixD> svd(k2);
-  const double condition = svd.singularValues()(0) / svd.singularValues()(l - 1);
-  INFO("cond(K2) = " << condition);
-  CHECK(condition > 1e6);  // observed 1.1e9: a badly conditioned K2, where rounding would show
-  MatrixD z = k2.transpose() / (k2.cwiseAbs().colwise().sum().maxCoeff() * k2.cwiseAbs().rowwise().sum().maxCoeff());
-  const MatrixD identity = MatrixD::Identity(l, l);
-  for (int step = 0; step < 6; ++step) {
-    const MatrixD kz = k2 * z;
-    z = 0.25 * z * (13.0 * identity - kz * (15.0 * identity - kz * (7.0 * identity - kz)));
+  for (const int pv : {32, 16}) {
+    INFO("pv = " << pv);
+    const HeadView view = synth_slice(n, 32, 8.0, 5, pv);
+    const auto segments = contiguous_segments(n, l);
+    const MatrixD q_bar = segment_means(view.q, segments), k_bar = segment_means(view.k, segments);
+    MatrixD k1 = view.scale * (view.q * k_bar.transpose()), k2 = view.scale * (q_bar * k_bar.transpose()),
+            k3 = view.scale * (q_bar * view.k.transpose());
+    softmax_rows(k1);
+    softmax_rows(k2);
+    softmax_rows(k3);
+    const Eigen::JacobiSVD<MatrixD> svd(k2);
+    const double condition = svd.singularValues()(0) / svd.singularValues()(l - 1);
+    INFO("cond(K2) = " << condition);
+    CHECK(condition > 1e6);  // observed 1.1e9: a badly conditioned K2, where rounding would show
+    MatrixD z = k2.transpose() / (k2.cwiseAbs().colwise().sum().maxCoeff() * k2.cwiseAbs().rowwise().sum().maxCoeff());
+    const MatrixD identity = MatrixD::Identity(l, l);
+    for (int step = 0; step < 6; ++step) {
+      const MatrixD kz = k2 * z;
+      z = 0.25 * z * (13.0 * identity - kz * (15.0 * identity - kz * (7.0 * identity - kz)));
+    }
+    const MatrixD literal = k1 * (z * (k3 * view.v));
+    const auto estimator = parse_spec("nystrom(L=40)").make();
+    const MatrixD spectral = *estimator->reference(view, nullptr);
+    // The same polynomial evaluated on K2·K2ᵀ's spectrum: observed 3.0e-16 (pv = 32) and 3.3e-16 (pv = 16)
+    // relative.
+    CHECK((spectral - literal).norm() / literal.norm() < 1e-11);
+    const MatrixD literal_weights = k1.topRows(50) * (z * k3);
+    const MatrixD weights =
+        estimator->weights(view, EstimateContext{make_random_key(8, "nystrom(L=40)", 0), nullptr})(0, 50);
+    // Observed 3.7e-16 and 1.8e-14 relative.
+    CHECK((weights - literal_weights).norm() / literal_weights.norm() < 1e-11);
+    // The float32 estimate (two softmax passes, pinv in float64): observed 1.3e-7 for both, float32 rounding.
+    const PooledEstimates runs = estimate_with_pools("nystrom(L=40)", view, make_random_key(8, "nystrom(L=40)", 0));
+    CHECK((runs.alone.cast<double>() - literal).norm() / literal.norm() < 1e-5);
+    CHECK(runs.alone == runs.two_threads);
   }
-  const MatrixD literal = k1 * (z * (k3 * view.v));
-  const auto estimator = parse_spec("nystrom(L=40)").make();
-  const MatrixD spectral = *estimator->reference(view, nullptr);
-  // The same polynomial evaluated on K2·K2ᵀ's spectrum: observed 2.8e-16 relative.
-  CHECK((spectral - literal).norm() / literal.norm() < 1e-11);
-  // The float32 estimate (two softmax passes, pinv in float64): observed 1.3e-7, float32 rounding.
-  const PooledEstimates runs = estimate_with_pools("nystrom(L=40)", view, make_random_key(8, "nystrom(L=40)", 0));
-  CHECK((runs.alone.cast<double>() - literal).norm() / literal.norm() < 1e-5);
-  CHECK(runs.alone == runs.two_threads);
+}
+
+TEST_CASE("SymmetricSpectrum's factored eigenvectors reproduce M and are orthogonal", "[nystrom]") {
+  // Independent of any eigensolver: U·diag(λ)·Uᵀ·w must be M·w, Uᵀ·(U·w) must be w, and the sorted λ
+  // must match Eigen's SelfAdjointEigenSolver.
+  const auto random_symmetric = [](int64_t size, uint64_t seed) {
+    std::srand(static_cast<unsigned>(seed));
+    const Eigen::MatrixXd a = Eigen::MatrixXd::Random(size, size);
+    return Eigen::MatrixXd(a + a.transpose());
+  };
+  // Nyström's own M = K2·K2ᵀ at temperature 8: cond(M) ≈ 1e18, eigenvalues from ~1 down to rounding.
+  const HeadView view = synth_slice(2500, 32, 8.0, 5);
+  const auto segments = contiguous_segments(2500, 40);
+  MatrixD k2 = view.scale * (segment_means(view.q, segments) * segment_means(view.k, segments).transpose());
+  softmax_rows(k2);
+  Eigen::MatrixXd rank_one_plus_identity = Eigen::MatrixXd::Identity(50, 50);
+  rank_one_plus_identity += Eigen::VectorXd::LinSpaced(50, 1, 2) * Eigen::VectorXd::LinSpaced(50, 1, 2).transpose();
+  Eigen::MatrixXd nearly_diagonal = Eigen::MatrixXd::Identity(30, 30);
+  nearly_diagonal(1, 0) = nearly_diagonal(0, 1) = 1e-30;
+  const std::vector<std::pair<std::string, Eigen::MatrixXd>> cases = {
+      {"1 x 1", Eigen::MatrixXd::Constant(1, 1, -3.0)},
+      {"2 x 2", random_symmetric(2, 1)},
+      {"random indefinite 100 x 100", random_symmetric(100, 2)},
+      {"Nystrom's K2*K2^T", Eigen::MatrixXd(k2 * k2.transpose())},
+      {"identity plus rank one (49 equal eigenvalues)", rank_one_plus_identity},
+      {"identity with a 1e-30 coupling", nearly_diagonal},
+      {"zero", Eigen::MatrixXd::Zero(20, 20)},
+  };
+  for (const auto& [name, m] : cases) {
+    INFO(name);
+    const int64_t size = m.rows();
+    const SymmetricSpectrum spectrum(m);
+    const MatrixD w = MatrixD(random_symmetric(std::max<int64_t>(size, 70), 3).topLeftCorner(size, 70));
+    const MatrixD m_w = MatrixD(m) * w;
+    const double scale = std::max(m.norm(), 1e-300) * w.norm();
+    const MatrixD reproduced =
+        spectrum.from_eigenbasis(spectrum.eigenvalues().asDiagonal() * spectrum.to_eigenbasis(w));
+    // Backward-stable QR: ~L·ε·‖M‖. Observed ≤ 5.0e-16 relative (K2·K2ᵀ: 1.9e-16).
+    CHECK((reproduced - m_w).norm() <= 1e-13 * scale + 1e-300);
+    // Orthogonal U: observed ≤ 2.8e-15 relative on the round trip, and ‖UᵀU − I‖_F ≤ 2.8e-14 (the
+    // 100 × 100 case; ~L^1.5·ε is the scale of rounding summed over L² entries).
+    CHECK((spectrum.to_eigenbasis(spectrum.from_eigenbasis(w)) - w).norm() <= 1e-13 * w.norm());
+    CHECK((spectrum.eigenvectors().transpose() * spectrum.eigenvectors() - MatrixD::Identity(size, size)).norm() <=
+          1e-12);
+    Eigen::VectorXd sorted = spectrum.eigenvalues();
+    std::sort(sorted.begin(), sorted.end());
+    const Eigen::VectorXd expected =
+        Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(m, Eigen::EigenvaluesOnly).eigenvalues();
+    // Observed ≤ 3.2e-15 relative to ‖M‖.
+    CHECK((sorted - expected).norm() <= 1e-13 * std::max(m.norm(), 1e-300));
+  }
+}
+
+TEST_CASE("SymmetricSpectrum stops with an error, not a hang, on a NaN matrix", "[nystrom]") {
+  Eigen::MatrixXd m = Eigen::MatrixXd::Identity(16, 16);
+  m(5, 4) = m(4, 5) = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(SymmetricSpectrum(m), std::runtime_error);
 }
 
 TEST_CASE("informer with u = n is exact attention", "[sketching]") {

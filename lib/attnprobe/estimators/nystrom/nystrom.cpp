@@ -12,40 +12,72 @@
 // softmax-attention passes on the exact kernels (K3·V, then K1·(pinv(K2)·K3·V)); K2 and its
 // pseudo-inverse are float64 (L × L); with pinv=exact everything is (see estimate()). reference() is
 // float64 throughout.
+#include <functional>
 #include <limits>
+#include <memory>
 
 #include "attnprobe/estimators/common/landmarks.h"
+#include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
 namespace {
 
-/// pinv(K2) ≈ left·diag(middle)·rightᵀ (L × L factors), applied to an L × pv matrix without forming it.
+/// pinv(K2) as a map on L × cols blocks, applied through its factors (never an L × L product for a
+/// thin block).
 struct PseudoInverse {
-  MatrixD left, right;
-  VectorD middle;
-  MatrixD apply(const MatrixD& w) const { return left * (middle.asDiagonal() * (right.transpose() * w)); }
+  int64_t size = 0;
+  std::function<MatrixD(const MatrixD&)> apply_factors;
+  MatrixD apply(const MatrixD& w) const {
+    if (w.cols() <= size) return apply_factors(w);
+    // A wide block (the weights' K3, L × n): form pinv once, L columns through the factors, then one product.
+    return apply_factors(MatrixD::Identity(size, size)) * w;
+  }
 };
 
 // Newton–Schulz, Z ← ¼·Z·(13I − K2Z(15I − K2Z(7I − K2Z))) from Z₀ = c·K2ᵀ, keeps Z = K2ᵀ·g(M) with
 // M = K2·K2ᵀ (symmetric): then K2Z = M·g(M), and each step is g ← g·r(x·g) with r(y) = ¼(13 − y(15 −
 // y(7 − y))), a scalar map on M's eigenvalues. So the steps are evaluated on the spectrum, M = U·Λ·Uᵀ,
-// Z = K2ᵀU·diag(g(Λ))·Uᵀ: equal to the literal iteration in exact arithmetic (tested against it at
-// cond(K2) ≈ 1e9: 2.8e-16 relative; ~1e-13 up to cond 1e19 in a one-off check on nearly collinear
-// landmarks), and one symmetric eigensolver instead of 24 L × L products (40 → 11 ms at L = 256).
-PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps) {
+// Z·w = K2ᵀ·U·diag(g(Λ))·Uᵀ·w: equal to the literal iteration in exact arithmetic (tested against it
+// at cond(K2) ≈ 1e9: 3.0e-16 relative with Eigen's eigensolver, 3.3e-16 with SymmetricSpectrum), and
+// one symmetric eigensolver instead of 24 L × L products (40 → 11 ms at L = 256).
+//
+// Two eigensolvers, by the width `thin_cols` of the block the result will be applied to (pv):
+// - thin_cols ≤ L/2 (L = 256, pv = 64): U stays in factored form (SymmetricSpectrum) and is applied to
+//   K3·V without being formed, nor K2ᵀ·U (1.2–1.5× faster calls at L = 256, n ≤ 4096);
+// - otherwise (L = 64): forming U costs no more than applying its factors twice to pv ≥ L/2 columns, and
+//   Eigen's SelfAdjointEigenSolver, which forms it, is the faster of the two at this size.
+PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps, int64_t thin_cols) {
+  const int64_t size = k2.rows();
   const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
   const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();
-  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> spectrum(k2 * k2.transpose());
-  const Eigen::ArrayXd lambda = spectrum.eigenvalues().array().max(0.0);  // M is PSD; clip rounding below 0
-  Eigen::ArrayXd g = Eigen::ArrayXd::Constant(lambda.size(), 1.0 / (max_col * max_row));
-  for (int step = 0; step < steps; ++step) {
-    const Eigen::ArrayXd y = lambda * g;
-    g *= 0.25 * (13.0 - y * (15.0 - y * (7.0 - y)));
+  const auto filter = [&](const Eigen::ArrayXd& eigenvalues) {
+    const Eigen::ArrayXd lambda = eigenvalues.max(0.0);  // M is PSD; clip rounding below 0
+    Eigen::ArrayXd g = Eigen::ArrayXd::Constant(size, 1.0 / (max_col * max_row));
+    for (int step = 0; step < steps; ++step) {
+      const Eigen::ArrayXd y = lambda * g;
+      g *= 0.25 * (13.0 - y * (15.0 - y * (7.0 - y)));
+    }
+    return VectorD(g.matrix());
+  };
+  Eigen::MatrixXd m = Eigen::MatrixXd::Zero(size, size);
+  m.selfadjointView<Eigen::Lower>().rankUpdate(k2);  // the triangle both eigensolvers read: half the flops
+  if (2 * thin_cols > size) {
+    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> spectrum(m);
+    return {size, [left = MatrixD(k2.transpose() * spectrum.eigenvectors()), right = MatrixD(spectrum.eigenvectors()),
+                   g = filter(spectrum.eigenvalues().array())](const MatrixD& w) {
+              return MatrixD(left * (g.asDiagonal() * (right.transpose() * w)));
+            }};
   }
-  MatrixD u = spectrum.eigenvectors();
-  return {k2.transpose() * u, std::move(u), g.matrix()};
+  auto spectrum = std::make_shared<const SymmetricSpectrum>(m);
+  return {size,
+          [k2_t = MatrixD(k2.transpose()), spectrum, g = filter(spectrum->eigenvalues().array())](const MatrixD& w) {
+            if (2 * w.cols() <= k2_t.rows())
+              return MatrixD(k2_t * spectrum->from_eigenbasis(g.asDiagonal() * spectrum->to_eigenbasis(w)));
+            const MatrixD u = spectrum->eigenvectors();  // the weights' pinv·K3 (PseudoInverse::apply)
+            return MatrixD(k2_t * (u * (g.asDiagonal() * (u.transpose() * w))));
+          }};
 }
 
 PseudoInverse svd_pinv(const MatrixD& k2) {
@@ -55,7 +87,9 @@ PseudoInverse svd_pinv(const MatrixD& k2) {
   const double cutoff = static_cast<double>(k2.rows()) * std::numeric_limits<double>::epsilon() * sigma(0);
   VectorD inverse(sigma.size());
   for (int64_t i = 0; i < sigma.size(); ++i) inverse(i) = sigma(i) > cutoff ? 1.0 / sigma(i) : 0.0;
-  return {svd.matrixV(), svd.matrixU(), std::move(inverse)};
+  return {k2.rows(), [v = MatrixD(svd.matrixV()), u = MatrixD(svd.matrixU()), inverse](const MatrixD& w) {
+            return MatrixD(v * (inverse.asDiagonal() * (u.transpose() * w)));
+          }};
 }
 
 class Nystrom final : public Estimator {
@@ -82,7 +116,7 @@ class Nystrom final : public Estimator {
     MatrixF k3_v;  // L × pv
     PseudoInverse pinv;
     key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool,
-                              [&] { pinv = pseudo_inverse(k2(view, marks)); });
+                              [&] { pinv = pseudo_inverse(k2(view, marks), view.vf.cols()); });
     const MatrixF values = pinv.apply(k3_v.cast<double>()).cast<float>();
     exact_attention_f32(view.qf, k_bar, values, scale, out, ctx.pool);
   }
@@ -108,8 +142,9 @@ class Nystrom final : public Estimator {
     softmax_rows(k2);
     return k2;
   }
-  PseudoInverse pseudo_inverse(const MatrixD& k2) const {
-    return exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, 6);
+  // thin_cols: the width of the block the pseudo-inverse will be applied to (pv).
+  PseudoInverse pseudo_inverse(const MatrixD& k2, int64_t thin_cols) const {
+    return exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, 6, thin_cols);
   }
 
   struct Factors {
@@ -123,7 +158,7 @@ class Nystrom final : public Estimator {
     MatrixD k3 = view.scale * (marks.q_bar * view.k.transpose());
     softmax_rows(k1);
     softmax_rows(k3);
-    return {std::move(k1), pseudo_inverse(k2(view, marks)), std::move(k3)};
+    return {std::move(k1), pseudo_inverse(k2(view, marks), view.v.cols()), std::move(k3)};
   }
   // The float64 evaluation (the reference form): O(n·L′·p), small next to exact attention.
   MatrixD compute(const HeadView& view) const {
