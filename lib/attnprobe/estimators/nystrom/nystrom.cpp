@@ -108,7 +108,7 @@ class Nystrom final : public Estimator {
       out = compute(view).cast<float>();
       return;
     }
-    const Landmarks marks = landmarks(view, ctx.pool);
+    const Landmarks marks = landmarks(view.qf, view.kf, ctx.pool);
     const float scale = static_cast<float>(view.scale);
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
     // The L × L pseudo-inverse (a float64 eigensolver: most of the call at L = 256 and n ≤ 4096) is one
@@ -133,9 +133,11 @@ class Nystrom final : public Estimator {
   struct Landmarks {
     MatrixD q_bar, k_bar;  ///< L′ × p segment means of Q and K
   };
-  Landmarks landmarks(const HeadView& view, ThreadPool* pool = nullptr) const {
-    const auto segments = contiguous_segments(view.n(), landmarks_);
-    return {segment_means(view.q, segments, pool), segment_means(view.k, segments, pool)};
+  // From the float64 inputs (the reference) or the float32 ones (the estimate, see segment_means).
+  template <class Input>
+  Landmarks landmarks(const Input& q, const Input& k, ThreadPool* pool = nullptr) const {
+    const auto segments = contiguous_segments(q.rows(), landmarks_);
+    return {segment_means(q, segments, pool), segment_means(k, segments, pool)};
   }
   static MatrixD k2(const HeadView& view, const Landmarks& marks) {
     MatrixD k2 = view.scale * (marks.q_bar * marks.k_bar.transpose());  // L′ × L′
@@ -153,7 +155,7 @@ class Nystrom final : public Estimator {
     MatrixD k3;          ///< L′ × n
   };
   Factors factors(const HeadView& view) const {
-    const Landmarks marks = landmarks(view);
+    const Landmarks marks = landmarks(view.q, view.k);
     MatrixD k1 = view.scale * (view.q * marks.k_bar.transpose());
     MatrixD k3 = view.scale * (marks.q_bar * view.k.transpose());
     softmax_rows(k1);

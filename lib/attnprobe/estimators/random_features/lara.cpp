@@ -132,9 +132,10 @@ class Lara final : public Estimator {
     const double root_scale = std::sqrt(view.scale);
     const auto segments = contiguous_segments(n, proposals_);
     const int64_t c_count = static_cast<int64_t>(segments.size());
-    // Landmarks in the scaled space: the mean of √s·x is √s times the mean of x.
-    const MatrixD q_bar = root_scale * segment_means(view.q, segments, ctx.pool),
-                  k_bar = root_scale * segment_means(view.k, segments, ctx.pool);
+    // Landmarks in the scaled space: the mean of √s·x is √s times the mean of x (from the float32
+    // inputs, summed in float64: see segment_means).
+    const MatrixD q_bar = root_scale * segment_means(view.qf, segments, ctx.pool),
+                  k_bar = root_scale * segment_means(view.kf, segments, ctx.pool);
     // The noise's std in the scaled space; the densities below always use std 1 (see the header).
     const double draw_sigma = raw_noise_ ? root_scale : 1.0;
 
