@@ -24,17 +24,8 @@
 namespace attnprobe {
 namespace {
 
-/// pinv(K2) as a map on L × cols blocks, applied through its factors (never an L × L product for a
-/// thin block).
-struct PseudoInverse {
-  int64_t size = 0;
-  std::function<MatrixD(const MatrixD&)> apply_factors;
-  MatrixD apply(const MatrixD& w) const {
-    if (w.cols() <= size) return apply_factors(w);
-    // A wide block (the weights' K3, L × n): form pinv once, L columns through the factors, then one product.
-    return apply_factors(MatrixD::Identity(size, size)) * w;
-  }
-};
+/// w ↦ pinv(K2)·w on L × cols blocks, applied through pinv's factors (never an L × L product).
+using PseudoInverse = std::function<MatrixD(const MatrixD&)>;
 
 // Newton–Schulz, Z ← ¼·Z·(13I − K2Z(15I − K2Z(7I − K2Z))) from Z₀ = c·K2ᵀ, keeps Z = K2ᵀ·g(M) with
 // M = K2·K2ᵀ (symmetric): then K2Z = M·g(M), and each step is g ← g·r(x·g) with r(y) = ¼(13 − y(15 −
@@ -65,19 +56,19 @@ PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps, int64_t thin_cols
   m.selfadjointView<Eigen::Lower>().rankUpdate(k2);  // the triangle both eigensolvers read: half the flops
   if (2 * thin_cols > size) {
     const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> spectrum(m);
-    return {size, [left = MatrixD(k2.transpose() * spectrum.eigenvectors()), right = MatrixD(spectrum.eigenvectors()),
-                   g = filter(spectrum.eigenvalues().array())](const MatrixD& w) {
-              return MatrixD(left * (g.asDiagonal() * (right.transpose() * w)));
-            }};
+    return [left = MatrixD(k2.transpose() * spectrum.eigenvectors()), right = MatrixD(spectrum.eigenvectors()),
+            g = filter(spectrum.eigenvalues().array())](const MatrixD& w) {
+      return MatrixD(left * (g.asDiagonal() * (right.transpose() * w)));
+    };
   }
   auto spectrum = std::make_shared<const SymmetricSpectrum>(m);
-  return {size,
-          [k2_t = MatrixD(k2.transpose()), spectrum, g = filter(spectrum->eigenvalues().array())](const MatrixD& w) {
-            if (2 * w.cols() <= k2_t.rows())
-              return MatrixD(k2_t * spectrum->from_eigenbasis(g.asDiagonal() * spectrum->to_eigenbasis(w)));
-            const MatrixD u = spectrum->eigenvectors();  // the weights' pinv·K3 (PseudoInverse::apply)
-            return MatrixD(k2_t * (u * (g.asDiagonal() * (u.transpose() * w))));
-          }};
+  return [k2_t = MatrixD(k2.transpose()), spectrum, g = filter(spectrum->eigenvalues().array())](const MatrixD& w) {
+    if (2 * w.cols() <= k2_t.rows())
+      return MatrixD(k2_t * spectrum->from_eigenbasis(g.asDiagonal() * spectrum->to_eigenbasis(w)));
+    // A wide block (the weights' K3, L × n): U formed once, in one pass of the rotations over L columns.
+    const MatrixD u = spectrum->eigenvectors();
+    return MatrixD(k2_t * (u * (g.asDiagonal() * (u.transpose() * w))));
+  };
 }
 
 PseudoInverse svd_pinv(const MatrixD& k2) {
@@ -87,9 +78,9 @@ PseudoInverse svd_pinv(const MatrixD& k2) {
   const double cutoff = static_cast<double>(k2.rows()) * std::numeric_limits<double>::epsilon() * sigma(0);
   VectorD inverse(sigma.size());
   for (int64_t i = 0; i < sigma.size(); ++i) inverse(i) = sigma(i) > cutoff ? 1.0 / sigma(i) : 0.0;
-  return {k2.rows(), [v = MatrixD(svd.matrixV()), u = MatrixD(svd.matrixU()), inverse](const MatrixD& w) {
-            return MatrixD(v * (inverse.asDiagonal() * (u.transpose() * w)));
-          }};
+  return [v = MatrixD(svd.matrixV()), u = MatrixD(svd.matrixU()), inverse](const MatrixD& w) {
+    return MatrixD(v * (inverse.asDiagonal() * (u.transpose() * w)));
+  };
 }
 
 class Nystrom final : public Estimator {
@@ -117,14 +108,14 @@ class Nystrom final : public Estimator {
     PseudoInverse pinv;
     key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool,
                               [&] { pinv = pseudo_inverse(k2(view, marks), view.vf.cols()); });
-    const MatrixF values = pinv.apply(k3_v.cast<double>()).cast<float>();
+    const MatrixF values = pinv(k3_v.cast<double>()).cast<float>();
     exact_attention_f32(view.qf, k_bar, values, scale, out, ctx.pool);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override { return compute(view); }
   // Â = K1·pinv(K2)·K3 (rows may be negative: the pseudo-inverse does not keep weights positive).
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
     Factors f = factors(view);
-    return [k1 = std::move(f.k1), right = MatrixD(f.pinv.apply(f.k3))](int64_t r0, int64_t rows) {
+    return [k1 = std::move(f.k1), right = MatrixD(f.pinv(f.k3))](int64_t r0, int64_t rows) {
       return MatrixD(k1.middleRows(r0, rows) * right);
     };
   }
@@ -165,7 +156,7 @@ class Nystrom final : public Estimator {
   // The float64 evaluation (the reference form): O(n·L′·p), small next to exact attention.
   MatrixD compute(const HeadView& view) const {
     const Factors f = factors(view);
-    return f.k1 * f.pinv.apply(f.k3 * view.v);
+    return f.k1 * f.pinv(f.k3 * view.v);
   }
 
   int64_t landmarks_;
