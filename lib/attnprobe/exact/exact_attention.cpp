@@ -68,13 +68,15 @@ struct ScaledKeysT {
   int64_t ld, first;
 };
 
-// Adds keys [c0, c1) to the online-softmax state of `rows` query rows (q: rows × p, leading dimension p):
-// running maxima `max`, running sums `sum` and the unnormalised accumulator `acc` (rows × pv, leading
-// dimension pv), with scores scale·q_i·k_j + bias_j (bias may be null). causal_row0 ≥ 0 masks key j for
-// query row i when j > causal_row0 + i. The one inner loop of the float32 kernels below, so every caller
-// visits keys in the same 512-key steps and gets the same bits. Both products run on tile_product_add:
-// against Eigen's GEMM on the same blocks, one Zen 4 core, exact attention 71.7 → 54–56 ms at n = 4096
-// and nystrom 3.4 → 2.5 ms.
+// The online-softmax state of `rows` query rows (q: rows × p, leading dimension p) over keys [c0, c1)
+// written from scratch: running maxima `max`, running sums `sum` and the unnormalised
+// accumulator `acc` (rows × pv, leading dimension pv), with scores scale·q_i·k_j + bias_j (bias may be
+// null). causal_row0 ≥ 0 masks key j for query row i when j > causal_row0 + i. The one inner loop of the
+// float32 kernels below, so every caller visits keys in the same 512-key steps and gets the same bits.
+// Both products run on the tile kernel: against Eigen's GEMM on the same blocks, one Zen 4 core, exact
+// attention 71.7 → 54–56 ms at n = 4096 and nystrom 3.4 → 2.5 ms. The first key block writes the state
+// directly (no zeroed accumulator to rescale by exp(−∞) = 0 and add to): the same bits, and all of
+// the work when the keys are few (Nyström's L landmarks, Linformer's d projected keys).
 void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
                      const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum,
                      float* acc) {
@@ -86,11 +88,16 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
   thread_local MatrixF block_buffer;  // rows × pv: one block's P·V
   block_buffer.resize(kQueryBlock, pv);
   MapF accumulator(acc, rows, pv, Eigen::OuterStride<>(pv));
+  if (c1 <= c0) {  // no keys: the empty state
+    std::fill(max, max + rows, -std::numeric_limits<float>::infinity());
+    std::fill(sum, sum + rows, 0.0f);
+    accumulator.setZero();
+  }
   for (int64_t start = c0; start < c1; start += kKeyBlock) {
+    const bool first = start == c0;
     const int64_t cols = std::min(kKeyBlock, c1 - start);
     Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
-    scores.setZero();
-    tile_product_add(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
+    tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
     if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
       for (int64_t i = 0; i < rows; ++i) {
@@ -99,20 +106,28 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
       }
     for (int64_t i = 0; i < rows; ++i) {
       const float block_max = scores.row(i).maxCoeff();
-      const float new_max = std::max(max[i], block_max);
-      const float correction = std::exp(max[i] - new_max);  // exp(-inf) = 0 on the first block
+      const float new_max = first ? block_max : std::max(max[i], block_max);
       scores.row(i).array() = (scores.row(i).array() - new_max).exp();
-      sum[i] = sum[i] * correction + scores.row(i).sum();
-      if (correction != 1.0f) accumulator.row(i) *= correction;
+      const float block_sum = scores.row(i).sum();
+      if (first) {
+        sum[i] = block_sum;
+      } else {
+        const float correction = std::exp(max[i] - new_max);
+        sum[i] = sum[i] * correction + block_sum;
+        if (correction != 1.0f) accumulator.row(i) *= correction;
+      }
       max[i] = new_max;
     }
-    // The block's P·V into a zeroed buffer, then added: chaining every key block's FMAs onto the
+    // Each later block's P·V into a buffer, then added: chaining every key block's FMAs onto the
     // accumulator made one float32 sum of all n terms per element (the MSE against float64 grew 4× at
     // n = 1024); this keeps each chain to one key block.
-    Eigen::Map<MatrixF> block_out(block_buffer.data(), rows, pv);
-    block_out.setZero();
-    tile_product_add(scores.data(), cols, rows, cols, v.data() + start * pv, pv, pv, block_out.data(), pv);
-    accumulator += block_out;
+    const float* probabilities_v = v.data() + start * pv;
+    if (first) {
+      tile_product_assign(scores.data(), cols, rows, cols, probabilities_v, pv, pv, acc, pv);
+    } else {
+      tile_product_assign(scores.data(), cols, rows, cols, probabilities_v, pv, pv, block_buffer.data(), pv);
+      accumulator += Eigen::Map<MatrixF>(block_buffer.data(), rows, pv);
+    }
   }
 }
 }  // namespace
@@ -153,10 +168,9 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     thread_local std::vector<float> max_buffer, sum_buffer;
     const int64_t r0 = block * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - r0);
-    max_buffer.assign(rows, -std::numeric_limits<float>::infinity());
-    sum_buffer.assign(rows, 0.0f);
+    max_buffer.resize(rows);
+    sum_buffer.resize(rows);
     auto acc = out.middleRows(r0, rows);
-    acc.setZero();
     // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
     // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
     const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
@@ -180,10 +194,8 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     if (item < first_chunk) return alongside();
     const int64_t chunk = item - first_chunk;
     const int64_t c0 = chunk * kKeyChunk, c1 = std::min(keys, c0 + kKeyChunk);
-    chunk_max.row(chunk).setConstant(-std::numeric_limits<float>::infinity());
-    chunk_sum.row(chunk).setZero();
     MatrixF& acc = chunk_acc[chunk];
-    acc.setZero(rows, pv);
+    acc.resize(rows, pv);
     thread_local MatrixF chunk_keys_t;  // p × (c1 − c0): the chunk's keys, scaled and transposed once
     transpose_scaled(k.middleRows(c0, c1 - c0), scale, chunk_keys_t);
     const ScaledKeysT keys_t{chunk_keys_t.data(), c1 - c0, c0};

@@ -17,6 +17,11 @@ namespace attnprobe {
 void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                       int64_t width, float* out, int64_t ldo);
 
+/// out = e · x, overwriting out: the bits of zeroing out and calling tile_product_add, without the
+/// pass that zeroes it (a sixth of the bookkeeping around a 128 × 64 block).
+void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                         int64_t width, float* out, int64_t ldo);
+
 /// A row-major float block (a matrix, middleRows of one, or a block with an outer stride).
 using ConstRowBlockF = Eigen::Ref<const MatrixF, 0, Eigen::OuterStride<>>;
 
