@@ -188,6 +188,12 @@ TEST_CASE("the tile kernel and the transpose agree with Eigen", "[exact]") {
     const MatrixD expected = a.middleRows(2, rows).cast<double>() * b.cast<double>();
     // Float32 sums of up to 70 terms of size ~1: observed 3.7e-8 to 1.6e-7 relative.
     CHECK(relative_error(expected, product.cast<double>()) < 1e-5);
+    // tile_product_assign overwrites what it writes (a NaN-filled destination) and nothing else of a wider
+    // buffer (the last 5 columns of each row stay NaN).
+    MatrixF wide = MatrixF::Constant(rows, width + 5, std::numeric_limits<float>::quiet_NaN());
+    tile_product_assign(a.row(2).data(), inner, rows, inner, b.data(), width, width, wide.data(), width + 5);
+    CHECK(wide.leftCols(width) == product);
+    CHECK(wide.rightCols(5).array().isNaN().all());
     // The transpose is one multiplication per entry, as Eigen's: equal bit for bit.
     MatrixF transposed;
     transpose_scaled(a.middleRows(2, rows), 0.37f, transposed);

@@ -11,18 +11,14 @@
 namespace attnprobe {
 namespace {
 #if defined(__AVX512F__)
-// kAccumulate: the chains start from out's values (out += e·x), else from zero (out = e·x, the same
-// bits as zeroing out first: fma(b, x, +0) is what the zeroed chain computes).
-template <bool kAccumulate, int kRows, int kVecs>
+template <int kRows, int kVecs>
 void tile_product_block(const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out, int64_t ldo,
                         __mmask16 last) {
   __m512 acc[kRows][kVecs];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v)
-      acc[r][v] = kAccumulate ? _mm512_maskz_loadu_ps(v == kVecs - 1 ? last : 0xFFFF, out + r * ldo + 16 * v)
-                              : _mm512_setzero_ps();
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t t = 0; t < cols; ++t) {
     __m512 xv[kVecs];
 #pragma GCC unroll 4
@@ -41,18 +37,18 @@ void tile_product_block(const float* e, int64_t lde, int64_t cols, const float* 
       _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v == kVecs - 1 ? last : 0xFFFF, acc[r][v]);
 }
 
-template <bool kAccumulate, int kRows>
+template <int kRows>
 void tile_product_rows(int vecs, const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, float* out,
                        int64_t ldo, __mmask16 last) {
   switch (vecs) {
     case 1:
-      return tile_product_block<kAccumulate, kRows, 1>(e, lde, cols, x, ldx, out, ldo, last);
+      return tile_product_block<kRows, 1>(e, lde, cols, x, ldx, out, ldo, last);
     case 2:
-      return tile_product_block<kAccumulate, kRows, 2>(e, lde, cols, x, ldx, out, ldo, last);
+      return tile_product_block<kRows, 2>(e, lde, cols, x, ldx, out, ldo, last);
     case 3:
-      return tile_product_block<kAccumulate, kRows, 3>(e, lde, cols, x, ldx, out, ldo, last);
+      return tile_product_block<kRows, 3>(e, lde, cols, x, ldx, out, ldo, last);
     default:
-      return tile_product_block<kAccumulate, kRows, 4>(e, lde, cols, x, ldx, out, ldo, last);
+      return tile_product_block<kRows, 4>(e, lde, cols, x, ldx, out, ldo, last);
   }
 }
 
@@ -112,10 +108,8 @@ void transpose_scaled(ConstRowBlockF a, float scale, MatrixF& out) {
     for (int64_t c = 0; c < cols; ++c) dst[c * rows + r0] = scale * src[r0 * lda + c];
 }
 
-namespace {
-template <bool kAccumulate>
-void run_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                      int64_t width, float* out, int64_t ldo) {
+void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                         int64_t width, float* out, int64_t ldo) {
 #if defined(__AVX512F__)
   for (int64_t c0 = 0; c0 < width; c0 += 64) {
     const int64_t w = std::min<int64_t>(64, width - c0);
@@ -124,40 +118,23 @@ void run_tile_product(const float* e, int64_t lde, int64_t rows, int64_t cols, c
     // Blocks of 6 rows, then at most one of 4, 2 and 1: the result does not depend on the blocking.
     int64_t r = 0;
     for (; r + 6 <= rows; r += 6)
-      tile_product_rows<kAccumulate, 6>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+      tile_product_rows<6>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
     if (r + 4 <= rows) {
-      tile_product_rows<kAccumulate, 4>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+      tile_product_rows<4>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
       r += 4;
     }
     if (r + 2 <= rows) {
-      tile_product_rows<kAccumulate, 2>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+      tile_product_rows<2>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
       r += 2;
     }
-    if (r < rows)
-      tile_product_rows<kAccumulate, 1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
+    if (r < rows) tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
   }
 #else
   using Map = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<> >;
   using ConstMap = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<> >;
-  Map result(out, rows, width, Eigen::OuterStride<>(ldo));
-  const auto product =
+  Map(out, rows, width, Eigen::OuterStride<>(ldo)).noalias() =
       ConstMap(e, rows, cols, Eigen::OuterStride<>(lde)) * ConstMap(x, cols, width, Eigen::OuterStride<>(ldx));
-  if constexpr (kAccumulate)
-    result.noalias() += product;
-  else
-    result.noalias() = product;
 #endif
-}
-}  // namespace
-
-void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                      int64_t width, float* out, int64_t ldo) {
-  run_tile_product<true>(e, lde, rows, cols, x, ldx, width, out, ldo);
-}
-
-void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                         int64_t width, float* out, int64_t ldo) {
-  run_tile_product<false>(e, lde, rows, cols, x, ldx, width, out, ldo);
 }
 
 void tile_product(ConstRowBlockF a, ConstRowBlockF b, MatrixF& out) {

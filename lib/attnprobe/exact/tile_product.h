@@ -11,21 +11,18 @@
 
 namespace attnprobe {
 
-/// out (rows × width, leading dimension ldo) += e (rows × cols, lde) · x (cols × width, ldx), row-major
-/// floats. With AVX-512 each element is one FMA chain in t order, so a row's bits do not depend on which
-/// rows are computed with it; without AVX-512 it is Eigen's GEMM.
-void tile_product_add(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                      int64_t width, float* out, int64_t ldo);
-
-/// out = e · x, overwriting out: the bits of zeroing out and calling tile_product_add, without the
-/// pass that zeroes it (a sixth of the bookkeeping around a 128 × 64 block).
+/// out (rows × width, leading dimension ldo) = e (rows × cols, lde) · x (cols × width, ldx), row-major
+/// floats, overwriting out (no pass zeroing it first). With AVX-512 each element is one FMA chain in t
+/// order from zero, so a row's bits do not depend on which rows are computed with it; without AVX-512
+/// it is Eigen's GEMM. Callers that sum several products keep each in its own buffer (see
+/// exact_attention.cpp: one chain per key block, not one over all n keys).
 void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                          int64_t width, float* out, int64_t ldo);
 
 /// A row-major float block (a matrix, middleRows of one, or a block with an outer stride).
 using ConstRowBlockF = Eigen::Ref<const MatrixF, 0, Eigen::OuterStride<>>;
 
-/// out = a·b (a.rows() × b.cols(), resized) with tile_product_add: for the products of estimators'
+/// out = a·b (a.rows() × b.cols(), resized) with tile_product_assign: for the products of estimators'
 /// row blocks (a: rows × k, b: k × width with width a multiple of 16 at best; pass Bᵀ's transpose
 /// made once per call, not per block).
 void tile_product(ConstRowBlockF a, ConstRowBlockF b, MatrixF& out);

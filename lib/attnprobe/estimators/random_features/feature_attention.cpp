@@ -107,8 +107,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
     const VectorF row_max = logits.rowwise().maxCoeff();  // evaluated first: the update below aliases
     logits.colwise() -= row_max;
     logits = logits.array().exp();
-    out.middleRows(i0, rows).setZero();
-    tile_product_add(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
+    tile_product_assign(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
     out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
   });
 }

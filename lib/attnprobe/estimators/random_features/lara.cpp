@@ -192,8 +192,7 @@ class Lara final : public Estimator {
       log_w = logits.rightCols(c_count) + alpha.array().max(1e-8f).log().matrix();
       log_w.rowwise() += per_sample_shifted;
       softmax_rows(log_w);
-      out.middleRows(i0, rows).setZero();
-      tile_product_add(log_w.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
+      tile_product_assign(log_w.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
   }
 

@@ -120,8 +120,7 @@ class Skeinformer final : public Estimator {
       logits = logits.array().exp();
       const VectorF denominator = logits.rowwise().sum() + unselected * fill;
       auto rows_out = out.middleRows(r0, rows);
-      rows_out.setZero();
-      tile_product_add(logits.data(), selected, rows, selected, v_sel.data(), pv, pv, out.row(r0).data(), pv);
+      tile_product_assign(logits.data(), selected, rows, selected, v_sel.data(), pv, pv, out.row(r0).data(), pv);
       rows_out.noalias() += fill * v_missing;  // the fill g_i on every unselected column
       rows_out.array().colwise() /= denominator.array();
     });
