@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <new>
 
+#include "attnprobe/common/allocator.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/version.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
   using namespace attnprobe;
+  keep_freed_memory();
   CLI::App app{
       "attnprobe measures how far randomized estimators of softmax attention (YOSO, Skeinformer, Performer, RA, "
       "LARA, Nystromformer, ...) are from exact attention on the queries, keys and values of your own model.\n\n"
