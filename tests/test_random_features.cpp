@@ -63,6 +63,53 @@ TEST_CASE("orthogonal features are orthogonal within a block with Gaussian norms
   CHECK(omegas.allFinite());
 }
 
+TEST_CASE("orthonormal_rows is Gram-Schmidt, also where Cholesky QR cannot be used", "[random-features]") {
+  // block = L·Q with L lower triangular, positive diagonal: Q·Qᵀ = I, block·Qᵀ = L. Blocks: a square
+  // Gaussian one and a 20 × 64 one (Cholesky QR twice); one whose last row nearly repeats the one before
+  // (cond ≈ 1e13: its Gram matrix is singular to rounding; Householder QR takes over after the first
+  // pass); and one whose last row repeats it exactly (rank 63: the Cholesky factorisation breaks down,
+  // and without Householder QR the result was not finite; L's last diagonal entry is 0, up to rounding).
+  const RandomStream stream(make_random_key(5, "orthonormal", 0), Purpose::kFeature);
+  MatrixD nearly_singular = normal_rows(stream, 65, 64);  // row 64: a direction out of the span of rows 0..62
+  nearly_singular.row(63) = nearly_singular.row(62) + 1e-12 * nearly_singular.row(64);
+  nearly_singular.conservativeResize(64, 64);
+  MatrixD singular = normal_rows(stream, 64, 64);
+  singular.row(63) = singular.row(62);
+  for (const MatrixD& block : {normal_rows(stream, 64, 64), normal_rows(stream, 20, 64), nearly_singular, singular}) {
+    const int64_t rows = block.rows();
+    const bool full_rank = block.row(rows - 1) != block.row(rows - 2);
+    INFO(rows << " rows, full rank " << full_rank);
+    const MatrixD q = orthonormal_rows(block);
+    REQUIRE(q.allFinite());
+    const MatrixD l = block * q.transpose();
+    double orthogonality = 0, upper = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < rows; ++j) {
+        orthogonality = std::max(orthogonality, std::abs(q.row(i).dot(q.row(j)) - (i == j ? 1.0 : 0.0)));
+        if (j > i) upper = std::max(upper, std::abs(l(i, j)));
+      }
+    // Observed: orthogonality 8.9e-16, 4.4e-16, 8.9e-16, 8.9e-16; upper triangle of block·Qᵀ 1.3e-15,
+    // 6.7e-16, 3.0e-15, 3.0e-15. Tolerances: 64·ε ≈ 1.4e-14 for orthogonality, and that times a row's
+    // norm (~8) for block·Qᵀ. Cholesky QR twice without the Householder fallback reached 7.7e-14 and
+    // 1.6e-14 on the singular block.
+    INFO("orthogonality " << orthogonality << ", upper " << upper);
+    CHECK(orthogonality < 1e-14);
+    CHECK(upper < 1e-13);
+    if (full_rank) CHECK((l.diagonal().array() > 0).all());
+  }
+  // The well-conditioned block against Gram–Schmidt in long double, done twice (observed 2.0e-15).
+  const MatrixD block = normal_rows(stream, 64, 64);
+  Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic> gs = block.cast<long double>();
+  for (int64_t r = 0; r < gs.rows(); ++r) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t s = 0; s < r; ++s) gs.row(r) -= gs.row(r).dot(gs.row(s)) * gs.row(s);
+    gs.row(r) /= gs.row(r).norm();
+  }
+  const double difference = (orthonormal_rows(block) - gs.cast<double>()).cwiseAbs().maxCoeff();
+  INFO("against long-double Gram-Schmidt " << difference);
+  CHECK(difference < 1e-13);
+}
+
 TEST_CASE("performer error falls as M grows", "[random-features]") {
   const HeadView view = synth_slice(256, 32, 0.2, 1);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);

@@ -1,29 +1,62 @@
 #include "attnprobe/estimators/random_features/features.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnprobe {
+
+namespace {
+// Householder QR of the block's transpose: Q's column r is row r of the result once multiplied by the
+// sign of R's diagonal entry r. Householder's Q has a sign convention tied to the input (its first
+// column always points against x₁'s first coordinate), which biases ω·x; the signs of R's diagonal undo
+// it, making Q the Gram–Schmidt basis, Haar-distributed — without this the feature products were
+// biased (mean 0.88 for a target of 0.94, z = −15).
+MatrixD householder_orthonormal_rows(const MatrixD& block) {
+  const int64_t rows = block.rows(), p = block.cols();
+  // Column-major: the block's rows are the columns of the p × rows matrix factored, contiguous as the
+  // column operations of Householder's QR want them.
+  const Eigen::MatrixXd columns = block.transpose();
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(columns);
+  const Eigen::MatrixXd q = qr.householderQ() * Eigen::MatrixXd::Identity(p, rows);
+  MatrixD out(rows, p);
+  for (int64_t r = 0; r < rows; ++r) out.row(r) = (qr.matrixQR()(r, r) < 0 ? -1.0 : 1.0) * q.col(r).transpose();
+  return out;
+}
+}  // namespace
+
+MatrixD orthonormal_rows(const MatrixD& block) {
+  const int64_t rows = block.rows();
+  MatrixD q = block;
+  for (int pass = 0; pass < 2; ++pass) {
+    MatrixD gram = MatrixD::Zero(rows, rows);
+    gram.selfadjointView<Eigen::Lower>().rankUpdate(q);  // q·qᵀ, lower triangle
+    if (pass == 1) {
+      // The first pass must have left rows close to orthonormal for the second to end at rounding.
+      double worst = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j <= i; ++j) worst = std::max(worst, std::abs(gram(i, j) - (i == j ? 1.0 : 0.0)));
+      if (!(worst < 0.1)) return householder_orthonormal_rows(block);
+    }
+    const Eigen::LLT<MatrixD, Eigen::Lower> cholesky(gram);
+    if (cholesky.info() != Eigen::Success) return householder_orthonormal_rows(block);
+    cholesky.matrixL().solveInPlace(q);  // L⁻¹·q: L has a positive diagonal, so the Gram–Schmidt basis
+  }
+  return q;
+}
 
 MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key) {
   const RandomStream gaussian(key, Purpose::kFeature);
   MatrixD omegas = normal_rows(gaussian, count, p);
   if (!orthogonal) return omegas;
-  // Orthogonalise each block of p rows (Householder QR of the block's transpose), then give row r
-  // the norm of an independent N(0, I_p) vector. Householder's Q has a sign convention tied to the
-  // input (its first column always points against x₁'s first coordinate), which biases ω·x; the
-  // signs of R's diagonal undo it, making Q the Gram–Schmidt basis, Haar-distributed — without
-  // this the feature products were biased (mean 0.88 for a target of 0.94, z = −15).
+  // Orthonormalise each block of p rows, then give row r the norm of an independent N(0, I_p) vector.
   const RandomStream norms(key, Purpose::kFeatureNorm);
   RowVectorD g(p);
   for (int64_t b0 = 0; b0 < count; b0 += p) {
     const int64_t rows = std::min(p, count - b0);
-    const MatrixD block = omegas.middleRows(b0, rows);
-    Eigen::HouseholderQR<MatrixD> qr(block.transpose());  // p × rows
-    const MatrixD q = qr.householderQ() * MatrixD::Identity(p, rows);
+    const MatrixD q = orthonormal_rows(omegas.middleRows(b0, rows));
     for (int64_t r = 0; r < rows; ++r) {
-      const double sign = qr.matrixQR()(r, r) < 0 ? -1.0 : 1.0;
       norms.normals(static_cast<uint32_t>(b0 + r), 0, g.data(), p);
-      omegas.row(b0 + r) = sign * q.col(r).transpose() * g.norm();
+      omegas.row(b0 + r) = q.row(r) * g.norm();
     }
   }
   return omegas;
