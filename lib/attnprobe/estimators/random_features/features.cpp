@@ -44,21 +44,24 @@ MatrixD orthonormal_rows(const MatrixD& block) {
   return q;
 }
 
-MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key) {
+MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key, ThreadPool* pool) {
   const RandomStream gaussian(key, Purpose::kFeature);
-  MatrixD omegas = normal_rows(gaussian, count, p);
-  if (!orthogonal) return omegas;
-  // Orthonormalise each block of p rows, then give row r the norm of an independent N(0, I_p) vector.
+  if (!orthogonal) return normal_rows(gaussian, count, p);
+  // Each block of p rows drawn, orthonormalised, then row r given the norm of an independent N(0, I_p)
+  // vector: blocks independent of each other (every row keyed by its index), so on the pool.
   const RandomStream norms(key, Purpose::kFeatureNorm);
-  RowVectorD g(p);
-  for (int64_t b0 = 0; b0 < count; b0 += p) {
-    const int64_t rows = std::min(p, count - b0);
-    const MatrixD q = orthonormal_rows(omegas.middleRows(b0, rows));
+  MatrixD omegas(count, p);
+  for_each_index(pool, (count + p - 1) / p, [&](int64_t block) {
+    const int64_t b0 = block * p, rows = std::min(p, count - b0);
+    MatrixD gaussians(rows, p);
+    for (int64_t r = 0; r < rows; ++r) gaussian.normals(static_cast<uint32_t>(b0 + r), 0, gaussians.row(r).data(), p);
+    const MatrixD q = orthonormal_rows(gaussians);
+    RowVectorD g(p);
     for (int64_t r = 0; r < rows; ++r) {
       norms.normals(static_cast<uint32_t>(b0 + r), 0, g.data(), p);
       omegas.row(b0 + r) = q.row(r) * g.norm();
     }
-  }
+  });
   return omegas;
 }
 

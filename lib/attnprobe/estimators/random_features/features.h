@@ -5,14 +5,16 @@
 // f(ω) = Σ_j softmax_j(ω·k̃_j − ‖k̃_j‖²/2)·v_j (ξ(q, ω) cancels out of the ratio).
 // Everything here is float64 and in log space: a shift that cancels exactly replaces any epsilon.
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/rng/random_stream.h"
 
 namespace attnprobe {
 
 /// ω_1..ω_M as rows (M × p): iid N(0, I_p), or (ortho) blocks of p orthonormal directions, each
 /// scaled by the norm of an independent N(0, I_p) vector, so every ω is still marginally N(0, I_p).
-/// Draws: row r of the Gaussian block from stream (kFeature) row r; norms from (kFeatureNorm).
-MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key);
+/// Draws: row r of the Gaussian block from stream (kFeature) row r; norms from (kFeatureNorm). With a
+/// pool the orthogonal blocks are drawn on it (the same bits).
+MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key, ThreadPool* pool = nullptr);
 
 /// The rows of `block` (rows ≤ p) orthonormalised in order, as Gram–Schmidt would: block = L·Q with L
 /// lower triangular with a positive diagonal, Q returned (the orthogonal draws of draw_omegas; Haar for

@@ -35,8 +35,9 @@ class Performer final : public Estimator {
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return estimate_causal(view, ctx, out);
     PositiveFeatureMapF map;
-    map.query_t =
-        (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key)).cast<float>().transpose();
+    map.query_t = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key, ctx.pool))
+                      .cast<float>()
+                      .transpose();
     map.key_t = map.query_t;
     map.key_square_weight = static_cast<float>(0.5 * view.scale);
     positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out);
