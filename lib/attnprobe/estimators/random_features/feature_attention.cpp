@@ -53,9 +53,8 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
   const int64_t chunk_rows = (keys + chunk_count - 1) / chunk_count;
   // Kept per calling thread between calls, with the merged sums below: allocated and freed per call,
   // these 8 × M × pv doubles (1 MiB at M = 256) went back to the kernel each time and were faulted in
-  // again (~5% of a call at n = 1024).
-  // Named through a reference: a lambda that names a thread_local reaches the running thread's copy, and
-  // the pool's threads must fill this thread's.
+  // again (~5% of a call at n = 1024). Reached through a reference, because a lambda that names a
+  // thread_local reaches the running thread's copy, and the pool's threads must fill this thread's.
   thread_local std::vector<KeySums> kept_chunks;
   std::vector<KeySums>& chunks = kept_chunks;
   chunks.resize(chunk_count);

@@ -23,9 +23,9 @@ MatrixD draw_omegas(int64_t count, int64_t p, bool orthogonal, RandomKey key, Th
 /// row-major block (Eigen's blocked reflectors, most of a performer(M=256) call's setup), 0.51–0.62 ms
 /// on a column-major copy, 0.40 ms this way (one Zen 4 core, min of 200). The second pass takes the
 /// first's orthogonality error (∝ cond(block)²·ε) down to rounding. When the first pass leaves rows
-/// farther than 0.1 from orthonormal, or the Gram matrix is not numerically positive definite (cond(block)
-/// beyond ~1e7, ~1e-5 of Gaussian 64 × 64 blocks), Householder QR does it instead. Both give the same Q
-/// up to rounding (tested).
+/// farther than 0.1 from orthonormal, or the Gram matrix is not numerically positive definite (possible
+/// once cond(block)² nears 1/ε; a Gaussian 64 × 64 block passes cond 1e7 with probability ~1e-5),
+/// Householder QR does it instead. Both give the same Q up to rounding (tested, also on a singular block).
 MatrixD orthonormal_rows(const MatrixD& block);
 
 /// log ξ(x_i, ω_m) = ω_m·x̃_i − ‖x̃_i‖²/2 for rows x̃_i of `x_scaled` (n × M).
