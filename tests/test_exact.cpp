@@ -185,7 +185,7 @@ TEST_CASE("the thread pool runs every item once and rethrows the first failure",
 
 TEST_CASE("keep_freed_memory: blocks freed and allocated again are not faulted in again", "[exact]") {
 #if defined(__SANITIZE_ADDRESS__) || !defined(__GLIBC__)
-  SKIP("another allocator (a sanitizer's, or not glibc's) decides this");
+  SKIP_TEST("another allocator (a sanitizer's, or not glibc's) decides this");
 #else
   keep_freed_memory();
   // 12 blocks of 3 MiB, written, freed, allocated again: with glibc's adaptive thresholds the 36 MiB
