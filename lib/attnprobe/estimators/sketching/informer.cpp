@@ -29,7 +29,7 @@ std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey&
   // memory. A query's draws are made at once (the same numbers as stream.index(n, i, s)) and the rows a
   // few samples ahead are prefetched, so the loads overlap instead of waiting one after another (314 →
   // 123 ms at n = 65536; sorting a block's samples by key block to read K once per block was slower).
-  constexpr int64_t kQueryBlock = 64, kAhead = 6;
+  constexpr int64_t kQueryBlock = 64, kAhead = 16;
   const int64_t row_bytes = view.kf.cols() * static_cast<int64_t>(sizeof(float));
   for_each_index(pool, (n + kQueryBlock - 1) / kQueryBlock, [&](int64_t b) {
     thread_local std::vector<double> draws;
@@ -71,7 +71,7 @@ class Informer final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_, ctx.pool);
-    mean_rows(view.v, out, ctx.pool);  // mean(V) in every row, as vmean
+    mean_rows(view.vf, out, ctx.pool);  // mean(V) in every row, as vmean's estimate
     // A few dozen exact rows over all keys: key chunks on the pool.
     MatrixF exact_rows;
     key_chunked_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), nullptr,
