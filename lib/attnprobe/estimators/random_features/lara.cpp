@@ -183,16 +183,10 @@ class Lara final : public Estimator {
     const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
     for_each_index(ctx.pool, blocks, [&](int64_t block) {
       const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
-      thread_local MatrixF logits, r_prime, log_w;
+      thread_local MatrixF logits, weights;
       tile_product(view.qf.middleRows(i0, rows), factors_t, logits);  // rows × 2C
-      r_prime = logits.leftCols(c_count);
-      r_prime.rowwise() -= query_shift;
-      r_prime = r_prime.array().exp();  // in place: exp of a rowwise() expression did not vectorise
-      const MatrixF alpha = lara_alpha_at_samples(weighting_, beta_, log_q, balance, r_prime);
-      log_w = logits.rightCols(c_count) + alpha.array().max(1e-8f).log().matrix();
-      log_w.rowwise() += per_sample_shifted;
-      softmax_rows(log_w);
-      tile_product_assign(log_w.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
+      sample_weights(logits, c_count, query_shift, log_q, balance, per_sample_shifted, weights);
+      tile_product_assign(weights.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
   }
 
@@ -212,6 +206,47 @@ class Lara final : public Estimator {
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
 
  private:
+  // A block's sample weights w_nc = softmax_c(log α̃_nc + x_nc) with x_nc = log ξ(q_n, ω_c) + per_sample_c and
+  // α̃ = max(α, 1e-8) (the reference code's clamp), from the block's rows × 2C logits (r′'s, then ξ's):
+  //   w_nc = α̃_nc·e^{x_nc − max_c x_nc} / Σ_c′ α̃_nc′·e^{x_nc′ − max_c x_nc},
+  // the same softmax without the log of α: a third of the block's exp and log evaluations, which took half as
+  // long as its two products (2.1 ms of a 12.6 ms call at n = 16384; 1.08–1.11× faster calls without). The
+  // sum is at least 1e-8, its term at the largest x. The balance and decoupled α need row n alone and are formed row by
+  // row while it is in L1 (r′_nc = e^{logit_nc − shift_c}; decoupled α = β·r′_nc − β·mean_c′ r′_nc′ + BH_c(ω_c),
+  // balance α = BH_c(ω_c), which needs no r′); the coupled one mixes the row through the C × C balance matrix and is
+  // formed for the whole block by lara_alpha_at_samples.
+  void sample_weights(const MatrixF& logits, int64_t c_count, const RowVectorF& query_shift, const MatrixD& log_q,
+                      const MatrixD& balance, const RowVectorF& per_sample, MatrixF& w) const {
+    using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+    if (weighting_ == LaraWeighting::kCoupled) {
+      MatrixF r_prime = logits.leftCols(c_count);
+      r_prime.rowwise() -= query_shift;
+      r_prime = r_prime.array().exp();  // in place: exp of a rowwise() expression did not vectorise
+      w = lara_alpha_at_samples(weighting_, beta_, log_q, balance, r_prime);
+    } else {
+      w.resize(logits.rows(), c_count);
+    }
+    const RowVectorF own_balance = balance.diagonal().transpose().cast<float>();  // BH_c(ω_c)
+    const ConstRow shift(query_shift.data(), c_count), bh(own_balance.data(), c_count),
+        constant(per_sample.data(), c_count);
+    const float beta = static_cast<float>(beta_);
+    Eigen::ArrayXf x(c_count);
+    for (int64_t i = 0; i < logits.rows(); ++i) {
+      const ConstRow r_logits(logits.row(i).data(), c_count), xi_logits(logits.row(i).data() + c_count, c_count);
+      Eigen::Map<Eigen::ArrayXf> row(w.row(i).data(), c_count);  // α, then w
+      if (weighting_ == LaraWeighting::kDecoupled) {
+        row = (r_logits - shift).exp();  // r′
+        const float mean = row.sum() / static_cast<float>(c_count);
+        row = beta * row - beta * mean + bh;
+      } else if (weighting_ == LaraWeighting::kBalance) {
+        row = bh;
+      }
+      x = xi_logits + constant;
+      row = row.max(1e-8f) * (x - x.maxCoeff()).exp();
+      row /= row.sum();
+    }
+  }
+
   struct Draws {
     MatrixD weights;  ///< n × C: w_nc, rows sum to one
     MatrixD values;   ///< C × pv: f(ω_c)
