@@ -253,3 +253,27 @@ TEST_CASE("column sums add rows in order, as a scalar walk down each column, and
   CHECK(column_sums(empty) == RowVectorF::Zero(5));
   CHECK((column_max(empty).array() == -std::numeric_limits<float>::infinity()).all());
 }
+
+TEST_CASE("float64 sums of float32 values match a long double sum at every length and tail", "[exact]") {
+  // squared_norm_f64 and sum_f64 (common/matrix.h) add in eight partial sums; the independent value is a
+  // sequential long double sum. Lengths around the 8-lane width (empty, tails 1–7) and long rows whose
+  // values span 12 decades (where a float32 sum would lose them: float's 6e-8 against the bound 1e-14).
+  const VectorD random = random_matrix(1, 4096, 71).row(0).transpose();
+  for (const int64_t count : {0, 1, 7, 8, 9, 15, 64, 100, 4096}) {
+    Eigen::VectorXf x(count);
+    for (int64_t i = 0; i < count; ++i)
+      x(i) = static_cast<float>(random(i) * std::pow(10.0, static_cast<double>(i % 13) - 6.0));
+    long double squares = 0, sum = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      squares += static_cast<long double>(x(i)) * x(i);
+      sum += x(i);
+    }
+    INFO("count " << count);
+    // Observed ≤ 2e-16 relative (rounding of the partial sums in double).
+    CHECK(std::abs(squared_norm_f64(x.data(), count) - static_cast<double>(squares)) <=
+          1e-14 * static_cast<double>(squares));
+    double magnitude = 0;
+    for (int64_t i = 0; i < count; ++i) magnitude += std::abs(static_cast<double>(x(i)));
+    CHECK(std::abs(sum_f64(x.data(), count) - static_cast<double>(sum)) <= 1e-14 * magnitude);
+  }
+}

@@ -158,11 +158,9 @@ class Lara final : public Estimator {
     RowVectorF key_bias(view.k.rows());  // −s‖k_j‖²/2, in row blocks on the pool
     for_each_index(ctx.pool, (view.k.rows() + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
       const int64_t j0 = block * kRowBlock, rows = std::min(kRowBlock, view.k.rows() - j0);
-      // From the float32 keys (half the bytes of the float64 copy; this pass is memory-bound), summed in double.
-      key_bias.segment(j0, rows) =
-          (-0.5 * view.scale * view.kf.middleRows(j0, rows).cast<double>().rowwise().squaredNorm())
-              .transpose()
-              .cast<float>();
+      // From the float32 keys (half the bytes of the float64 copy), summed in double.
+      for (int64_t j = j0; j < j0 + rows; ++j)
+        key_bias(j) = static_cast<float>(-0.5 * view.scale * squared_norm_f64(view.kf.row(j).data(), p));
     });
     key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
     MatrixF unused;

@@ -58,7 +58,7 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
     probs.rowwise() -= shift;
     probs = probs.array().exp();
     for (int64_t c = 0; c < cols; ++c)
-      weights[c0 + c] = std::sqrt(probs.row(c).cast<double>().squaredNorm()) * view.v.row(c0 + c).norm();
+      weights[c0 + c] = std::sqrt(squared_norm_f64(probs.row(c).data(), d_eff)) * view.v.row(c0 + c).norm();
   });
   if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
     std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
@@ -103,7 +103,8 @@ class Skeinformer final : public Estimator {
         VectorF denominator(rows);
         for (int64_t i = 0; i < rows; ++i) {
           shift(i) = full.row(i).maxCoeff();
-          denominator(i) = static_cast<float>((full.row(i).array() - shift(i)).exp().cast<double>().sum());
+          const RowVectorF terms = (full.row(i).array() - shift(i)).exp();
+          denominator(i) = static_cast<float>(sum_f64(terms.data(), terms.size()));
         }
         logits.colwise() -= shift;
         logits = logits.array().exp();
