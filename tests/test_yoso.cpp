@@ -286,25 +286,33 @@ TEST_CASE("Gaussian codes are the signs of the float64 projections, also within 
   // The projections run in float32 and those near 0 are taken again in float64 (lsh.cpp). Rows built to
   // lie 1e-9·‖r_j‖² off the hyperplane of one drawn r_j (float32's own error there is ~1e-6) must still
   // get the float64 sign, on both sides; the other rows are ordinary. Reference: signs of X·Rᵀ in float64.
-  const int p = 24, m = 3, tau = 5;
-  const RandomKey key = make_random_key(4, "near-zero", 0);
-  const MatrixD r = normal_rows(RandomStream(key, Purpose::kHashProjection), m * tau, p);
-  MatrixD x = synth_slice(40, p, 1.0, 9).q;
-  for (int64_t i = 0; i < 30; ++i) {
-    const int64_t j = i % (m * tau);
-    const double offset = (i % 2 == 0 ? 1e-9 : -1e-9) * r.row(j).squaredNorm();
-    x.row(i) -= (x.row(i).dot(r.row(j)) / r.row(j).squaredNorm()) * r.row(j);  // onto the hyperplane…
-    x.row(i) += (offset / r.row(j).squaredNorm()) * r.row(j);                  // …and just off it
-  }
-  const std::vector<uint32_t> codes = lsh_codes(x, m, tau, LshKind::kGauss, key, nullptr);
-  const MatrixD projections = x * r.transpose();
-  int near = 0;
-  for (int64_t i = 0; i < x.rows(); ++i)
-    for (int f = 0; f < m; ++f) {
-      uint32_t expected = 0;
-      for (int b = 0; b < tau; ++b) expected |= static_cast<uint32_t>(projections(i, f * tau + b) > 0) << b;
-      CHECK(codes[i * m + f] == expected);
+  // m·τ = 15 (one partial 16-lane group), 63, 65 and 90 (codes whose bits straddle two 64-bit words of the
+  // packed signs: τ = 13 at bit 52, τ = 30 at bit 60).
+  const int p = 24;
+  for (const auto& [m, tau] : {std::pair{3, 5}, std::pair{9, 7}, std::pair{5, 13}, std::pair{3, 30}}) {
+    INFO("m = " << m << ", tau = " << tau);
+    const RandomKey key = make_random_key(4, "near-zero", 0);
+    const MatrixD r = normal_rows(RandomStream(key, Purpose::kHashProjection), m * tau, p);
+    MatrixD x = synth_slice(40, p, 1.0, 9).q;
+    for (int64_t i = 0; i < 30; ++i) {
+      const int64_t j = (7 * i) % (m * tau);
+      const double offset = (i % 2 == 0 ? 1e-9 : -1e-9) * r.row(j).squaredNorm();
+      x.row(i) -= (x.row(i).dot(r.row(j)) / r.row(j).squaredNorm()) * r.row(j);  // onto the hyperplane…
+      x.row(i) += (offset / r.row(j).squaredNorm()) * r.row(j);                  // …and just off it
     }
-  for (int64_t i = 0; i < 30; ++i) near += std::abs(projections(i, i % (m * tau))) < 1e-6 * r.row(i % (m * tau)).norm();
-  CHECK(near == 30);  // the constructed rows really are within float32's rounding of the hyperplane
+    const std::vector<uint32_t> codes = lsh_codes(x, m, tau, LshKind::kGauss, key, nullptr);
+    const MatrixD projections = x * r.transpose();
+    for (int64_t i = 0; i < x.rows(); ++i)
+      for (int f = 0; f < m; ++f) {
+        uint32_t expected = 0;
+        for (int b = 0; b < tau; ++b) expected |= static_cast<uint32_t>(projections(i, f * tau + b) > 0) << b;
+        CHECK(codes[i * m + f] == expected);
+      }
+    int near = 0;
+    for (int64_t i = 0; i < 30; ++i) {
+      const int64_t j = (7 * i) % (m * tau);
+      near += std::abs(projections(i, j)) < 1e-6 * r.row(j).norm();
+    }
+    CHECK(near == 30);  // the constructed rows really are within float32's rounding of the hyperplane
+  }
 }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/exact/tile_product.h"
@@ -39,6 +42,41 @@ void yoso_inputs(const MatrixD& q, const MatrixD& k, bool lift, MatrixD& q_hat, 
   k_hat = lifted(k, 1);
 }
 
+namespace {
+// Bit j of positive: projections[j] > 0; of unsure: not above near_zero[j] in absolute value (NaN included),
+// for j < width; the words past width are zero.
+void sign_bits(const float* projections, const float* near_zero, int64_t width, uint64_t* positive, uint64_t* unsure) {
+  const int64_t words = (width + 63) / 64;
+  std::fill(positive, positive + words, 0);
+  std::fill(unsure, unsure + words, 0);
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  auto* positive16 = reinterpret_cast<uint16_t*>(positive);  // little-endian: 16 bits of a word at a time
+  auto* unsure16 = reinterpret_cast<uint16_t*>(unsure);
+  for (; j < width; j += 16) {
+    const __mmask16 lanes = width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
+    const __m512 value = _mm512_maskz_loadu_ps(lanes, projections + j);
+    const __m512 bound = _mm512_maskz_loadu_ps(lanes, near_zero + j);
+    positive16[j / 16] = _mm512_mask_cmp_ps_mask(lanes, value, _mm512_setzero_ps(), _CMP_GT_OQ);
+    unsure16[j / 16] = _mm512_mask_cmp_ps_mask(lanes, _mm512_abs_ps(value), bound, _CMP_NGT_UQ);
+  }
+#endif
+  for (; j < width; ++j) {
+    positive[j / 64] |= static_cast<uint64_t>(projections[j] > 0) << (j % 64);
+    unsure[j / 64] |= static_cast<uint64_t>(!(std::abs(projections[j]) > near_zero[j])) << (j % 64);
+  }
+}
+
+// Bits offset … offset + τ − 1 of a bit array as a code (bit b of the code = bit offset + b), as sign_code
+// makes it from the projections; bits may span two words (the array has a spare word at its end).
+uint32_t code_bits(const uint64_t* bits, int64_t offset, int tau) {
+  const int64_t word = offset / 64, shift = offset % 64;
+  uint64_t value = bits[word] >> shift;
+  if (shift + tau > 64) value |= bits[word + 1] << (64 - shift);
+  return static_cast<uint32_t>(value & ((uint64_t{1} << tau) - 1));
+}
+}  // namespace
+
 int hadamard_sign(const RandomStream& stream, uint32_t part, uint32_t d, uint32_t c) {
   return stream.sign(part * 3 + d, c);  // the GPU kernel draws the same: gpu/lsh.cu
 }
@@ -61,11 +99,19 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
     // superlinear in n).
     const int64_t width = r.rows();
     const MatrixF r_t = r.cast<float>().transpose();  // p × (m·τ)
-    const VectorD near_zero = (4.0 * (p + 2) * std::ldexp(1.0, -24)) * r.rowwise().norm();
+    // The bound in float, rounded up: a projection above it is above the float64 bound too; one that is
+    // not (or NaN) takes the float64 dot product, whose sign a float32 projection this far from 0 shares.
+    std::vector<float> near_zero(width);
+    for (int64_t j = 0; j < width; ++j) {
+      const double bound = 4.0 * (p + 2) * std::ldexp(1.0, -24) * r.row(j).norm();
+      near_zero[j] = static_cast<float>(bound);
+      if (near_zero[j] < bound) near_zero[j] = std::nextafter(near_zero[j], INFINITY);
+    }
+    const int64_t words = (width + 63) / 64;
     const int64_t block = 256;
     for_each_index(pool, (n + block - 1) / block, [&](int64_t b) {
       thread_local MatrixF unit_rows, projections;
-      thread_local std::vector<double> signs;
+      thread_local std::vector<uint64_t> positive, unsure;
       const int64_t r0 = b * block, rows = std::min(block, n - r0);
       unit_rows.resize(rows, p);
       for (int64_t i = 0; i < rows; ++i) {
@@ -73,13 +119,18 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
         unit_rows.row(i) = (x.row(r0 + i) / (norm > 0 ? norm : 1.0)).cast<float>();
       }
       tile_product(unit_rows, r_t, projections);  // rows × (m·τ)
-      signs.resize(width);
+      positive.resize(words + 1);                 // a spare word: a code's bits are read two words at a time
+      unsure.resize(words);
       for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t j = 0; j < width; ++j) {
-          const float projection = projections(i, j);
-          signs[j] = std::abs(projection) > near_zero(j) ? projection : x.row(r0 + i).dot(r.row(j));
-        }
-        for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = sign_code(&signs[f * tau], tau);
+        // Bits, not a double per projection: the per-projection select took longer than the projections.
+        sign_bits(projections.row(i).data(), near_zero.data(), width, positive.data(), unsure.data());
+        for (int64_t w = 0; w < words; ++w)
+          for (uint64_t left = unsure[w]; left != 0; left &= left - 1) {
+            const int64_t j = 64 * w + __builtin_ctzll(left);
+            const uint64_t bit = uint64_t{1} << (j & 63);
+            positive[w] = x.row(r0 + i).dot(r.row(j)) > 0 ? positive[w] | bit : positive[w] & ~bit;
+          }
+        for (int f = 0; f < m; ++f) codes[(r0 + i) * m + f] = code_bits(positive.data(), int64_t{f} * tau, tau);
       }
     });
     return codes;
