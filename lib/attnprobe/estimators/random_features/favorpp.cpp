@@ -122,7 +122,7 @@ class Favorpp final : public Estimator {
       return;
     }
     const GerfMap map =
-        fit_gerf(params_.gerf, view.q, view.k, view.scale, params_.features, params_.orthogonal, ctx.key, ctx.pool);
+        fit_gerf(params_.gerf, view.qf, view.kf, view.scale, params_.features, params_.orthogonal, ctx.key, ctx.pool);
     positive_feature_attention(gerf_feature_map_f32(map, view.scale), view.qf, view.kf, view.vf, ctx.pool, out);
   }
 

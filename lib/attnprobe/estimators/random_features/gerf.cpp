@@ -56,11 +56,12 @@ double oprf_mean_log_second_moment(double a, double z, double mean_x_sq, double 
          mean_y_sq;
 }
 
-GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k, double scale, int64_t features,
+template <typename Input>
+GerfMap fit_gerf(const GerfOptions& options, const Input& q, const Input& k, double scale, int64_t features,
                  bool orthogonal, RandomKey key, ThreadPool* pool) {
   const int64_t p = q.cols();
   const double nq = static_cast<double>(q.rows()), nk = static_cast<double>(k.rows());
-  const MatrixD omegas = draw_omegas(features, p, orthogonal, key);
+  const MatrixD omegas = draw_omegas(features, p, orthogonal, key, pool);
   GerfMap map;
   map.sign = options.sign;
   map.query_scale = RowVectorD::Ones(p);
@@ -69,13 +70,13 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k,
   // Column statistics of the scaled data: Σ_i q̃_il², Σ_j k̃_jl², and the means q̃̄, k̃̄, summed along the
   // rows (colwise() reductions of the row-major slices strided down every column: a fifth of a call), in
   // sum_row_groups' fixed groups on the pool.
-  auto column_sums = [&](const MatrixD& x, RowVectorD& squares, RowVectorD& mean) {
-    // Row 0: Σ x_il², row 1: Σ x_il.
+  auto column_sums = [&](const Input& x, RowVectorD& squares, RowVectorD& mean) {
+    // Row 0: Σ x_il², row 1: Σ x_il, in float64 (each float32 row widened as it is read).
     const MatrixD sums =
         sum_row_groups<MatrixD>(pool, x.rows(), MatrixD::Zero(2, p), [&](int64_t begin, int64_t end, MatrixD& part) {
           for (int64_t i = begin; i < end; ++i) {
-            part.row(0).array() += x.row(i).array().square();
-            part.row(1) += x.row(i);
+            part.row(0).array() += x.row(i).template cast<double>().array().square();
+            part.row(1) += x.row(i).template cast<double>();
           }
         });
     squares = scale * sums.row(0);
@@ -112,8 +113,8 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k,
       // P = mean over pairs of (q̃ + k̃)(q̃ + k̃)ᵀ = s·(QᵀQ/n + KᵀK/n′) + q̃̄k̃̄ᵀ + k̃̄q̃̄ᵀ, p × p.
       // QᵀQ and KᵀK as symmetric rank updates (half a product each; the eigensolver reads the lower triangle).
       MatrixD pair = q_mean.transpose() * k_mean + k_mean.transpose() * q_mean;
-      pair.selfadjointView<Eigen::Lower>().rankUpdate(q.transpose(), scale / nq);
-      pair.selfadjointView<Eigen::Lower>().rankUpdate(k.transpose(), scale / nk);
+      pair.selfadjointView<Eigen::Lower>().rankUpdate(q.transpose().template cast<double>(), scale / nq);
+      pair.selfadjointView<Eigen::Lower>().rankUpdate(k.transpose().template cast<double>(), scale / nk);
       const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(pair);
       const Eigen::MatrixXd u = eigen.eigenvectors();
       VectorD a_l(p);
@@ -133,6 +134,11 @@ GerfMap fit_gerf(const GerfOptions& options, const MatrixD& q, const MatrixD& k,
   }
   return map;
 }
+
+template GerfMap fit_gerf(const GerfOptions&, const MatrixD&, const MatrixD&, double, int64_t, bool, RandomKey,
+                          ThreadPool*);
+template GerfMap fit_gerf(const GerfOptions&, const MatrixF&, const MatrixF&, double, int64_t, bool, RandomKey,
+                          ThreadPool*);
 
 GerfMap positive_map(const MatrixD& omegas) {
   GerfMap map;
