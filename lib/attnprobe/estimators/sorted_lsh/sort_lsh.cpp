@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <type_traits>
 
 #include "attnprobe/estimators/yoso/lsh.h"
-#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 
@@ -57,59 +55,40 @@ template <typename S>
 void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlocks& blocks,
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
                         MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool) {
-  const int64_t n = data.q.rows(), p = data.q.cols(), pv = data.v.cols(), m = static_cast<int64_t>(samples.size());
+  const int64_t n = data.q.rows(), pv = data.v.cols(), m = static_cast<int64_t>(samples.size());
   const S s = static_cast<S>(scale);
   out.resize(n, pv);
   if (log_denominator) log_denominator->resize(n);
   const MatrixT<S> k_sampled = data.k(samples, Eigen::all), v_sampled = data.v(samples, Eigen::all);  // m × p, m × pv
   const RowVectorT<S> weights = Eigen::Map<const VectorD>(sample_weights.data(), m).cast<S>().transpose();
-  // Each block's rows are independent of the others: blocks run on the pool. A block's keys and the
-  // samples are one set of columns (its rows' keys first), so each block is two products: the logits
-  // over both parts, then their contraction with both parts' values (one matrix–vector product per row
-  // was a quarter of a kdeformer call). Float32 runs them on the tile kernel with the keys transposed
-  // and scaled once per block (Eigen's GEMM on these 64-row blocks was a quarter of a hyper call).
+  // Each block's rows are independent of the others: blocks run on the pool. Both parts of a block are
+  // contracted with V as two products over the block (one matrix–vector product per row was a quarter of
+  // a kdeformer call).
   for_each_index(pool, blocks.blocks(), [&](int64_t g) {
-    const int64_t begin = blocks.begin(g), rows = blocks.end(g) - begin, cols = rows + m;
-    thread_local MatrixT<S> q_block, keys, values, logits, numerator;
-    q_block.resize(rows, p);
-    keys.resize(cols, p);
-    values.resize(cols, pv);
-    for (int64_t r = 0; r < rows; ++r) {
-      q_block.row(r) = data.q.row(blocks.query_order[begin + r]);
-      keys.row(r) = data.k.row(blocks.key_order[begin + r]);
-      values.row(r) = data.v.row(blocks.key_order[begin + r]);
-    }
-    keys.bottomRows(m) = k_sampled;
-    values.bottomRows(m) = v_sampled;
-    if constexpr (std::is_same_v<S, float>) {
-      thread_local MatrixF keys_t;
-      transpose_scaled(keys, s, keys_t);
-      tile_product(q_block, keys_t, logits);  // rows × cols
-    } else {
-      logits.noalias() = s * (q_block * keys.transpose());
-    }
+    const int64_t begin = blocks.begin(g), rows = blocks.end(g) - begin;
+    const std::vector<int64_t> queries(blocks.query_order.begin() + begin, blocks.query_order.begin() + begin + rows);
+    const std::vector<int64_t> keys(blocks.key_order.begin() + begin, blocks.key_order.begin() + begin + rows);
+    const MatrixT<S> q_block = data.q(queries, Eigen::all);
+    MatrixT<S> block_logits = s * (q_block * data.k(keys, Eigen::all).transpose());  // rows × rows
+    MatrixT<S> sample_logits = s * (q_block * k_sampled.transpose());                // rows × m
     // Masked samples (their key sits in this block) get logit −∞: out of the row max, weight exactly 0.
     RowVectorT<S> keep(m);
     for (int64_t u = 0; u < m; ++u) keep(u) = !mask || blocks.key_block[samples[u]] != g ? S(1) : S(0);
     VectorT<S> denominator(rows);
     for (int64_t r = 0; r < rows; ++r) {
-      auto block_part = logits.row(r).head(rows);
-      auto sample_part = logits.row(r).tail(m);
       for (int64_t u = 0; u < m; ++u)
-        if (keep(u) == 0) sample_part(u) = -std::numeric_limits<S>::infinity();
-      const S shift = logits.row(r).maxCoeff();
-      block_part.array() = (block_part.array() - shift).exp();
-      sample_part.array() = (sample_part.array() - shift).exp() * weights.array();
-      denominator(r) = block_part.sum() + sample_part.sum();
+        if (keep(u) == 0) sample_logits(r, u) = -std::numeric_limits<S>::infinity();
+      const S shift = m > 0 ? std::max(block_logits.row(r).maxCoeff(), sample_logits.row(r).maxCoeff())
+                            : block_logits.row(r).maxCoeff();
+      block_logits.row(r).array() = (block_logits.row(r).array() - shift).exp();
+      sample_logits.row(r).array() = (sample_logits.row(r).array() - shift).exp() * weights.array();
+      denominator(r) = block_logits.row(r).sum() + sample_logits.row(r).sum();
       if (log_denominator)
-        (*log_denominator)(blocks.query_order[begin + r]) =
-            static_cast<double>(shift) + std::log(double(denominator(r)));
+        (*log_denominator)(queries[r]) = static_cast<double>(shift) + std::log(double(denominator(r)));
     }
-    if constexpr (std::is_same_v<S, float>)
-      tile_product(logits, values, numerator);  // rows × pv
-    else
-      numerator.noalias() = logits * values;
-    for (int64_t r = 0; r < rows; ++r) out.row(blocks.query_order[begin + r]) = numerator.row(r) / denominator(r);
+    MatrixT<S> numerator = block_logits * data.v(keys, Eigen::all);  // rows × pv
+    if (m > 0) numerator.noalias() += sample_logits * v_sampled;
+    for (int64_t r = 0; r < rows; ++r) out.row(queries[r]) = numerator.row(r) / denominator(r);
   });
 }
 
