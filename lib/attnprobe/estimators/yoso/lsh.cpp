@@ -51,14 +51,14 @@ void sign_bits(const float* projections, const float* near_zero, int64_t width, 
   std::fill(unsure, unsure + words, 0);
   int64_t j = 0;
 #if defined(__AVX512F__)
-  auto* positive16 = reinterpret_cast<uint16_t*>(positive);  // little-endian: 16 bits of a word at a time
-  auto* unsure16 = reinterpret_cast<uint16_t*>(unsure);
-  for (; j < width; j += 16) {
+  for (; j < width; j += 16) {  // 16 projections per compare, their bits shifted into place
     const __mmask16 lanes = width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
     const __m512 value = _mm512_maskz_loadu_ps(lanes, projections + j);
     const __m512 bound = _mm512_maskz_loadu_ps(lanes, near_zero + j);
-    positive16[j / 16] = _mm512_mask_cmp_ps_mask(lanes, value, _mm512_setzero_ps(), _CMP_GT_OQ);
-    unsure16[j / 16] = _mm512_mask_cmp_ps_mask(lanes, _mm512_abs_ps(value), bound, _CMP_NGT_UQ);
+    const uint64_t above = _mm512_mask_cmp_ps_mask(lanes, value, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const uint64_t near = _mm512_mask_cmp_ps_mask(lanes, _mm512_abs_ps(value), bound, _CMP_NGT_UQ);
+    positive[j / 64] |= above << (j % 64);
+    unsure[j / 64] |= near << (j % 64);
   }
 #endif
   for (; j < width; ++j) {
