@@ -269,7 +269,8 @@ TEST_CASE("float64 sums of float32 values match a long double sum at every lengt
       sum += x(i);
     }
     INFO("count " << count);
-    // Observed ≤ 2e-16 relative (rounding of the partial sums in double).
+    // Observed (relative, rounding of the partial sums in double): squares ≤ 2.0e-16 (0 up to count 64), sums
+    // ≤ 5.9e-17 of Σ|x|.
     CHECK(std::abs(squared_norm_f64(x.data(), count) - static_cast<double>(squares)) <=
           1e-14 * static_cast<double>(squares));
     double magnitude = 0;

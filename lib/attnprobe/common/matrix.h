@@ -36,29 +36,27 @@ Eigen::Matrix<typename Block::Scalar, 1, Eigen::Dynamic> column_max(const Block&
   return out;
 }
 
-/// Σ x_i² and Σ x_i of count float32 values, accumulated in float64 in eight partial sums (x_i in lane i % 8)
-/// added at the end: one vector register of doubles. Eigen's reduction of a
-/// cast<double>() expression runs one scalar at a time, ~8× slower (0.6 ms of a LARA call at n = 16384).
-/// The order depends on count only, so the bits are those of any thread.
-inline double squared_norm_f64(const float* x, Eigen::Index count) {
+/// Σ term(x_i) over count float32 values, accumulated in float64 in eight partial sums (x_i in lane i % 8)
+/// added at the end: one vector register of doubles. Eigen's reduction of a cast<double>() expression runs
+/// one scalar at a time, ~8× slower (0.6 ms of a LARA call at n = 16384). The order depends on count only,
+/// so the bits are those of any thread.
+template <typename Term>
+double lane_sum_f64(const float* x, Eigen::Index count, Term term) {
   double lanes[8] = {};
   Eigen::Index i = 0;
   for (; i + 8 <= count; i += 8)
-    for (int lane = 0; lane < 8; ++lane) lanes[lane] += static_cast<double>(x[i + lane]) * x[i + lane];
-  for (int lane = 0; i < count; ++i, ++lane) lanes[lane] += static_cast<double>(x[i]) * x[i];
+    for (int lane = 0; lane < 8; ++lane) lanes[lane] += term(static_cast<double>(x[i + lane]));
+  for (int lane = 0; i < count; ++i, ++lane) lanes[lane] += term(static_cast<double>(x[i]));
   double total = 0;
   for (double lane : lanes) total += lane;
   return total;
 }
+/// Σ x_i² and Σ x_i in float64 (lane_sum_f64).
+inline double squared_norm_f64(const float* x, Eigen::Index count) {
+  return lane_sum_f64(x, count, [](double v) { return v * v; });
+}
 inline double sum_f64(const float* x, Eigen::Index count) {
-  double lanes[8] = {};
-  Eigen::Index i = 0;
-  for (; i + 8 <= count; i += 8)
-    for (int lane = 0; lane < 8; ++lane) lanes[lane] += x[i + lane];
-  for (int lane = 0; i < count; ++i, ++lane) lanes[lane] += x[i];
-  double total = 0;
-  for (double lane : lanes) total += lane;
-  return total;
+  return lane_sum_f64(x, count, [](double v) { return v; });
 }
 
 }  // namespace attnprobe

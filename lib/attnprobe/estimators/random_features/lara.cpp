@@ -217,7 +217,8 @@ class Lara final : public Estimator {
                       const MatrixD& balance, const RowVectorF& per_sample, MatrixF& w) const {
     using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
     if (weighting_ == LaraWeighting::kCoupled) {
-      MatrixF r_prime = logits.leftCols(c_count);
+      thread_local MatrixF r_prime;  // scratch of the running thread, kept between blocks
+      r_prime = logits.leftCols(c_count);
       r_prime.rowwise() -= query_shift;
       r_prime = r_prime.array().exp();  // in place: exp of a rowwise() expression did not vectorise
       w = lara_alpha_at_samples(weighting_, beta_, log_q, balance, r_prime);

@@ -68,7 +68,7 @@ void sign_bits(const float* projections, const float* near_zero, int64_t width, 
 }
 
 // Bits offset … offset + τ − 1 of a bit array as a code (bit b of the code = bit offset + b), as sign_code
-// makes it from the projections; bits may span two words (the array has a spare word at its end).
+// makes it from the projections; bits may span two words (both within the array: offset + τ ≤ its width).
 uint32_t code_bits(const uint64_t* bits, int64_t offset, int tau) {
   const int64_t word = offset / 64, shift = offset % 64;
   uint64_t value = bits[word] >> shift;
@@ -119,7 +119,7 @@ std::vector<uint32_t> lsh_codes(const MatrixD& x, int m, int tau, LshKind kind, 
         unit_rows.row(i) = (x.row(r0 + i) / (norm > 0 ? norm : 1.0)).cast<float>();
       }
       tile_product(unit_rows, r_t, projections);  // rows × (m·τ)
-      positive.resize(words + 1);                 // a spare word: a code's bits are read two words at a time
+      positive.resize(words);
       unsure.resize(words);
       for (int64_t i = 0; i < rows; ++i) {
         // Bits, not a double per projection: the per-projection select took longer than the projections.
