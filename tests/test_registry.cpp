@@ -53,6 +53,20 @@ TEST_CASE("every registered estimator round-trips its spec and is deterministic 
   }
 }
 
+TEST_CASE("every registered estimator counts its flops, so bench shows where it sits under the roofline",
+          "[registry][bench]") {
+  // bench's GFLOP/s and %peak columns are blank for an estimator whose flops() is the default 0.
+  for (const EstimatorDef* def : registered_estimators()) {
+    if (def->family == "test") continue;  // this file's own registration, which computes nothing
+    INFO("estimator " << def->name);
+    const auto estimator = parse_spec(def->name).make();
+    const double at_1024 = estimator->flops(1024, 64, 64), at_4096 = estimator->flops(4096, 64, 64);
+    CHECK(at_1024 > 0);
+    CHECK(at_4096 > at_1024);                          // work grows with n
+    CHECK(estimator->flops(1024, 64, 128) > at_1024);  // and with the value width
+  }
+}
+
 TEST_CASE("every estimator gives the same bits with and without a pool inside the call", "[registry][threads]") {
   // What lets `bench --threads` and a sweep with fewer tasks than threads hand the pool to one call
   // (sweep/runner.cpp) without changing a number. n = 1300 spans several row blocks (256 and 128 rows)

@@ -120,6 +120,14 @@ class Nystrom final : public Estimator {
     };
   }
 
+  // The two attention passes (n queries over L′ landmark keys, L′ landmark queries over n keys: logits and
+  // P·V each), K2, and pinv(K2) applied to the L′ × pv block through its factors (three L′ × L′ by L′ × pv
+  // products); the eigensolver's O(L′³) is not counted.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double marks = static_cast<double>(std::min(landmarks_, n));
+    return 2.0 * 2.0 * n * marks * (p + pv) + 2.0 * marks * marks * p + 3.0 * 2.0 * marks * marks * pv;
+  }
+
  private:
   struct Landmarks {
     MatrixD q_bar, k_bar;  ///< L′ × p segment means of Q and K

@@ -91,6 +91,14 @@ class Informer final : public Estimator {
     };
   }
 
+  // The sparsity pass (U sampled logits per query) and the u exact rows over all keys (logits and P·V);
+  // mean(V) is a copy, not counted.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
+    const double budget = std::min(std::ceil(params_.d / log_n) * std::ceil(log_n), static_cast<double>(n));  // u = U
+    return 2.0 * n * budget * p + 2.0 * budget * n * (p + pv);
+  }
+
  private:
   InformerParams params_;
 };

@@ -102,6 +102,12 @@ class Linformer final : public Estimator {
            8.0 * kTileColumns;
   }
 
+  // E·K and E·V (d × n times n × (p + pv)), then attention of the n queries over the d projected keys
+  // (logits and P·(EV)). The Gaussian draws are not flops: at d = 256 they are ~25% of the call.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * 2.0 * static_cast<double>(params_.d) * n * (p + pv);
+  }
+
  private:
   LinformerParams params_;
 };
@@ -134,6 +140,11 @@ class LinformerJlt final : public Estimator {
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
     return 4.0 * (d * n + d * pv + static_cast<double>(n) * pv) + 16.0 * n * (p + pv);
+  }
+
+  // Sᵀ·V and S·(Sᵀ·V) (2·n·d·pv each), then exact attention.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * 2.0 * n * static_cast<double>(params_.d) * pv + 2.0 * n * static_cast<double>(n) * (p + pv);
   }
 
  private:

@@ -170,6 +170,17 @@ class Skeinformer final : public Estimator {
         };
   }
 
+  // With a pilot: its exact rows over all keys (d_eff·n logits and P·V), the column norms (the same logits
+  // again), then every query against the d_eff columns (logits and P·V); uniform columns skip the first two.
+  // rownorm=exact adds every query's full row of logits for its denominator.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double d_eff = static_cast<double>(std::max<int64_t>(1, std::min(params_.d, n - 1)));
+    const double sketch = 2.0 * n * d_eff * (p + pv);
+    const double pilot = params_.importance ? sketch + 2.0 * n * d_eff * p : 0.0;
+    const double exact_denominator = params_.rownorm == RowNorm::kExact ? 2.0 * n * n * p : 0.0;
+    return pilot + sketch + exact_denominator;
+  }
+
  private:
   SkeinformerParams params_;
   static constexpr int64_t kRowBlock = 256;  ///< query rows per block: 256 × d floats of logits stay in L2

@@ -44,6 +44,9 @@ class VMeanEstimator final : public Estimator {
     };
   }
 
+  // One add per value entry: the rest is copying, so its fraction of the FMA peak says it is memory-bound.
+  double flops(int64_t n, int64_t, int64_t pv) const override { return static_cast<double>(n) * pv; }
+
  private:
   // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
   // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
