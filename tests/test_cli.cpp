@@ -1,8 +1,12 @@
 // The attnprobe binary end to end: exit codes and messages for bad input, identical CSV for any
 // thread count, resume after an interruption, no half-written rows, summarize.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
+#include "attnprobe/bench/bench.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
@@ -212,6 +216,42 @@ TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
   const auto info = run_attnprobe("info " + out);
   CHECK(info.exit_code == 0);
   CHECK_THAT(info.output, Catch::Contains("float16") && Catch::Contains("50,20"));
+}
+
+TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]") {
+  // The order of the calls: one untimed call of each, then rounds of one call of each, in turn.
+  std::vector<int> order;
+  std::vector<std::function<void()>> calls;
+  for (int c = 0; c < 3; ++c) calls.push_back([&order, c] { order.push_back(c); });
+  const auto times = time_interleaved(4, calls);
+  CHECK(order == std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2});
+  REQUIRE(times.size() == 3);
+  for (const auto& [median, min] : times) {
+    CHECK(min >= 0);
+    CHECK(median >= min);
+  }
+  // A call that sleeps is timed as at least its sleep, and its neighbour is not charged for it.
+  const auto slow_fast =
+      time_interleaved(3, {[] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, [] {}});
+  CHECK(slow_fast[0].second >= 0.02);
+  CHECK(slow_fast[1].first < 0.02);
+
+  // In the CSV a spec's rows for every thread count come together (they were measured together).
+  const std::string csv = temp_path("bench-threads.csv");
+  const auto r =
+      run_attnprobe("bench -e vmean -e softmax --lengths 32 --threads 1,2 --repeat 1 --no-sgemm --csv " + csv);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> specs_and_threads;
+  std::istringstream lines(read_text(csv));
+  std::string line;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    const auto cells = split(line, ',');
+    REQUIRE(cells.size() > 5);
+    specs_and_threads.push_back(cells[1] + "/" + cells[5]);
+  }
+  CHECK(specs_and_threads == std::vector<std::string>{"vmean/1", "vmean/2", "softmax/1", "softmax/2"});
 }
 
 TEST_CASE("bench --backward times backward passes and refuses estimators without one", "[cli][bench]") {

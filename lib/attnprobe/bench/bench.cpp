@@ -30,20 +30,34 @@ std::string format_bench_csv_row(const BenchRow& r) {
 }
 
 namespace {
-
-// Median and minimum of `repeat` timed calls after one untimed warm-up call.
-std::pair<double, double> time_calls(int repeat, const std::function<void()>& call) {
-  call();
-  std::vector<double> seconds;
-  for (int r = 0; r < repeat; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+// Median and minimum of `seconds` (sorted in place).
+std::pair<double, double> median_and_min(std::vector<double>& seconds) {
   std::sort(seconds.begin(), seconds.end());
   const size_t mid = seconds.size() / 2;
   const double median = seconds.size() % 2 ? seconds[mid] : 0.5 * (seconds[mid - 1] + seconds[mid]);
   return {median, seconds.front()};
+}
+}  // namespace
+
+std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls) {
+  for (const auto& call : calls) call();
+  std::vector<std::vector<double>> seconds(calls.size());
+  for (int r = 0; r < repeat; ++r)
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const auto start = std::chrono::steady_clock::now();
+      calls[c]();
+      seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  std::vector<std::pair<double, double>> out;
+  for (auto& s : seconds) out.push_back(median_and_min(s));
+  return out;
+}
+
+namespace {
+
+// Median and minimum of `repeat` timed calls after one untimed warm-up call.
+std::pair<double, double> time_calls(int repeat, const std::function<void()>& call) {
+  return time_interleaved(repeat, {call}).front();
 }
 
 HeadView random_view(int64_t n, int64_t p, uint64_t seed) {
@@ -123,19 +137,31 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   };
   // Estimators for every point first, the OpenBLAS floors last: OpenBLAS's idle worker threads
   // spin for a while after a multi-threaded call and would steal a core from what comes next.
+  // One pool per thread count, all kept for the run: a spec's calls on every thread count are timed in turn
+  // (time_interleaved), so its --threads 1,2 ratio comes from the same minutes of the host.
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int64_t threads : request.threads) pools.push_back(std::make_unique<ThreadPool>(static_cast<int>(threads)));
   for (int64_t n : request.lengths) {
     HeadView view = random_view(n, request.p, request.seed);
     view.mask = request.mask;
     const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
-    for (int64_t threads : request.threads) {
-      ThreadPool pool(static_cast<int>(threads));
-      for (const Spec& spec : specs) {
-        const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
-        MatrixF out;
-        const EstimateContext ctx{make_random_key(request.seed, "bench;" + spec.canonical(), 0), &pool};
-        auto [median, min] = request.backward
-                                 ? time_calls(request.repeat, [&] { estimator->backward(view, upstream, ctx); })
-                                 : time_calls(request.repeat, [&] { estimator->estimate(view, ctx, out); });
+    for (const Spec& spec : specs) {
+      const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
+      std::vector<MatrixF> outs(pools.size());
+      std::vector<EstimateContext> contexts;
+      std::vector<std::function<void()>> calls;
+      for (const auto& pool : pools)
+        contexts.push_back(EstimateContext{make_random_key(request.seed, "bench;" + spec.canonical(), 0), pool.get()});
+      for (size_t t = 0; t < pools.size(); ++t) {
+        if (request.backward)
+          calls.push_back([&, t] { estimator->backward(view, upstream, contexts[t]); });
+        else
+          calls.push_back([&, t] { estimator->estimate(view, contexts[t], outs[t]); });
+      }
+      const auto times = time_interleaved(request.repeat, calls);
+      for (size_t t = 0; t < pools.size(); ++t) {
+        const int64_t threads = request.threads[t];
+        const auto [median, min] = times[t];
         // flops() counts the forward pass: no GFLOP/s for a backward row.
         double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
         // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnprobe/view/mask.h"
@@ -55,6 +56,12 @@ std::string bench_floor_description();
 /// its mask support; with `backward`, that it has a backward pass, the device is the CPU and the
 /// mask full). Throws UsageError.
 void check_bench_request(const BenchRequest& request);
+
+/// Each call once untimed, then `repeat` rounds of one timed call of each, in turn: each call's (median,
+/// minimum) seconds. Timed in turn, the calls share the host's slow minutes (these VMs drift by 10–30% over a
+/// few minutes), so the ratios between them hold better than those of calls timed one block after another;
+/// run_bench times a spec on every thread count of the request this way.
+std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls);
 
 /// Runs the grid (after check_bench_request); `on_row` sees each row as soon as it is measured.
 std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row);
