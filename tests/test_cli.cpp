@@ -252,6 +252,10 @@ TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]")
     specs_and_threads.push_back(cells[1] + "/" + cells[5]);
   }
   CHECK(specs_and_threads == std::vector<std::string>{"vmean/1", "vmean/2", "softmax/1", "softmax/2"});
+  // The pools are alive together: counts summing past the thread limit are a usage error, not 1,500 threads.
+  const auto refused = run_attnprobe("bench -e vmean --lengths 32 --threads 1000,500 --repeat 1 --no-sgemm");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("sum must be at most 1024"));
 }
 
 TEST_CASE("bench --backward times backward passes and refuses estimators without one", "[cli][bench]") {

@@ -27,7 +27,9 @@ Action add_bench(CLI::App& app) {
   app.add_option("--lengths", o->lengths, "sequence lengths n")->capture_default_str();
   app.add_option("--p", o->p, "head dim (values have the same)")->capture_default_str();
   app.add_option("--samples", o->samples, "values of each estimator's samples knob (default: the spec's own)");
-  app.add_option("--threads", o->threads, "thread counts to time, e.g. 1,2")->capture_default_str();
+  app.add_option("--threads", o->threads,
+                 "thread counts to time, e.g. 1,2; a spec's counts are timed in turn, call by call")
+      ->capture_default_str();
   app.add_option("--device", o->device, "cpu or cuda (per call, including the slice's upload and the download)")
       ->capture_default_str();
   app.add_option("--mask", o->mask,

@@ -97,6 +97,14 @@ void check_bench_request(const BenchRequest& request) {
   if (request.p < 1) throw UsageError("--p must be at least 1");
   for (int64_t n : request.lengths)
     if (n < 2) throw UsageError("bench lengths must be at least 2");
+  // A pool per thread count, all alive at once (run_bench times them in turn).
+  int64_t pooled = 0;
+  for (int64_t threads : request.threads) pooled += threads;
+  if (pooled > kMaxThreads)
+    throw UsageError(
+        fmt::format("--threads: the counts are timed together, each with its own pool, so their sum must "
+                    "be at most {} (got {}); time fewer counts per run",
+                    kMaxThreads, pooled));
   const Device device = parse_device(request.device);
   for (const Spec& spec : bench_specs(request)) {
     make_estimator(spec, device);  // an estimator without a version for the device: UsageError
