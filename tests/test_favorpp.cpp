@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/random_features/favorpp.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
@@ -88,6 +89,28 @@ TEST_CASE("favorpp's blocked float32 estimate equals its float64 formula for eve
     CHECK(row_gap < 1e-5);
     CHECK(pooled.one_thread == pooled.alone);
     CHECK(pooled.two_threads == pooled.alone);
+  }
+}
+
+TEST_CASE("fit_gerf from the float32 copy is the fit from its float64 widening, on any pool", "[favorpp]") {
+  // gerf.h: the statistics are summed in float64 whatever the input's type, in fixed row groups, so the
+  // estimate (view.qf, view.kf) and weights() (view.q, view.k) fit the same map when the float32 copy is
+  // exact. n = 1500 spans several 256-row blocks of sderf's Gram matrices in each of the 8 groups.
+  const HeadView view = synth_slice(1500, 16, 0.5, 4, 29);
+  const MatrixD q_widened = view.qf.cast<double>(), k_widened = view.kf.cast<double>();
+  ThreadPool two(2);
+  for (const GerfVariant variant : {GerfVariant::kOprf, GerfVariant::kArf, GerfVariant::kSderf}) {
+    INFO("variant " << static_cast<int>(variant));
+    GerfOptions options;
+    options.variant = variant;
+    const RandomKey key = make_random_key(3, "fit", 0);
+    const GerfMap from_double = fit_gerf(options, q_widened, k_widened, view.scale, 24, true, key);
+    const GerfMap from_float = fit_gerf(options, view.qf, view.kf, view.scale, 24, true, key, &two);
+    CHECK(from_float.projections == from_double.projections);
+    CHECK(from_float.offsets == from_double.offsets);
+    CHECK(from_float.query_scale == from_double.query_scale);
+    CHECK(from_float.key_scale == from_double.key_scale);
+    CHECK(from_float.a == from_double.a);
   }
 }
 

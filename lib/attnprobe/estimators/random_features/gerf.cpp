@@ -56,6 +56,24 @@ double oprf_mean_log_second_moment(double a, double z, double mean_x_sq, double 
          mean_y_sq;
 }
 
+namespace {
+// Σ_i x_iᵀx_i (p × p; the lower triangle) in float64: sum_row_groups' fixed groups on the pool and, inside a
+// group, blocks of kGramRows rows widened to float64 one block at a time. A rank update of the whole
+// transposed input, widened, made Eigen evaluate an n × p float64 copy first (32 MiB at n = 65536).
+template <typename Input>
+MatrixD gram_lower(const Input& x, ThreadPool* pool) {
+  constexpr int64_t kGramRows = 256;
+  const int64_t p = x.cols();
+  return sum_row_groups<MatrixD>(pool, x.rows(), MatrixD::Zero(p, p), [&](int64_t begin, int64_t end, MatrixD& part) {
+    MatrixD block;
+    for (int64_t r = begin; r < end; r += kGramRows) {
+      block = x.middleRows(r, std::min(kGramRows, end - r)).template cast<double>();
+      part.selfadjointView<Eigen::Lower>().rankUpdate(block.transpose());
+    }
+  });
+}
+}  // namespace
+
 template <typename Input>
 GerfMap fit_gerf(const GerfOptions& options, const Input& q, const Input& k, double scale, int64_t features,
                  bool orthogonal, RandomKey key, ThreadPool* pool) {
@@ -113,8 +131,7 @@ GerfMap fit_gerf(const GerfOptions& options, const Input& q, const Input& k, dou
       // P = mean over pairs of (q̃ + k̃)(q̃ + k̃)ᵀ = s·(QᵀQ/n + KᵀK/n′) + q̃̄k̃̄ᵀ + k̃̄q̃̄ᵀ, p × p.
       // QᵀQ and KᵀK as symmetric rank updates (half a product each; the eigensolver reads the lower triangle).
       MatrixD pair = q_mean.transpose() * k_mean + k_mean.transpose() * q_mean;
-      pair.selfadjointView<Eigen::Lower>().rankUpdate(q.transpose().template cast<double>(), scale / nq);
-      pair.selfadjointView<Eigen::Lower>().rankUpdate(k.transpose().template cast<double>(), scale / nk);
+      pair += (scale / nq) * gram_lower(q, pool) + (scale / nk) * gram_lower(k, pool);
       const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(pair);
       const Eigen::MatrixXd u = eigen.eigenvectors();
       VectorD a_l(p);
