@@ -18,9 +18,7 @@ namespace attnprobe {
 std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params,
                                           ThreadPool* pool) {
   const int64_t n = view.n();
-  const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
-  const int64_t c = static_cast<int64_t>(std::ceil(params.d / log_n));
-  const int64_t u = std::min<int64_t>(c * static_cast<int64_t>(std::ceil(log_n)), n);
+  const int64_t u = params.budget(n);
   const float scale = static_cast<float>(view.scale);
 
   const RandomStream stream(key, Purpose::kRowSample);
@@ -94,8 +92,7 @@ class Informer final : public Estimator {
   // The sparsity pass (U sampled logits per query) and the u exact rows over all keys (logits and P·V);
   // mean(V) is a copy, not counted.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
-    const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
-    const double budget = std::min(std::ceil(params_.d / log_n) * std::ceil(log_n), static_cast<double>(n));  // u = U
+    const double budget = static_cast<double>(params_.budget(n));  // u = U
     return 2.0 * n * budget * p + 2.0 * budget * n * (p + pv);
   }
 

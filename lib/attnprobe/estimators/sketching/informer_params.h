@@ -1,6 +1,8 @@
 #pragma once
 // The decoded parameters of informer and its query selection, shared by the CPU version
 // (informer.cpp) and the CUDA one (gpu/informer.cu), so both pick the same rows.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "attnprobe/estimators/registry.h"
@@ -10,6 +12,13 @@ namespace attnprobe {
 
 struct InformerParams {
   int64_t d = 64;  ///< budget: u = ⌈d / ln n⌉·⌈ln n⌉ exact rows (at most n)
+
+  /// u = U = min(⌈d / ln n⌉·⌈ln n⌉, n): the sampled keys per query and the exact rows, at length n.
+  int64_t budget(int64_t n) const {
+    const double log_n = std::log(static_cast<double>(std::max<int64_t>(n, 2)));
+    const int64_t c = static_cast<int64_t>(std::ceil(static_cast<double>(d) / log_n));
+    return std::min<int64_t>(c * static_cast<int64_t>(std::ceil(log_n)), n);
+  }
 
   static InformerParams from_spec(const Spec& spec) { return {spec.get_int("d")}; }
 };

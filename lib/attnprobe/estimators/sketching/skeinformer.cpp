@@ -30,7 +30,7 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
                                      ThreadPool* pool) {
   const int64_t n = view.n();
   const float scale = static_cast<float>(view.scale);
-  const int64_t d_eff = std::max<int64_t>(1, std::min(params.d, n - 1));
+  const int64_t d_eff = params.sketch_size(n);
   SkeinformerSample sample;
   if (!params.importance) {
     sample.columns = sample_uniform_without_replacement(n, d_eff, RandomStream(key, Purpose::kColumnSample));
@@ -174,7 +174,7 @@ class Skeinformer final : public Estimator {
   // again), then every query against the d_eff columns (logits and P·V); uniform columns skip the first two.
   // rownorm=exact adds every query's full row of logits for its denominator.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
-    const double d_eff = static_cast<double>(std::max<int64_t>(1, std::min(params_.d, n - 1)));
+    const double d_eff = static_cast<double>(params_.sketch_size(n));
     const double sketch = 2.0 * n * d_eff * (p + pv);
     const double pilot = params_.importance ? sketch + 2.0 * n * d_eff * p : 0.0;
     const double exact_denominator = params_.rownorm == RowNorm::kExact ? 2.0 * n * n * p : 0.0;

@@ -2,6 +2,7 @@
 // The decoded parameters of skeinformer and its sampling steps (Algorithm 1, steps 1-3), shared by
 // the CPU version (skeinformer.cpp) and the CUDA one (gpu/skeinformer.cu), so both use the same
 // pilot rows and columns.
+#include <algorithm>
 #include <vector>
 
 #include "attnprobe/common/parallel.h"
@@ -17,6 +18,9 @@ struct SkeinformerParams {
   bool importance = true;                ///< colsample=importance (else uniform, no pilot)
   RowNorm rownorm = RowNorm::kAdaptive;  ///< adaptive | simple | exact
   bool pilot_reuse = true;               ///< overwrite the pilot rows with their exact values
+
+  /// d_eff = min(d, n − 1) (at least 1): the pilot rows and the sampled columns at length n.
+  int64_t sketch_size(int64_t n) const { return std::max<int64_t>(1, std::min(d, n - 1)); }
 
   /// Whether step 6 applies: pilot rows are written back (not with uniform columns or simple rows).
   bool reuses_pilot() const { return importance && pilot_reuse && rownorm != RowNorm::kSimple; }
