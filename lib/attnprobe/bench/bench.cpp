@@ -155,26 +155,25 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
     const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
     for (const Spec& spec : specs) {
       const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
+      const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
       std::vector<MatrixF> outs(pools.size());
-      std::vector<EstimateContext> contexts;
       std::vector<std::function<void()>> calls;
-      for (const auto& pool : pools)
-        contexts.push_back(EstimateContext{make_random_key(request.seed, "bench;" + spec.canonical(), 0), pool.get()});
       for (size_t t = 0; t < pools.size(); ++t) {
+        const EstimateContext ctx{key, pools[t].get()};
         if (request.backward)
-          calls.push_back([&, t] { estimator->backward(view, upstream, contexts[t]); });
+          calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
         else
-          calls.push_back([&, t] { estimator->estimate(view, contexts[t], outs[t]); });
+          calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
       }
       const auto times = time_interleaved(request.repeat, calls);
+      // flops() counts the forward pass: no GFLOP/s for a backward row.
+      double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
+      // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
+      // linear estimators' causal forms do the same work as their full forms.
+      if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
       for (size_t t = 0; t < pools.size(); ++t) {
         const int64_t threads = request.threads[t];
         const auto [median, min] = times[t];
-        // flops() counts the forward pass: no GFLOP/s for a backward row.
-        double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
-        // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
-        // linear estimators' causal forms do the same work as their full forms.
-        if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
         const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
         emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
