@@ -60,9 +60,10 @@ double oprf_mean_log_second_moment(double a, double z, double mean_x_sq, double 
 /// Fits the map of `options` to queries/keys (n × p each, raw: x̃ = √scale·x) with ω_m = draw_omegas(features,
 /// p, orthogonal, key) (so A = 0 gives Performer's exact features). Only column statistics and p × p
 /// products of q and k are formed (no n × p copies: sderf's Gram matrices widen 256 rows at a time); their
-/// row sums run in fixed groups on the pool when one is given (the map does not depend on it). Throws UsageError (a spec error) for A ≥ 1/8. Input: MatrixD, or
-/// MatrixF (the float32 estimates' copy, half the bytes to read; the statistics are still summed in float64,
-/// so the map is the same whenever the float32 copy is exact: every dump stored as float32, bf16 or fp16).
+/// row sums run in fixed groups on the pool when one is given (the map does not depend on it). Throws UsageError (a
+/// spec error) for A ≥ 1/8. Input: MatrixD, or MatrixF (the float32 estimates' copy, half the bytes to read; the
+/// statistics are still summed in float64, so the map is the same whenever the float32 copy is exact: every dump stored
+/// as float32, bf16 or fp16).
 template <typename Input>
 GerfMap fit_gerf(const GerfOptions& options, const Input& q, const Input& k, double scale, int64_t features,
                  bool orthogonal, RandomKey key, ThreadPool* pool = nullptr);
