@@ -119,14 +119,19 @@ class Lara final : public Estimator {
         sample_(sample),
         raw_noise_(raw_noise) {}
 
-  // The forward pass in float32 without any n × C or n × p matrix: the same draws and weights as draw()
-  // below (float64, whole n × C matrices; weights() uses it). Both key-side sums are softmax attention of
-  // C "queries" over many keys, run on the chunked exact kernel over the call's pool:
-  //   f(ω_c) and log Σ_j ξ(k_j, ω_c): queries ω̃_c, keys k_j with bias −s‖k_j‖²/2;
-  //   the log-normaliser of r′'s column c (softmax over queries n of q̃_n·q̄_c): queries q̄̃_c, keys q_n.
-  // Then query blocks of kRowBlock rows, independent of each other, on the pool. Everything stays O(n)
-  // in memory (fresh n × C float64 temporaries made the call superlinear past n = 32768), and the bits
-  // do not depend on the thread count.
+  // The forward pass in float32, with no n × C matrix of its own when C ≤ pv: the same draws and weights as draw()
+  // below (float64, whole n × C matrices; weights() uses it). The key-side sums are softmax attention of the
+  // C "queries" ω̃_c over the keys k_j with bias −s‖k_j‖²/2 (f(ω_c) and log Σ_j ξ(k_j, ω_c)), run on the
+  // chunked exact kernel over the call's pool. Then the queries in blocks of kRowBlock rows, twice:
+  //  1. r′'s logits q̃_n·q̄̃_c, and per block the maximum and the sum of exps of each column c: r′ is a
+  //     softmax over all queries n, so its normaliser must be known before any row's weights. The logits
+  //     wait in the block's rows of `out` (C ≤ pv; else in an n × C buffer), which pass 2 overwrites.
+  //     Before, a separate pass over the queries formed the same logits for the normalisers alone and the
+  //     blocks formed them again: 10–18% of a call at n = 1024 and 4096.
+  //  2. ξ's logits, the sample weights and the block's output.
+  // The blocks are independent and combined in block order, so the bits do not depend on the thread count.
+  // Everything stays O(n) in memory (fresh n × C float64 temporaries made the call superlinear past
+  // n = 32768).
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), p = view.p(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
@@ -146,11 +151,12 @@ class Lara final : public Estimator {
     const double log_norm = -0.5 * p * std::log(2 * std::numbers::pi);
 
     // √s folded into the C × p factors (ω̃_c·k̃_j = (√s·ω_c)·k_j), so the raw float32 rows are read as they are.
-    // Rows 0..C−1: q̄̃_c·√s (r′'s logits), rows C..2C−1: ω_c·√s (log ξ(q_n, ω_c) up to −‖q̃_n‖²/2).
+    // Columns 0..C−1 of the transposed factors: q̄̃_c·√s (r′'s logits), columns C..2C−1: ω_c·√s (log ξ(q_n, ω_c)
+    // up to −‖q̃_n‖²/2).
     MatrixF factors(2 * c_count, p);
     factors.topRows(c_count) = (root_scale * q_bar).cast<float>();
     factors.bottomRows(c_count) = (root_scale * omegas).cast<float>();
-    const MatrixF omegas_root = factors.bottomRows(c_count), q_bar_root = factors.topRows(c_count);
+    const MatrixF omegas_root = factors.bottomRows(c_count);
     const MatrixF factors_t = factors.transpose();  // p × 2C, for the tile products (exact/tile_product.h)
 
     MatrixF f;  // C × pv: f(ω_c)
@@ -163,10 +169,42 @@ class Lara final : public Estimator {
         key_bias(j) = static_cast<float>(-0.5 * view.scale * squared_norm_f64(view.kf.row(j).data(), p));
     });
     key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
-    MatrixF unused;
-    VectorD query_log_norm;
-    key_chunked_attention_f32(q_bar_root, view.qf, MatrixF(n, 0), 1.0f, nullptr, unused, &query_log_norm, ctx.pool);
-    const RowVectorF query_shift = query_log_norm.transpose().cast<float>();
+
+    out.resize(n, pv);
+    const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+    const bool uses_r_prime = weighting_ != LaraWeighting::kBalance;  // balance α = BH_c(ω_c) needs no r′
+    MatrixF r_logits_buffer;                                          // only when the logits do not fit in out's rows
+    float* r_logits = out.data();
+    int64_t r_logits_ld = pv;
+    if (uses_r_prime && c_count > pv) {
+      r_logits_buffer.resize(n, c_count);
+      r_logits = r_logits_buffer.data();
+      r_logits_ld = c_count;
+    }
+    RowVectorF query_shift = RowVectorF::Zero(c_count);  // log Σ_n exp(q̃_n·q̄̃_c), r′'s column normalisers
+    if (uses_r_prime) {
+      MatrixF block_max(blocks, c_count), block_sum(blocks, c_count);
+      for_each_index(ctx.pool, blocks, [&](int64_t block) {
+        const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
+        thread_local MatrixF logits;  // Eigen-allocated, so exp splits rows alike on every thread
+        logits.resize(rows, c_count);
+        tile_product_assign(view.qf.row(i0).data(), p, rows, p, factors_t.data(), 2 * c_count, c_count, logits.data(),
+                            c_count);
+        Eigen::Map<MatrixF, 0, Eigen::OuterStride<>>(r_logits + i0 * r_logits_ld, rows, c_count,
+                                                     Eigen::OuterStride<>(r_logits_ld)) = logits;
+        auto max = block_max.row(block), sum = block_sum.row(block);
+        max = logits.row(0);  // row by row: the rows are contiguous, the columns are not
+        for (int64_t i = 1; i < rows; ++i) max = max.cwiseMax(logits.row(i));
+        sum.setZero();
+        for (int64_t i = 0; i < rows; ++i) sum.array() += (logits.row(i) - max).array().exp();
+      });
+      for (int64_t c = 0; c < c_count; ++c) {  // the blocks combined in block order, in float64
+        const double max = block_max.col(c).maxCoeff();
+        double sum = 0;
+        for (int64_t b = 0; b < blocks; ++b) sum += std::exp(block_max(b, c) - max) * block_sum(b, c);
+        query_shift(c) = static_cast<float>(max + std::log(sum));
+      }
+    }
 
     // log w_nc = log α_nc + log N(ω_c; 0, I) + log ξ(q_n, ω_c) + log Σ_j ξ(k_j, ω_c) − log q_c(ω_c). The
     // terms constant in c (−‖q̃_n‖²/2 of ξ, and the largest per-sample term) cancel in the softmax over c and
@@ -177,12 +215,15 @@ class Lara final : public Estimator {
     const RowVectorF per_sample_shifted = (per_sample.array() - per_sample.maxCoeff()).matrix().cast<float>();
 
     const MatrixD balance = lara_balance(log_q);  // C × C exps once, not per block (10% of a call at n = 1024)
-    out.resize(n, pv);
-    const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
     for_each_index(ctx.pool, blocks, [&](int64_t block) {
       const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
-      thread_local MatrixF logits, weights;
-      tile_product(view.qf.middleRows(i0, rows), factors_t, logits);  // rows × 2C
+      thread_local MatrixF logits, weights;  // rows × 2C: r′'s logits (from pass 1), then ξ's
+      logits.resize(rows, 2 * c_count);
+      if (uses_r_prime)
+        logits.leftCols(c_count) = Eigen::Map<const MatrixF, 0, Eigen::OuterStride<>>(
+            r_logits + i0 * r_logits_ld, rows, c_count, Eigen::OuterStride<>(r_logits_ld));
+      tile_product_assign(view.qf.row(i0).data(), p, rows, p, factors_t.data() + c_count, 2 * c_count, c_count,
+                          logits.data() + c_count, 2 * c_count);
       sample_weights(logits, c_count, query_shift, log_q, balance, per_sample_shifted, weights);
       tile_product_assign(weights.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
@@ -201,7 +242,21 @@ class Lara final : public Estimator {
                int64_t r0, int64_t rows) { return MatrixD(weights.middleRows(r0, rows) * rows_of_samples); };
   }
 
-  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + pv); }
+  // Beyond the default's few n × (p + pv) float64 temporaries: r′'s logits when they do not fit in the
+  // output's rows (n × C floats, estimate() above), and the attn and mixture proposals' C × n float64
+  // mixture weights with their exps (the mixture's densities form two more C × n products).
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double c = static_cast<double>(std::min(proposals_, n)), rows = static_cast<double>(n);
+    double bytes = Estimator::memory_bytes(n, p, pv);
+    if (weighting_ != LaraWeighting::kBalance && c > pv) bytes += 4.0 * rows * c;
+    if (proposal_ == Proposal::kAttn) bytes += 2.0 * 8.0 * c * rows;
+    if (proposal_ == Proposal::kMixture) bytes += 4.0 * 8.0 * c * rows;
+    return bytes;
+  }
+
+  // The products of estimate(): f(ω_c) over the keys (C·n·(p + pv)), r′'s and ξ's logits (2·n·C·p) and the
+  // output (n·C·pv), two flops each.
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * proposals_ * (3.0 * p + 2.0 * pv); }
 
  private:
   // A block's sample weights w_nc = softmax_c(log α̃_nc + x_nc) with x_nc = log ξ(q_n, ω_c) + per_sample_c and
