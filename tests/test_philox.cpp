@@ -99,9 +99,14 @@ TEST_CASE("normals() from an offset t0 fills elements t0.. of the row bit for bi
 
 TEST_CASE("uniforms() fills the same numbers as uniform() over a range of positions", "[rng]") {
   const RandomStream stream(make_random_key(4, "fill", 0), Purpose::kColumnSample);
-  std::vector<double> filled(200);
-  stream.uniforms(3, 17, 1, filled.data(), 200);
-  for (uint32_t j = 0; j < 200; ++j) CHECK(filled[j] == stream.uniform(3, 17 + j, 1));
+  // The vector route draws 32 counters at a time, past the count, in blocks of 64: counts that end at and
+  // around those boundaries, within one block and after several (72 is Informer's budget at n = 4096).
+  for (const int64_t count : {1, 8, 31, 32, 33, 63, 64, 65, 72, 200}) {
+    INFO("count " << count);
+    std::vector<double> filled(count);
+    stream.uniforms(3, 17, 1, filled.data(), count);
+    for (uint32_t j = 0; j < count; ++j) REQUIRE(filled[j] == stream.uniform(3, 17 + j, 1));
+  }
 }
 
 TEST_CASE("Box-Muller's own log and sin/cos agree with libm to a few ulp", "[rng]") {
