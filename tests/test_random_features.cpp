@@ -191,6 +191,20 @@ TEST_CASE("lara with C = n segment proposals is closer to exact than with C = n/
   CHECK(full < eighth);
 }
 
+TEST_CASE("lara's memory estimate covers its logits buffer and the attn and mixture proposals' C x n matrices",
+          "[random-features][lara][memory]") {
+  // What --max-memory refuses a case by (sweep/budget.h), against the sizes of what estimate() allocates.
+  const int64_t n = 4096, p = 64, pv = 64, c = 512;
+  const auto bytes = [&](const std::string& spec) { return parse_spec(spec).make()->memory_bytes(n, p, pv); };
+  const double c_by_n = 8.0 * c * n;  // one C × n float64 matrix
+  const std::string base = fmt::format("lara(C={})", c);
+  CHECK(bytes(fmt::format("lara(C={},proposal=attn)", c)) >= bytes(base) + 2 * c_by_n);     // log π and its exp
+  CHECK(bytes(fmt::format("lara(C={},proposal=mixture)", c)) >= bytes(base) + 4 * c_by_n);  // + two products
+  // r′'s logits: n × C floats of their own when C > pv; in the output's rows when C ≤ pv; none for balance.
+  CHECK(bytes(base) >= bytes(fmt::format("lara(C={},weights=balance)", c)) + 4.0 * n * c);
+  CHECK(bytes("lara(C=64)") == bytes("lara(C=64,weights=balance)"));
+}
+
 TEST_CASE("every LARA proposal and weighting combination runs and is finite", "[random-features][lara]") {
   const HeadView view = synth_slice(48, 16, 0.5, 5);
   for (const char* proposal : {"segment", "attn", "mixed", "mixture"})
