@@ -125,9 +125,9 @@ class Lara final : public Estimator {
   // chunked exact kernel over the call's pool. Then the queries in blocks of kRowBlock rows, twice:
   //  1. r′'s logits q̃_n·q̄̃_c, and per block the maximum and the sum of exps of each column c: r′ is a
   //     softmax over all queries n, so its normaliser must be known before any row's weights. The logits
-  //     wait in the block's rows of `out` (C ≤ pv; else in an n × C buffer), which pass 2 overwrites.
-  //     Before, a separate pass over the queries formed the same logits for the normalisers alone and the
-  //     blocks formed them again: 10–18% of a call at n = 1024 and 4096.
+  //     wait in the block's rows of `out` (C ≤ pv; else in an n × C buffer), which pass 2 overwrites. (A
+  //     pass over the queries for the normalisers alone formed the same logits twice: 10–18% of a call at
+  //     n = 1024 and 4096.)
   //  2. ξ's logits, the sample weights and the block's output.
   // The blocks are independent and combined in block order, so the bits do not depend on the thread count.
   // Everything stays O(n) in memory (fresh n × C float64 temporaries made the call superlinear past
@@ -173,7 +173,8 @@ class Lara final : public Estimator {
     out.resize(n, pv);
     const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
     const bool uses_r_prime = weighting_ != LaraWeighting::kBalance;  // balance α = BH_c(ω_c) needs no r′
-    MatrixF r_logits_buffer;                                          // only when the logits do not fit in out's rows
+    // Where r′'s logits wait between the passes: out's rows, or a buffer when they do not fit there.
+    MatrixF r_logits_buffer;
     float* r_logits = out.data();
     int64_t r_logits_ld = pv;
     if (uses_r_prime && c_count > pv) {
