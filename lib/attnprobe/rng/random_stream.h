@@ -71,6 +71,19 @@ class RandomStream {
     return (t & 1u) ? second : first;
   }
 
+  /// Element t of the float32 normal sequence of row (a, c), for draws used as floats (Linformer's
+  /// projections): box_muller_f (philox.h) on the Philox block at counter (a, t/4, c), whose words 0 and 1
+  /// give elements 4b and 4b + 1 (r·cos φ, r·sin φ) and words 2 and 3 elements 4b + 2 and 4b + 3, each
+  /// word a uniform float. A sequence of its own, not normal() rounded: twice the draws per block, and
+  /// float arithmetic throughout (4× faster to fill).
+  ATTNPROBE_HOST_DEVICE float float_normal(uint32_t a, uint32_t t, uint32_t c = 0) const {
+    const PhiloxCounter r = bits(a, t >> 2, c);
+    const int pair = (t >> 1) & 1u;
+    float first, second;
+    box_muller_f(uint_to_unit_float(r.v[2 * pair]), uint_to_unit_float(r.v[2 * pair + 1]), first, second);
+    return (t & 1u) ? second : first;
+  }
+
   /// A random sign at position (row, index): ±1, 128 signs per Philox block (block index/128 of the
   /// row, bit index mod 128).
   ATTNPROBE_HOST_DEVICE int sign(uint32_t row, uint32_t index) const {
@@ -84,6 +97,10 @@ class RandomStream {
   /// row, so a long row need never be held whole. The float version rounds the double values.
   void normals(uint32_t a, uint32_t c, double* out, int64_t count, uint32_t t0 = 0) const;
   void normals(uint32_t a, uint32_t c, float* out, int64_t count, uint32_t t0 = 0) const;
+
+  /// out[0..count) = elements t0..t0+count-1 of the float normal sequence of row (a, c): float_normal(a,
+  /// t0 + j, c), bit for bit, a block of Philox counters at a time. Any t0 (t0 + count ≤ 2^32).
+  void float_normals(uint32_t a, uint32_t c, float* out, int64_t count, uint32_t t0 = 0) const;
 
   /// out[j] = uniform(a, b0 + j, c) for j in [0, count): the same numbers, a block at a time.
   void uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, int64_t count) const;

@@ -21,14 +21,23 @@
 
 namespace attnprobe {
 
+// E (and S) in float32 from the stream's float normals: they are used as floats, and drawing them in float
+// arithmetic, four per Philox block, made the draws ~3× cheaper than rounding float64 Box–Muller (a third
+// of a Linformer call before).
 MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream) {
-  return (stddev * normal_rows(stream, rows, cols)).cast<float>();
+  MatrixF out(rows, cols);
+  const float scale = static_cast<float>(stddev);
+  for (int64_t r = 0; r < rows; ++r) {
+    stream.float_normals(static_cast<uint32_t>(r), 0, out.row(r).data(), cols);
+    out.row(r) *= scale;
+  }
+  return out;
 }
 
 namespace {
 
 // EK = E·K and EV = E·V (d × p, d × pv) without E: work item g owns rows [g·kGroupRows, …) of E, EK and EV and
-// walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std·normal(r, t)),
+// walks the keys in blocks of kTileColumns, drawing that tile of E (entry (r, t) = float(std)·float_normal(r, t),
 // gaussian_matrix's law and element mapping) and adding tile·K_block and tile·V_block. Each row of EK and EV is
 // summed in one fixed order (key blocks in turn, keys in turn inside one), so the result is the same for any
 // pool. The tile is 30 KiB, the key block (256 × 64) 64 KiB; products alone at n = 16384, d = 256, Zen 4 core,
@@ -38,8 +47,7 @@ constexpr int64_t kTileColumns = 256;
 
 struct ProjectionTile {
   MatrixF tile = MatrixF(kGroupRows, kTileColumns);  ///< Eigen-allocated: 64-byte aligned on every thread
-  VectorD normals = VectorD(kTileColumns);
-  MatrixF k_part, v_part;  ///< one tile's rows of E·K and E·V
+  MatrixF k_part, v_part;                            ///< one tile's rows of E·K and E·V
 };
 
 void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, const RandomStream& stream, int64_t d,
@@ -47,15 +55,16 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
   const int64_t n = k.rows();
   k_proj.setZero(d, k.cols());
   v_proj.setZero(d, v.cols());
+  const float scale = static_cast<float>(stddev);
   for_each_index(pool, (d + kGroupRows - 1) / kGroupRows, [&](int64_t g) {
     thread_local ProjectionTile work;
     const int64_t r0 = g * kGroupRows, rows = std::min(kGroupRows, d - r0);
     for (int64_t t0 = 0; t0 < n; t0 += kTileColumns) {
       const int64_t cols = std::min(kTileColumns, n - t0);
       for (int64_t r = 0; r < rows; ++r) {
-        stream.normals(static_cast<uint32_t>(r0 + r), 0, work.normals.data(), cols, static_cast<uint32_t>(t0));
         float* dst = work.tile.row(r).data();
-        for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(stddev * work.normals[c]);
+        stream.float_normals(static_cast<uint32_t>(r0 + r), 0, dst, cols, static_cast<uint32_t>(t0));
+        for (int64_t c = 0; c < cols; ++c) dst[c] *= scale;
       }
       // Each tile's products into zeroed buffers, then added: chaining every tile's FMAs onto EK would make
       // one float32 sum of all n terms per element (the exact kernel's P·V does the same, for that reason).
@@ -94,16 +103,15 @@ class Linformer final : public Estimator {
     };
   }
 
-  // EK and EV (d × p, d × pv), float32; per thread a tile of E (float, and one row of it in double) and the
-  // exact kernel's blocks (scores 128 × 512, a transposed key block, one block's P·V). Nothing grows with n.
+  // EK and EV (d × p, d × pv), float32; per thread a tile of E and the exact kernel's blocks (scores
+  // 128 × 512, a transposed key block, one block's P·V). Nothing grows with n.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d = static_cast<double>(params_.d);
-    return 4.0 * (d * (p + pv) + kGroupRows * kTileColumns + 128.0 * 512.0 + 512.0 * p + 128.0 * pv) +
-           8.0 * kTileColumns;
+    return 4.0 * (d * (p + pv) + kGroupRows * kTileColumns + 128.0 * 512.0 + 512.0 * p + 128.0 * pv);
   }
 
   // E·K and E·V (d × n times n × (p + pv)), then attention of the n queries over the d projected keys
-  // (logits and P·(EV)). The Gaussian draws are not flops: at d = 256, n = 4096, ~2.5 ms of a ~7.5 ms call (Zen 4).
+  // (logits and P·(EV)). The Gaussian draws are not flops: at d = 256, n = 4096, ~0.9 ms of a ~6.1 ms call (Zen 4).
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     return 2.0 * 2.0 * static_cast<double>(params_.d) * n * (p + pv);
   }

@@ -20,8 +20,8 @@ struct LinformerParams {
   }
 };
 
-/// rows × cols, entry (r, t) = stddev · normal(r, t) of `stream` (row r of the matrix is row r of the
-/// stream), rounded to float. Cost O(rows·cols).
+/// rows × cols, entry (r, t) = float(stddev) · float_normal(r, t) of `stream` (row r of the matrix is row r
+/// of the stream's float normal sequence), in float32. Cost O(rows·cols).
 MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream);
 
 }  // namespace attnprobe
