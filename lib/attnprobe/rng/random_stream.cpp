@@ -1,7 +1,6 @@
 #include "attnprobe/rng/random_stream.h"
 
 #include <algorithm>
-#include <type_traits>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -146,8 +145,7 @@ void unit_pairs(PhiloxKey key, uint32_t a, uint32_t b0, uint32_t c, uint32_t pur
 
 // out[t] = element t0 + t of the normal sequence of row (a, c), t < count: Box–Muller pair t/2 gives
 // elements t (even, the cosine) and t + 1 (the sine).
-template <typename T>
-void fill_normals(PhiloxKey key, uint32_t purpose, uint32_t a, uint32_t c, uint32_t t0, T* out, int64_t count) {
+void fill_normals(PhiloxKey key, uint32_t purpose, uint32_t a, uint32_t c, uint32_t t0, double* out, int64_t count) {
   static_assert(kBlock % 32 == 0, "the vector route fills 32 pairs at a time");
   alignas(64) double u1[kBlock], u2[kBlock], first[kBlock], second[kBlock];
   const int64_t begin = t0, end = begin + count;  // element indices
@@ -158,26 +156,21 @@ void fill_normals(PhiloxKey key, uint32_t purpose, uint32_t a, uint32_t c, uint3
     const int64_t lo = std::max(2 * pair, begin), hi = std::min(2 * pair + 2 * m, end);  // elements of this block
 #if defined(__AVX512F__)
     if (lo == 2 * pair && hi == 2 * pair + 2 * kBlock) {  // a whole block: interleave 8 pairs per permute pair
-      T* dst = out + (lo - begin);
+      double* dst = out + (lo - begin);
       const __m512i even = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0),
                     odd = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
       for (int64_t j = 0; j < kBlock; j += 8) {
         const __m512d f = _mm512_load_pd(first + j), s = _mm512_load_pd(second + j);
         const __m512d x = _mm512_permutex2var_pd(f, even, s), y = _mm512_permutex2var_pd(f, odd, s);
-        if constexpr (std::is_same_v<T, double>) {
-          _mm512_storeu_pd(dst + 2 * j, x);
-          _mm512_storeu_pd(dst + 2 * j + 8, y);
-        } else {
-          _mm256_storeu_ps(dst + 2 * j, _mm512_cvtpd_ps(x));  // rounds to nearest, as static_cast<float>
-          _mm256_storeu_ps(dst + 2 * j + 8, _mm512_cvtpd_ps(y));
-        }
+        _mm512_storeu_pd(dst + 2 * j, x);
+        _mm512_storeu_pd(dst + 2 * j + 8, y);
       }
       continue;
     }
 #endif
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t j = (t >> 1) - pair;
-      out[t - begin] = static_cast<T>(t & 1 ? second[j] : first[j]);
+      out[t - begin] = t & 1 ? second[j] : first[j];
     }
   }
 }
@@ -233,10 +226,6 @@ void RandomStream::float_normals(uint32_t a, uint32_t c, float* out, int64_t cou
 }
 
 void RandomStream::normals(uint32_t a, uint32_t c, double* out, int64_t count, uint32_t t0) const {
-  fill_normals(key_, purpose_, a, c, t0, out, count);
-}
-
-void RandomStream::normals(uint32_t a, uint32_t c, float* out, int64_t count, uint32_t t0) const {
   fill_normals(key_, purpose_, a, c, t0, out, count);
 }
 
