@@ -11,6 +11,7 @@
 #include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/linformer_params.h"
+#include "attnprobe/estimators/sketching/skeinformer_params.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "support.h"
@@ -313,6 +314,32 @@ TEST_CASE("skeinformer's pilot rows are exact", "[sketching]") {
   // pilot_reuse=0 keys differently (another spec), so compare errors rather than bits: reuse helps
   // (observed 0.55 vs 0.60).
   CHECK(relative_error(exact, out) < relative_error(exact, without));
+}
+
+TEST_CASE("skeinformer's column norms from the pilot's kept logits equal the ones formed again", "[sketching]") {
+  // n = 1300 (two key chunks, three 512-key blocks of the norms), d = 64: kept under the default limit; a
+  // limit of 0 forms them again. The pilot's pass is the same either way.
+  const HeadView view = synth_slice(1300, 16, 0.5, 9, 12);
+  const SkeinformerParams params = SkeinformerParams::from_spec(parse_spec("skeinformer(d=64)"));
+  const RandomKey key = make_random_key(4, "kept logits", 0);
+  ThreadPool pool(2);
+  const SkeinformerSample kept = skeinformer_sample(view, key, params, &pool);
+  const SkeinformerSample again = skeinformer_sample(view, key, params, &pool, 0);
+  CHECK(kept.pilot == again.pilot);
+  CHECK(kept.pilot_out == again.pilot_out);
+  REQUIRE(kept.column_weights.size() == 1300);
+  REQUIRE(again.column_weights.size() == 1300);
+  double worst = 0;
+  for (size_t c = 0; c < 1300; ++c)
+    worst = std::max(worst, std::abs(kept.column_weights[c] - again.column_weights[c]) / again.column_weights[c]);
+  // The two ways form the logits as (s·k)·q and (s·q)·k: float32 rounding apart. Observed 2.6e-8.
+  INFO("largest relative difference " << worst);
+  CHECK(worst < 1e-5);
+  CHECK(kept.columns == again.columns);  // a near-tie could swap two draws; none here
+  // And the same sample on one thread.
+  const SkeinformerSample alone = skeinformer_sample(view, key, params);
+  CHECK(alone.column_weights == kept.column_weights);
+  CHECK(alone.columns == kept.columns);
 }
 
 TEST_CASE("every skeinformer ablation runs and is finite", "[sketching]") {

@@ -76,10 +76,11 @@ struct ScaledKeysT {
 // Both products run on the tile kernel: against Eigen's GEMM on the same blocks, one Zen 4 core, exact
 // attention 71.7 → 54–56 ms at n = 4096 and nystrom 3.4 → 2.5 ms. The first key block writes the state
 // directly (no zeroed accumulator to rescale by exp(−∞) = 0 and add to): the same bits, and all of
-// the work when the keys are few (Nyström's L landmarks, Linformer's d projected keys).
+// the work when the keys are few (Nyström's L landmarks, Linformer's d projected keys). logits, when not null,
+// receives each block's scores before the exp: row i, key j at logits[i·ld_logits + j].
 void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
-                     const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum,
-                     float* acc) {
+                     const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc,
+                     float* logits = nullptr, int64_t ld_logits = 0) {
   const int64_t pv = v.cols();
   // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
@@ -99,6 +100,9 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
     Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
     tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
+    if (logits != nullptr)
+      Eigen::Map<MatrixF, 0, Eigen::OuterStride<>>(logits + start, rows, cols, Eigen::OuterStride<>(ld_logits)) =
+          scores;
     if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t first_masked = std::clamp<int64_t>(causal_row0 + i + 1 - start, 0, cols);
@@ -183,8 +187,9 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
 
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
                                const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser, ThreadPool* pool,
-                               const std::function<void()>& alongside) {
+                               const std::function<void()>& alongside, MatrixF* logits) {
   const int64_t rows = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
+  if (logits != nullptr) logits->resize(rows, keys);
   const int64_t chunks = std::max<int64_t>(1, (keys + kKeyChunk - 1) / kKeyChunk);
   // Per chunk: the online-softmax state of every query row, combined below in chunk order.
   MatrixF chunk_max(chunks, rows), chunk_sum(chunks, rows);
@@ -202,7 +207,8 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
       accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,
                       key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, -1, chunk_max.row(chunk).data() + r0,
-                      chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv);
+                      chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv,
+                      logits != nullptr ? logits->data() + r0 * keys : nullptr, keys);
   });
   const RowVectorF max = chunk_max.colwise().maxCoeff();
   RowVectorF sum = RowVectorF::Zero(rows);

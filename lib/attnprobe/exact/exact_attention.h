@@ -45,9 +45,13 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
 /// `alongside`, when given, runs as one more item of the chunks' parallel region, the first one claimed
 /// (without a pool: before the chunks): serial work the caller needs next to this pass, such as
 /// Nyström's pseudo-inverse, then keeps one thread busy while the others take the chunks.
+/// `logits`, when given, is resized to rows × keys and receives every scale·q_i·k_j + bias_j as the pass
+/// forms it, for a caller that needs them again once the normalisers are known (Skeinformer's column
+/// norms): rows × keys floats, so only for small products.
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
                                const RowVectorF* key_bias, MatrixF& out, VectorD* log_normaliser = nullptr,
-                               ThreadPool* pool = nullptr, const std::function<void()>& alongside = {});
+                               ThreadPool* pool = nullptr, const std::function<void()>& alongside = {},
+                               MatrixF* logits = nullptr);
 
 /// C = alpha·A·Bᵀ + beta·C (row-major, float) with Eigen's GEMM. Eigen rather than OpenBLAS: built
 /// with -march=native it uses AVX-512 wherever the CPU has it, while OpenBLAS picks its kernel from

@@ -27,7 +27,7 @@
 namespace attnprobe {
 
 SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params,
-                                     ThreadPool* pool) {
+                                     ThreadPool* pool, int64_t kept_logits) {
   const int64_t n = view.n();
   const float scale = static_cast<float>(view.scale);
   const int64_t d_eff = params.sketch_size(n);
@@ -40,29 +40,45 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
   for (int64_t s = 0; s < d_eff; ++s)
     sample.pilot.push_back(rows.index(static_cast<uint32_t>(n), static_cast<uint32_t>(s)));
   const MatrixF q_pilot = view.qf(sample.pilot, Eigen::all);
-  // The exact rows B_J·V and each pilot row's log-normaliser, on the chunked exact kernel (O(d·n·p), never
-  // the d × n B_J).
+  // The exact rows B_J·V and each pilot row's log-normaliser, on the chunked exact kernel (O(d·n·p)). The
+  // column norms below need B_J = exp(logit − log-normaliser), so its logits come after the normalisers:
+  // kept from this pass while d_eff × n floats fit in kept_logits, formed again otherwise (the d × n × p
+  // product a second time: ~15% of a call at n = 1024–4096, d = 256).
+  const bool keep_logits = d_eff * n <= kept_logits;
   VectorD log_norm;
-  key_chunked_attention_f32(q_pilot, view.kf, view.vf, scale, nullptr, sample.pilot_out, &log_norm, pool);
+  MatrixF logits;  // d_eff × n when kept
+  key_chunked_attention_f32(q_pilot, view.kf, view.vf, scale, nullptr, sample.pilot_out, &log_norm, pool, {},
+                            keep_logits ? &logits : nullptr);
   const RowVectorF shift = log_norm.transpose().cast<float>();
-  // Column norms ‖B_J[:, c]‖₂ per block of keys: B_J's block again (exp(logit − log-normaliser)), squared
-  // and summed over the pilot rows in float64. Each column's sum has one owner: bits independent of the pool.
-  MatrixF q_pilot_t;  // p × d_eff, for the tile products
-  transpose_scaled(q_pilot, scale, q_pilot_t);
+  // Column norms ‖B_J[:, c]‖₂ per block of keys, squared and summed over the pilot rows in float64. Each
+  // column's sum has one owner: bits independent of the pool.
   std::vector<double> weights(n);
   constexpr int64_t kKeyBlock = 512;
+  MatrixF q_pilot_t;  // p × d_eff, for the tile products when the logits are formed again
+  if (!keep_logits) transpose_scaled(q_pilot, scale, q_pilot_t);
   for_each_index(pool, (n + kKeyBlock - 1) / kKeyBlock, [&](int64_t block) {
     const int64_t c0 = block * kKeyBlock, cols = std::min(kKeyBlock, n - c0);
-    thread_local MatrixF probs;  // cols × d_eff: the block transposed, so each column of B_J is a row here
-    tile_product(view.kf.middleRows(c0, cols), q_pilot_t, probs);
-    probs.rowwise() -= shift;
-    probs = probs.array().exp();
-    for (int64_t c = 0; c < cols; ++c)
-      weights[c0 + c] = std::sqrt(squared_norm_f64(probs.row(c).data(), d_eff)) * view.v.row(c0 + c).norm();
+    Eigen::ArrayXd squares = Eigen::ArrayXd::Zero(cols);
+    if (keep_logits) {
+      thread_local Eigen::ArrayXf probs;     // Eigen-allocated, so exp splits it alike on every thread
+      for (int64_t i = 0; i < d_eff; ++i) {  // the pilot rows in order, along contiguous logits
+        probs = logits.row(i).segment(c0, cols).array() - shift(i);
+        probs = probs.exp();
+        squares += probs.cast<double>().square();
+      }
+    } else {
+      thread_local MatrixF probs;  // cols × d_eff: the block transposed, so each column of B_J is a row here
+      tile_product(view.kf.middleRows(c0, cols), q_pilot_t, probs);
+      probs.rowwise() -= shift;
+      probs = probs.array().exp();
+      for (int64_t c = 0; c < cols; ++c) squares(c) = squared_norm_f64(probs.row(c).data(), d_eff);
+    }
+    for (int64_t c = 0; c < cols; ++c) weights[c0 + c] = std::sqrt(squares(c)) * view.v.row(c0 + c).norm();
   });
   if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; }))
     std::fill(weights.begin(), weights.end(), 1.0);  // V = 0: any columns give the same (zero) output
   sample.columns = sample_without_replacement(weights, d_eff, RandomStream(key, Purpose::kColumnSample));
+  sample.column_weights = std::move(weights);
   return sample;
 }
 
@@ -170,13 +186,26 @@ class Skeinformer final : public Estimator {
         };
   }
 
+  // Beyond the default's few n × (p + pv) float64 temporaries: the pilot's kept logits (at most kSkeinformerKeptLogits
+  // floats), the pilot's and the selected columns' rows (d_eff × (p + pv), a few copies) and a 256 × d_eff
+  // block of logits; rownorm=exact adds a 256 × n block of full rows.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double d_eff = static_cast<double>(params_.sketch_size(n)), rows = static_cast<double>(n);
+    double bytes = Estimator::memory_bytes(n, p, pv) + 4.0 * 4.0 * d_eff * (p + pv) + 4.0 * kRowBlock * d_eff;
+    if (params_.importance) bytes += 4.0 * std::min(d_eff * rows, static_cast<double>(kSkeinformerKeptLogits));
+    if (params_.rownorm == RowNorm::kExact) bytes += 4.0 * kRowBlock * rows;
+    return bytes;
+  }
+
   // With a pilot: its exact rows over all keys (d_eff·n logits and P·V), the column norms (the same logits
-  // again), then every query against the d_eff columns (logits and P·V); uniform columns skip the first two.
-  // rownorm=exact adds every query's full row of logits for its denominator.
+  // again, unless the pilot's are kept), then every query against the d_eff columns (logits and P·V);
+  // uniform columns skip the first two. rownorm=exact adds every query's full row of logits for its
+  // denominator.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     const double d_eff = static_cast<double>(params_.sketch_size(n));
     const double sketch = 2.0 * n * d_eff * (p + pv);
-    const double pilot = params_.importance ? sketch + 2.0 * n * d_eff * p : 0.0;
+    const bool logits_again = params_.sketch_size(n) * n > kSkeinformerKeptLogits;
+    const double pilot = params_.importance ? sketch + (logits_again ? 2.0 * n * d_eff * p : 0.0) : 0.0;
     const double exact_denominator = params_.rownorm == RowNorm::kExact ? 2.0 * n * n * p : 0.0;
     return pilot + sketch + exact_denominator;
   }

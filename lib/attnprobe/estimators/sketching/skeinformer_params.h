@@ -35,15 +35,22 @@ struct SkeinformerParams {
   }
 };
 
+/// The most pilot logits (floats: 4 MiB) that skeinformer_sample keeps from the pilot's pass for the column
+/// norms (d = 256 up to n = 4096, d = 64 up to 16384); beyond, it forms them again rather than hold d × n.
+inline constexpr int64_t kSkeinformerKeptLogits = int64_t{1} << 20;
+
 /// Steps 1-3: the pilot rows J (empty for uniform columns), their exact output rows B_J·V
-/// (|J| × pv, float32), and the columns J′ (min(d, n − 1) of them). Cost O(d·n·p) with a pilot, O(d) without;
-/// the pilot's passes run on `pool` when given, with the same result.
+/// (|J| × pv, float32), the column weights p̂_c = ‖B_J[:, c]‖₂·‖v_c‖₂ (empty for uniform columns) and the
+/// columns J′ (min(d, n − 1) of them). Cost O(d·n·p) with a pilot, O(d) without; the pilot's passes run on
+/// `pool` when given, with the same result. kept_logits: the limit above (a test passes 0 to compare the two
+/// ways of forming the norms).
 struct SkeinformerSample {
   std::vector<int64_t> pilot;
   MatrixF pilot_out;
+  std::vector<double> column_weights;
   std::vector<int64_t> columns;
 };
 SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key, const SkeinformerParams& params,
-                                     ThreadPool* pool = nullptr);
+                                     ThreadPool* pool = nullptr, int64_t kept_logits = kSkeinformerKeptLogits);
 
 }  // namespace attnprobe
