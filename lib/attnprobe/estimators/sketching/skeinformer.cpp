@@ -186,9 +186,9 @@ class Skeinformer final : public Estimator {
         };
   }
 
-  // Beyond the default's few n × (p + pv) float64 temporaries: the pilot's kept logits (at most kSkeinformerKeptLogits
-  // floats), the pilot's and the selected columns' rows (d_eff × (p + pv), a few copies) and a 256 × d_eff
-  // block of logits; rownorm=exact adds a 256 × n block of full rows.
+  // Beyond the default's few n × (p + pv) float64 temporaries: the pilot's kept logits (at most
+  // kSkeinformerKeptLogits floats), the pilot's and the selected columns' rows (d_eff × (p + pv), a few
+  // copies) and a 256 × d_eff block of logits; rownorm=exact adds a 256 × n block of full rows.
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
     const double d_eff = static_cast<double>(params_.sketch_size(n)), rows = static_cast<double>(n);
     double bytes = Estimator::memory_bytes(n, p, pv) + 4.0 * 4.0 * d_eff * (p + pv) + 4.0 * kRowBlock * d_eff;
