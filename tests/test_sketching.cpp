@@ -342,6 +342,19 @@ TEST_CASE("skeinformer's column norms from the pilot's kept logits equal the one
   CHECK(alone.columns == kept.columns);
 }
 
+TEST_CASE("skeinformer's memory estimate covers the pilot's kept logits", "[sketching][memory]") {
+  // What --max-memory refuses a case by: the kept logits are d_eff × n floats up to the 4 MiB limit.
+  const auto bytes = [](const std::string& spec, int64_t n) {
+    return parse_spec(spec).make()->memory_bytes(n, 64, 64);
+  };
+  CHECK(bytes("skeinformer(d=256)", 1024) - bytes("skeinformer(d=256,colsample=uniform)", 1024) >= 4.0 * 256 * 1024);
+  CHECK(bytes("skeinformer(d=256)", 4096) - bytes("skeinformer(d=256,colsample=uniform)", 4096) >=
+        4.0 * kSkeinformerKeptLogits);
+  // Past the limit the logits are formed again, so the estimate stops growing with them.
+  CHECK(bytes("skeinformer(d=256)", 65536) - bytes("skeinformer(d=256,colsample=uniform)", 65536) ==
+        4.0 * kSkeinformerKeptLogits);
+}
+
 TEST_CASE("every skeinformer ablation runs and is finite", "[sketching]") {
   const HeadView view = synth_slice(96, 16, 0.5, 6);
   const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale);
