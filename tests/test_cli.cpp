@@ -236,6 +236,16 @@ TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]")
       time_interleaved(3, {[] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, [] {}});
   CHECK(slow_fast[0].second >= 0.05);
   CHECK(slow_fast[1].first < 0.05);
+  // What runs before each timed call (run_bench wakes the pool with it) runs untimed, right before that call.
+  std::vector<std::string> steps;
+  const auto prepared = time_interleaved(2, {[&] { steps.push_back("a"); }, [&] { steps.push_back("b"); }},
+                                         {[&] {
+                                            steps.push_back("prepare a");
+                                            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                                          },
+                                          {}});
+  CHECK(steps == std::vector<std::string>{"a", "b", "prepare a", "a", "b", "prepare a", "a", "b"});
+  CHECK(prepared[0].first < 0.05);
 
   // In the CSV a spec's rows for every thread count come together (they were measured together).
   const std::string csv = temp_path("bench-threads.csv");

@@ -39,11 +39,13 @@ std::pair<double, double> median_and_min(std::vector<double>& seconds) {
 }
 }  // namespace
 
-std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls) {
+std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls,
+                                                        const std::vector<std::function<void()>>& prepare) {
   for (const auto& call : calls) call();
   std::vector<std::vector<double>> seconds(calls.size());
   for (int r = 0; r < repeat; ++r)
     for (size_t c = 0; c < calls.size(); ++c) {
+      if (c < prepare.size() && prepare[c]) prepare[c]();
       const auto start = std::chrono::steady_clock::now();
       calls[c]();
       seconds[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -157,15 +159,21 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
       const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
       const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
       std::vector<MatrixF> outs(pools.size());
-      std::vector<std::function<void()>> calls;
+      std::vector<std::function<void()>> calls, wake;
       for (size_t t = 0; t < pools.size(); ++t) {
         const EstimateContext ctx{key, pools[t].get()};
         if (request.backward)
           calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
         else
           calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
+        // An empty parallel region before each timed call: the pool's threads went to sleep during the other
+        // thread counts' calls (they spin only 50 µs), and the call's first region would pay their futex
+        // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
+        // on one pool, as a sweep makes them, find them awake.
+        ThreadPool* pool = pools[t].get();
+        wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
       }
-      const auto times = time_interleaved(request.repeat, calls);
+      const auto times = time_interleaved(request.repeat, calls, wake);
       // flops() counts the forward pass: no GFLOP/s for a backward row.
       double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
       // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the

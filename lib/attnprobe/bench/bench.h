@@ -60,8 +60,11 @@ void check_bench_request(const BenchRequest& request);
 /// Each call once untimed, then `repeat` rounds of one timed call of each, in turn: each call's (median,
 /// minimum) seconds. Timed in turn, the calls share the host's slow minutes (these VMs drift by 10–30% over a
 /// few minutes), so the ratios between them hold better than those of calls timed one block after another;
-/// run_bench times a spec on every thread count of the request this way.
-std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls);
+/// run_bench times a spec on every thread count of the request this way. `prepare`, when given (one per
+/// call, any may be empty), runs untimed right before each of its call's timed runs: run_bench wakes the
+/// call's pool with it, whose threads slept through the other counts' calls (see run_bench).
+std::vector<std::pair<double, double>> time_interleaved(int repeat, const std::vector<std::function<void()>>& calls,
+                                                        const std::vector<std::function<void()>>& prepare = {});
 
 /// Runs the grid (after check_bench_request); `on_row` sees each row as soon as it is measured.
 std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function<void(const BenchRow&)>& on_row);
