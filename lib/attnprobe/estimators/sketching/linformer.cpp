@@ -21,16 +21,20 @@
 
 namespace attnprobe {
 
-// E (and S) in float32 from the stream's float normals: they are used as floats, and drawing them in float
-// arithmetic, four per Philox block, made the draws ~3× cheaper than rounding float64 Box–Muller (a third
-// of a Linformer call before).
+namespace {
+// Entries t0 … t0 + count − 1 of row `row` of E (or S): float(std)·float_normal(row, t). E's law and element
+// mapping, written once for the whole matrix (gaussian_matrix) and the tiles of project_keys_values alike. In
+// float32 from the stream's float normals: E is used as floats, and drawing it in float arithmetic, four per
+// Philox block, made the draws ~2.6× cheaper than rounding float64 Box–Muller (a third of a Linformer call).
+void gaussian_row(const RandomStream& stream, int64_t row, int64_t t0, int64_t count, float scale, float* out) {
+  stream.float_normals(static_cast<uint32_t>(row), 0, out, count, static_cast<uint32_t>(t0));
+  for (int64_t c = 0; c < count; ++c) out[c] *= scale;
+}
+}  // namespace
+
 MatrixF gaussian_matrix(int64_t rows, int64_t cols, double stddev, const RandomStream& stream) {
   MatrixF out(rows, cols);
-  const float scale = static_cast<float>(stddev);
-  for (int64_t r = 0; r < rows; ++r) {
-    stream.float_normals(static_cast<uint32_t>(r), 0, out.row(r).data(), cols);
-    out.row(r) *= scale;
-  }
+  for (int64_t r = 0; r < rows; ++r) gaussian_row(stream, r, 0, cols, static_cast<float>(stddev), out.row(r).data());
   return out;
 }
 
@@ -61,11 +65,7 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
     const int64_t r0 = g * kGroupRows, rows = std::min(kGroupRows, d - r0);
     for (int64_t t0 = 0; t0 < n; t0 += kTileColumns) {
       const int64_t cols = std::min(kTileColumns, n - t0);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* dst = work.tile.row(r).data();
-        stream.float_normals(static_cast<uint32_t>(r0 + r), 0, dst, cols, static_cast<uint32_t>(t0));
-        for (int64_t c = 0; c < cols; ++c) dst[c] *= scale;
-      }
+      for (int64_t r = 0; r < rows; ++r) gaussian_row(stream, r0 + r, t0, cols, scale, work.tile.row(r).data());
       // Each tile's products into zeroed buffers, then added: chaining every tile's FMAs onto EK would make
       // one float32 sum of all n terms per element (the exact kernel's P·V does the same, for that reason).
       tile_product(work.tile.topLeftCorner(rows, cols), k.middleRows(t0, cols), work.k_part);
