@@ -44,7 +44,7 @@ SkeinformerSample skeinformer_sample(const HeadView& view, const RandomKey& key,
   // column norms below need B_J = exp(logit − log-normaliser), so its logits come after the normalisers:
   // kept from this pass while d_eff × n floats fit in kept_logits, formed again otherwise (the d × n × p
   // product a second time: ~15% of a call at n = 1024–4096, d = 256).
-  const bool keep_logits = d_eff * n <= kept_logits;
+  const bool keep_logits = params.keeps_pilot_logits(n, kept_logits);
   VectorD log_norm;
   MatrixF logits;  // d_eff × n when kept
   key_chunked_attention_f32(q_pilot, view.kf, view.vf, scale, nullptr, sample.pilot_out, &log_norm, pool, {},
@@ -204,8 +204,8 @@ class Skeinformer final : public Estimator {
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     const double d_eff = static_cast<double>(params_.sketch_size(n));
     const double sketch = 2.0 * n * d_eff * (p + pv);
-    const bool logits_again = params_.sketch_size(n) * n > kSkeinformerKeptLogits;
-    const double pilot = params_.importance ? sketch + (logits_again ? 2.0 * n * d_eff * p : 0.0) : 0.0;
+    const double logits_again = params_.keeps_pilot_logits(n) ? 0.0 : 2.0 * n * d_eff * p;
+    const double pilot = params_.importance ? sketch + logits_again : 0.0;
     const double exact_denominator = params_.rownorm == RowNorm::kExact ? 2.0 * n * n * p : 0.0;
     return pilot + sketch + exact_denominator;
   }

@@ -13,6 +13,10 @@ namespace attnprobe {
 
 enum class RowNorm { kAdaptive, kSimple, kExact };
 
+/// The most pilot logits (floats: 4 MiB) that skeinformer_sample keeps from the pilot's pass for the column
+/// norms (d = 256 up to n = 4096, d = 64 up to 16384); beyond, it forms them again rather than hold d × n.
+inline constexpr int64_t kSkeinformerKeptLogits = int64_t{1} << 20;
+
 struct SkeinformerParams {
   int64_t d = 64;                        ///< sketch size (pilot rows and columns: min(d, n − 1))
   bool importance = true;                ///< colsample=importance (else uniform, no pilot)
@@ -21,6 +25,12 @@ struct SkeinformerParams {
 
   /// d_eff = min(d, n − 1) (at least 1): the pilot rows and the sampled columns at length n.
   int64_t sketch_size(int64_t n) const { return std::max<int64_t>(1, std::min(d, n - 1)); }
+
+  /// Whether the column norms at length n read the pilot's kept d_eff × n logits (at most `limit` floats)
+  /// rather than form them again: skeinformer_sample decides by it and flops() counts by it.
+  bool keeps_pilot_logits(int64_t n, int64_t limit = kSkeinformerKeptLogits) const {
+    return sketch_size(n) * n <= limit;
+  }
 
   /// Whether step 6 applies: pilot rows are written back (not with uniform columns or simple rows).
   bool reuses_pilot() const { return importance && pilot_reuse && rownorm != RowNorm::kSimple; }
@@ -34,10 +44,6 @@ struct SkeinformerParams {
             spec.get_int("pilot_reuse") == 1};
   }
 };
-
-/// The most pilot logits (floats: 4 MiB) that skeinformer_sample keeps from the pilot's pass for the column
-/// norms (d = 256 up to n = 4096, d = 64 up to 16384); beyond, it forms them again rather than hold d × n.
-inline constexpr int64_t kSkeinformerKeptLogits = int64_t{1} << 20;
 
 /// Steps 1-3: the pilot rows J (empty for uniform columns), their exact output rows B_J·V
 /// (|J| × pv, float32), the column weights p̂_c = ‖B_J[:, c]‖₂·‖v_c‖₂ (empty for uniform columns) and the
