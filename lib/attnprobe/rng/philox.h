@@ -71,23 +71,83 @@ ATTNPROBE_HOST_DEVICE double uint_to_unit_double(uint32_t hi, uint32_t lo) {
 // Accuracy: within ~2 ulp of the correctly rounded value over the inputs Box–Muller gives them (tested
 // against libm in tests/test_philox.cpp); the law of the draws is that of exact Box–Muller.
 namespace box_muller_detail {
-ATTNPROBE_HOST_DEVICE uint64_t to_bits(double x) {
+// The float64 and float32 versions below share their range reductions and the quadrant's swaps and signs
+// (these templates); their series differ in degree and constants, which is what the precision is.
+template <typename Real>
+struct Layout;
+template <>
+struct Layout<double> {
+  using Bits = uint64_t;
+  using Int = int64_t;
+  static constexpr int kMantissaBits = 52;
+  static constexpr Int kExponentBias = 1023;
+  static constexpr Bits kMantissaMask = 0x000FFFFFFFFFFFFFull, kOneBits = 0x3FF0000000000000ull;
+  static constexpr double kSqrt2 = 1.4142135623730951;
+};
+template <>
+struct Layout<float> {
+  using Bits = uint32_t;
+  using Int = int32_t;
+  static constexpr int kMantissaBits = 23;
+  static constexpr Int kExponentBias = 127;
+  static constexpr Bits kMantissaMask = 0x007FFFFFu, kOneBits = 0x3F800000u;
+  static constexpr float kSqrt2 = 1.41421356f;
+};
+
+template <typename Real>
+ATTNPROBE_HOST_DEVICE typename Layout<Real>::Bits to_bits(Real x) {
 #if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
+  if constexpr (sizeof(Real) == 8)
+    return static_cast<uint64_t>(__double_as_longlong(x));
+  else
+    return static_cast<uint32_t>(__float_as_uint(x));
 #else
-  uint64_t b;
+  typename Layout<Real>::Bits b;
   __builtin_memcpy(&b, &x, sizeof b);
   return b;
 #endif
 }
-ATTNPROBE_HOST_DEVICE double from_bits(uint64_t b) {
+template <typename Real>
+ATTNPROBE_HOST_DEVICE Real from_bits(typename Layout<Real>::Bits b) {
 #if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
+  if constexpr (sizeof(Real) == 8)
+    return __longlong_as_double(static_cast<long long>(b));
+  else
+    return __uint_as_float(b);
 #else
-  double x;
+  Real x;
   __builtin_memcpy(&x, &b, sizeof x);
   return x;
 #endif
+}
+
+/// x = m·2^e for a positive normal x, with m ∈ [√½, √2): returns s = (m − 1)/(m + 1) (|s| ≤ 0.172, the atanh
+/// series' variable) and sets e. Branch-free.
+template <typename Real>
+ATTNPROBE_HOST_DEVICE Real log_reduction(Real x, Real& e) {
+  using L = Layout<Real>;
+  const typename L::Bits bits = to_bits(x);
+  e = static_cast<Real>(static_cast<typename L::Int>(bits >> L::kMantissaBits) - L::kExponentBias);
+  Real m = from_bits<Real>((bits & L::kMantissaMask) | L::kOneBits);  // [1, 2)
+  const bool high = m > L::kSqrt2;
+  m = high ? Real(0.5) * m : m;
+  e = high ? e + Real(1) : e;
+  const Real f = m - Real(1);
+  return f / (Real(2) + f);
+}
+
+/// The quadrant k mod 4 (k ∈ {0, …, 4}) applied to sin r and cos r: as two 0/1 digits in Real, and the
+/// swaps and signs as exact arithmetic on them (1·x + 0·y = x): comparisons and integer lanes beside the
+/// floating ones kept the compiler from vectorising the loop.
+template <typename Real>
+ATTNPROBE_HOST_DEVICE void apply_quadrant(Real k, Real sin_r, Real cos_r, Real& sin_out, Real& cos_out) {
+  using Int = typename Layout<Real>::Int;
+  const Real quadrant = k - Real(4) * static_cast<Real>(static_cast<Int>(Real(0.25) * k));
+  const Real high = static_cast<Real>(static_cast<Int>(Real(0.5) * quadrant));  // quadrant 2 or 3
+  const Real odd = quadrant - Real(2) * high;                                   // quadrant 1 or 3
+  const Real s = odd * cos_r + (Real(1) - odd) * sin_r, c = odd * sin_r + (Real(1) - odd) * cos_r;
+  sin_out = (Real(1) - Real(2) * high) * s;
+  cos_out = (Real(1) - Real(2) * (odd + high - Real(2) * odd * high)) * c;
 }
 }  // namespace box_muller_detail
 
@@ -96,14 +156,8 @@ ATTNPROBE_HOST_DEVICE double from_bits(uint64_t b) {
 /// series to s²³ is below 1e-18 relative; e·ln 2 is added in two parts (ln 2 = hi + lo, hi with
 /// trailing zeros so e·hi is exact). Branch-free.
 ATTNPROBE_HOST_DEVICE double unit_log(double x) {
-  const uint64_t bits = box_muller_detail::to_bits(x);
-  double e = static_cast<double>(static_cast<int64_t>(bits >> 52) - 1023);
-  double m = box_muller_detail::from_bits((bits & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);  // [1, 2)
-  const bool high = m > 1.4142135623730951;
-  m = high ? 0.5 * m : m;
-  e = high ? e + 1.0 : e;
-  const double f = m - 1.0;
-  const double s = f / (2.0 + f);
+  double e;
+  const double s = box_muller_detail::log_reduction(x, e);
   const double s2 = s * s;
   double poly = 1.0 / 23;
   poly = poly * s2 + 1.0 / 21;
@@ -148,15 +202,7 @@ ATTNPROBE_HOST_DEVICE void sincos_two_pi(double u, double& sin_out, double& cos_
   cp = cp * r2 + 1.0 / 24.0;
   cp = cp * r2 - 0.5;
   const double cos_r = 1.0 + r2 * cp;
-  // The quadrant k mod 4 (k ∈ {0, …, 4}) as two 0/1 digits in double, and the swaps and signs as exact
-  // arithmetic on them (1·x + 0·y = x): comparisons and integer lanes beside the double ones kept the
-  // compiler from vectorising the loop.
-  const double quadrant = k - 4.0 * static_cast<double>(static_cast<int64_t>(0.25 * k));
-  const double high = static_cast<double>(static_cast<int64_t>(0.5 * quadrant));  // quadrant 2 or 3
-  const double odd = quadrant - 2.0 * high;                                       // quadrant 1 or 3
-  const double s = odd * cos_r + (1.0 - odd) * sin_r, c = odd * sin_r + (1.0 - odd) * cos_r;
-  sin_out = (1.0 - 2.0 * high) * s;
-  cos_out = (1.0 - 2.0 * (odd + high - 2.0 * odd * high)) * c;
+  box_muller_detail::apply_quadrant(k, sin_r, cos_r, sin_out, cos_out);
 }
 
 /// Box–Muller on two uniforms in (0, 1]: r = √(−2 ln u1), φ = 2π·u2; first = r·cos φ, second = r·sin φ.
@@ -170,40 +216,15 @@ ATTNPROBE_HOST_DEVICE void box_muller(double u1, double u2, double& first, doubl
 
 // The same three functions in float32, for draws that are used as floats (Linformer's projections): 16
 // lanes per AVX-512 register instead of 8, lower-degree series, and four normals per Philox block instead
-// of two. Within ~3 float ulp of the exact value (tested against libm in float64).
-namespace box_muller_detail {
-ATTNPROBE_HOST_DEVICE uint32_t to_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint32_t>(__float_as_uint(x));
-#else
-  uint32_t b;
-  __builtin_memcpy(&b, &x, sizeof b);
-  return b;
-#endif
-}
-ATTNPROBE_HOST_DEVICE float from_bits(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float x;
-  __builtin_memcpy(&x, &b, sizeof x);
-  return x;
-#endif
-}
-}  // namespace box_muller_detail
+// of two; the range reductions and the quadrant step are the float64 ones' (box_muller_detail). Within ~3
+// float ulp of the exact value (tested against libm in float64).
 
 /// unit_log in float32 for a positive normal float x: the same reduction, the atanh series to s⁹ (|s| ≤
 /// 0.172: the remainder is below 2e-9 relative), ln 2 in two parts (hi with 9 trailing zero bits, so
 /// e·hi is exact for |e| < 2⁹).
 ATTNPROBE_HOST_DEVICE float unit_log_f(float x) {
-  const uint32_t bits = box_muller_detail::to_bits(x);
-  float e = static_cast<float>(static_cast<int32_t>(bits >> 23) - 127);
-  float m = box_muller_detail::from_bits((bits & 0x007FFFFFu) | 0x3F800000u);  // [1, 2)
-  const bool high = m > 1.41421356f;
-  m = high ? 0.5f * m : m;
-  e = high ? e + 1.0f : e;
-  const float f = m - 1.0f;
-  const float s = f / (2.0f + f);
+  float e;
+  const float s = box_muller_detail::log_reduction(x, e);
   const float s2 = s * s;
   float poly = 1.0f / 9;
   poly = poly * s2 + 1.0f / 7;
@@ -232,12 +253,7 @@ ATTNPROBE_HOST_DEVICE void sincos_two_pi_f(float u, float& sin_out, float& cos_o
   cp = cp * r2 + 1.0f / 24.0f;
   cp = cp * r2 - 0.5f;
   const float cos_r = 1.0f + r2 * cp;
-  const float quadrant = k - 4.0f * static_cast<float>(static_cast<int32_t>(0.25f * k));
-  const float high = static_cast<float>(static_cast<int32_t>(0.5f * quadrant));
-  const float odd = quadrant - 2.0f * high;
-  const float s = odd * cos_r + (1.0f - odd) * sin_r, c = odd * sin_r + (1.0f - odd) * cos_r;
-  sin_out = (1.0f - 2.0f * high) * s;
-  cos_out = (1.0f - 2.0f * (odd + high - 2.0f * odd * high)) * c;
+  box_muller_detail::apply_quadrant(k, sin_r, cos_r, sin_out, cos_out);
 }
 
 /// Box–Muller in float32 on two uniform floats in (0, 1]. u1 ≥ 2⁻²⁴ bounds the radius at √(48 ln 2) ≈ 5.77:
