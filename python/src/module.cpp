@@ -58,6 +58,7 @@ using StridedMap = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen:
                               Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
 // Whether `a` can be read in place as a strided matrix of Scalar (positive, element-aligned strides).
+// Needs the GIL: the dtype test makes and drops a reference to a numpy dtype object.
 template <class Scalar>
 bool mappable(const py::array& a) {
   if (!py::isinstance<py::array_t<Scalar>>(a)) return false;
@@ -66,33 +67,69 @@ bool mappable(const py::array& a) {
   return true;
 }
 
-template <class Scalar>
-StridedMap<Scalar> map_of(const py::array& a) {
-  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
-  return StridedMap<Scalar>(static_cast<const Scalar*>(a.data()), a.shape(0), a.shape(1),
-                            Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(a.strides(0) / item, a.strides(1) / item));
-}
+// A 2-D float array as the code that runs without the GIL reads it: data, shape, strides and element
+// type, all asked of numpy by prepared() with the GIL held. The GIL-free code must not ask numpy
+// itself: a dtype test (py::isinstance<py::array_t<T>>) changes a dtype object's reference count, and
+// the copy into the library's matrices runs on pool threads. It did once, and float64's reference
+// count drifted by tens per 3000 calls, with an occasional segfault when it reached zero.
+struct Input {
+  py::object owner;  // keeps the data alive; copied and dropped with the GIL held
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  int64_t row_stride = 0, col_stride = 0;  // in elements
+  bool float64 = true;
 
-// A prepared() array as a float64 matrix, read in place (one pass, no numpy temporary). Needs no
-// GIL: the caller's handle keeps the array alive and its data do not move.
-MatrixD to_matrix_d(const py::array& a) {
-  if (mappable<double>(a)) return map_of<double>(a);
-  return map_of<float>(a).cast<double>();
-}
+  template <class Scalar>
+  StridedMap<Scalar> map() const {
+    return StridedMap<Scalar>(static_cast<const Scalar*>(data), rows, cols,
+                              Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(row_stride, col_stride));
+  }
+  // Whether the rows are one dense block, which Eigen copies with vector loads (the strided map
+  // copies element by element).
+  bool c_contiguous() const { return col_stride == 1 && row_stride == cols; }
+  template <class Scalar>
+  Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> dense_rows(
+      int64_t r0, int64_t count) const {
+    return {static_cast<const Scalar*>(data) + r0 * cols, count, cols};
+  }
+  // As a float64 matrix, read in place (one pass, no numpy temporary).
+  MatrixD to_matrix_d() const { return float64 ? MatrixD(map<double>()) : MatrixD(map<float>().cast<double>()); }
+};
 
-// Checks that `a` is a 2-D float array and returns it in a form the functions below read without
-// the GIL: itself when it is float64 or float32 with element-aligned positive strides, else a
-// float64 C-order copy made by numpy (float16, long double, negative strides). Needs the GIL.
-py::array prepared(const py::array& a, const char* name) {
-  if (a.ndim() != 2)
-    throw UsageError(fmt::format("{} must be a 2-D array (tokens × dim), got {} dimension{}", name, a.ndim(),
-                                 a.ndim() == 1 ? "" : "s"));
-  const char kind = a.dtype().kind();
+// Checks that `a` is a 2-D float array and describes it for the GIL-free code: itself when it is
+// float64 or float32 with element-aligned positive strides, else a float64 C-order copy made by numpy
+// (float16, long double, negative strides). Needs the GIL.
+Input prepared(const py::array& given, const char* name) {
+  if (given.ndim() != 2)
+    throw UsageError(fmt::format("{} must be a 2-D array (tokens × dim), got {} dimension{}", name, given.ndim(),
+                                 given.ndim() == 1 ? "" : "s"));
+  const char kind = given.dtype().kind();
   if (kind != 'f')
     throw UsageError(fmt::format("{} must hold floating-point numbers (float16/32/64), got dtype {}", name,
-                                 std::string(py::str(a.dtype()))));
-  if (mappable<double>(a) || mappable<float>(a)) return a;
-  return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+                                 std::string(py::str(given.dtype()))));
+  const bool float32 = mappable<float>(given);
+  const py::array a = float32 || mappable<double>(given)
+                          ? given
+                          : py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(given);
+  const auto item = static_cast<py::ssize_t>(float32 ? sizeof(float) : sizeof(double));
+  Input in;
+  in.owner = a;
+  in.data = a.data();
+  in.rows = a.shape(0);
+  in.cols = a.shape(1);
+  in.row_stride = a.strides(0) / item;
+  in.col_stride = a.strides(1) / item;
+  in.float64 = !float32;
+  return in;
+}
+
+// A slice's three prepared() arrays.
+struct QKV {
+  Input q, k, v;
+};
+
+QKV prepared(const py::array& q, const py::array& k, const py::array& v) {
+  return {prepared(q, "q"), prepared(k, "k"), prepared(v, "v")};
 }
 
 // numpy arrays that own a library matrix (moved, not copied): the capsule frees it with the array.
@@ -146,36 +183,21 @@ double default_scale(std::optional<double> scale, int64_t p) {
   return *scale;
 }
 
-// Whether `a` (a prepared() array of Scalar) is C-contiguous: then its rows are read as one dense
-// block, which Eigen copies with vector loads (the strided map above copies element by element).
-template <class Scalar>
-bool c_contiguous(const py::array& a) {
-  const auto item = static_cast<py::ssize_t>(sizeof(Scalar));
-  return a.strides(1) == item && a.strides(0) == a.shape(1) * item;
-}
-
-template <class Scalar>
-Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> dense_rows(const py::array& a,
-                                                                                                    int64_t r0,
-                                                                                                    int64_t rows) {
-  return {static_cast<const Scalar*>(a.data()) + r0 * a.shape(1), rows, a.shape(1)};
-}
-
 // Rows [r0, r0 + rows) of a prepared() array into `dst` (float64) and `dstf` (float32), already
 // sized. One read of the input: a float64 array is copied into dst and dst's block (still in cache)
 // cast into dstf; a float32 array is copied into dstf and dstf's block cast into dst.
-void assign_rows(const py::array& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_t rows) {
-  if (mappable<double>(a)) {
-    if (c_contiguous<double>(a))
-      dst.middleRows(r0, rows) = dense_rows<double>(a, r0, rows);
+void assign_rows(const Input& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_t rows) {
+  if (a.float64) {
+    if (a.c_contiguous())
+      dst.middleRows(r0, rows) = a.dense_rows<double>(r0, rows);
     else
-      dst.middleRows(r0, rows) = map_of<double>(a).middleRows(r0, rows);
+      dst.middleRows(r0, rows) = a.map<double>().middleRows(r0, rows);
     dstf.middleRows(r0, rows) = dst.middleRows(r0, rows).cast<float>();
   } else {
-    if (c_contiguous<float>(a))
-      dstf.middleRows(r0, rows) = dense_rows<float>(a, r0, rows);
+    if (a.c_contiguous())
+      dstf.middleRows(r0, rows) = a.dense_rows<float>(r0, rows);
     else
-      dstf.middleRows(r0, rows) = map_of<float>(a).middleRows(r0, rows);
+      dstf.middleRows(r0, rows) = a.map<float>().middleRows(r0, rows);
     dst.middleRows(r0, rows) = dstf.middleRows(r0, rows).cast<double>();
   }
 }
@@ -183,15 +205,14 @@ void assign_rows(const py::array& a, MatrixD& dst, MatrixF& dstf, int64_t r0, in
 // A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks
 // of 64 rows (the second pass reads what the first just wrote from cache rather than from memory),
 // the blocks spread over `pool`'s threads (the copy is memory-bound: a second core adds bandwidth).
-void assign_matrix(const py::array& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool) {
+void assign_matrix(const Input& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool) {
   constexpr int64_t kBlockRows = 64;
-  const int64_t rows = a.shape(0), cols = a.shape(1);
-  dst.resize(rows, cols);
-  dstf.resize(rows, cols);
-  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  dst.resize(a.rows, a.cols);
+  dstf.resize(a.rows, a.cols);
+  const int64_t blocks = (a.rows + kBlockRows - 1) / kBlockRows;
   auto block = [&](int64_t b) {
     const int64_t r0 = b * kBlockRows;
-    assign_rows(a, dst, dstf, r0, std::min(kBlockRows, rows - r0));
+    assign_rows(a, dst, dstf, r0, std::min(kBlockRows, a.rows - r0));
   };
   for_each_index(pool, blocks, block);
 }
@@ -202,16 +223,15 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 // Checks shapes and builds the slice the library works on (float64 as given, float32 copies), in a
 // per-thread view reused from call to call: on the VMs this was measured on, first-touching fresh
 // pages costs ~1 ms per 2 MiB, as much as a whole performer(M=64) call at n = 4096 spends on its own
-// arithmetic, while `bench` builds its slice once. Runs without the GIL: the caller's py::array
-// handles keep the arrays alive. The returned view is valid until this thread's next call.
-void fill_view(HeadView& view, const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-               Mask mask, SliceId id, ThreadPool* pool) {
-  const int64_t n = q.shape(0), p = q.shape(1);
+// arithmetic, while `bench` builds its slice once. Runs without the GIL: the Inputs' owners keep the
+// arrays alive. The returned view is valid until this thread's next call.
+void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
+  const Input &q = in.q, &k = in.k, &v = in.v;
+  const int64_t n = q.rows, p = q.cols;
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
-  require_usage(k.shape(0) == n && k.shape(1) == p, "k is {}x{} but q is {}x{}: keys must match queries", k.shape(0),
-                k.shape(1), n, p);
-  require_usage(v.shape(0) == n && v.shape(1) >= 1, "v is {}x{} but q has {} tokens: v needs one row per key",
-                v.shape(0), v.shape(1), n);
+  require_usage(k.rows == n && k.cols == p, "k is {}x{} but q is {}x{}: keys must match queries", k.rows, k.cols, n, p);
+  require_usage(v.rows == n && v.cols >= 1, "v is {}x{} but q has {} tokens: v needs one row per key", v.rows, v.cols,
+                n);
   id.n = n;
   view.id = id;
   view.scale = default_scale(scale, p);
@@ -221,11 +241,10 @@ void fill_view(HeadView& view, const py::array& q, const py::array& k, const py:
   assign_matrix(v, view.v, view.vf, pool);
 }
 
-const HeadView& make_view(const py::array& q, const py::array& k, const py::array& v, std::optional<double> scale,
-                          Mask mask, SliceId id, ThreadPool* pool) {
+const HeadView& make_view(const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
   thread_local HeadView view;
-  if (q.shape(0) * (2 * q.shape(1) + v.shape(1)) > kReusedElements) view = HeadView();  // keep no huge slice alive
-  fill_view(view, q, k, v, scale, mask, id, pool);
+  if (in.q.rows * (2 * in.q.cols + in.v.cols) > kReusedElements) view = HeadView();  // keep no huge slice alive
+  fill_view(view, in, scale, mask, id, pool);
   return view;
 }
 
@@ -372,19 +391,15 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                         view.scale, causal.value_or(0) != 0);
 }
 
-py::array exact(const HeadView* given, py::array q, py::array k, py::array v, std::optional<double> scale, Mask mask,
-                bool float64, int threads) {
-  if (!given) {
-    q = prepared(q, "q");
-    k = prepared(k, "k");
-    v = prepared(v, "v");
-  }
+py::array exact(const HeadView* given, const py::array& q, const py::array& k, const py::array& v,
+                std::optional<double> scale, Mask mask, bool float64, int threads) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   MatrixD out64;
   MatrixF out32;
   {
     py::gil_scoped_release release;
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
     if (float64)
       out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.mask);
     else
@@ -400,14 +415,10 @@ RandomKey key_of(uint64_t seed, const SliceId& id, Mask mask, const std::string&
                          static_cast<uint32_t>(trial));
 }
 
-py::array estimate_view(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                        std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial, int layer, int head,
-                        int batch, int threads, const std::string& device) {
-  if (!given) {
-    q = prepared(q, "q");
-    k = prepared(k, "k");
-    v = prepared(v, "v");
-  }
+py::array estimate_view(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
+                        const py::array& v, std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial,
+                        int layer, int head, int batch, int threads, const std::string& device) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
@@ -418,7 +429,7 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
     const SliceId id{layer, head, batch, view.n()};
     estimator->estimate(view, EstimateContext{key_of(seed, id, view.mask, spec.canonical(), trial), pool.get()}, out);
   }
@@ -427,13 +438,9 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, py:
 
 // What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
 // estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
-py::array reference(const std::string& spec_text, const HeadView* given, py::array q, py::array k, py::array v,
-                    std::optional<double> scale, Mask mask, int threads) {
-  if (!given) {
-    q = prepared(q, "q");
-    k = prepared(k, "k");
-    v = prepared(v, "v");
-  }
+py::array reference(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
+                    const py::array& v, std::optional<double> scale, Mask mask, int threads) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
@@ -444,7 +451,7 @@ py::array reference(const std::string& spec_text, const HeadView* given, py::arr
     py::gil_scoped_release release;
     const std::unique_ptr<Estimator> estimator = spec.make();
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(q, k, v, scale, mask, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
     std::optional<MatrixD> output = estimator->reference(view, pool.get());
     if (!output) {
       MatrixF f;
@@ -456,20 +463,19 @@ py::array reference(const std::string& spec_text, const HeadView* given, py::arr
   return to_numpy(std::move(out));
 }
 
-std::vector<std::pair<std::string, double>> metrics(py::array reference, py::array estimate, const std::string& names) {
-  reference = prepared(reference, "reference");
-  estimate = prepared(estimate, "estimate");
-  require_usage(reference.shape(0) == estimate.shape(0) && reference.shape(1) == estimate.shape(1),
-                "reference is {}x{} but estimate is {}x{}: they must have the same shape", reference.shape(0),
-                reference.shape(1), estimate.shape(0), estimate.shape(1));
+std::vector<std::pair<std::string, double>> metrics(const py::array& reference, const py::array& estimate,
+                                                    const std::string& names) {
+  const Input ref_in = prepared(reference, "reference"), est_in = prepared(estimate, "estimate");
+  require_usage(ref_in.rows == est_in.rows && ref_in.cols == est_in.cols,
+                "reference is {}x{} but estimate is {}x{}: they must have the same shape", ref_in.rows, ref_in.cols,
+                est_in.rows, est_in.cols);
   const std::vector<Metric> which = parse_metrics(names);
   std::vector<double> values;
   {
     py::gil_scoped_release release;
-    const MatrixD ref = to_matrix_d(reference);
+    const MatrixD ref = ref_in.to_matrix_d();
     // The CSV's metrics compare the float64 reference with the estimator's float32 output.
-    const MatrixF est =
-        mappable<float>(estimate) ? MatrixF(map_of<float>(estimate)) : to_matrix_d(estimate).cast<float>();
+    const MatrixF est = est_in.float64 ? MatrixF(est_in.map<double>().cast<float>()) : MatrixF(est_in.map<float>());
     values = compute_metrics(ref, reference_norms(ref), est, which);
   }
   std::vector<std::pair<std::string, double>> out;
@@ -641,12 +647,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("load", &load);
   py::class_<Slice>(m, "Slice")
       .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal) {
-             q = prepared(q, "q");
-             k = prepared(k, "k");
-             v = prepared(v, "v");
+             const QKV in = prepared(q, k, v);
              auto slice = std::make_unique<Slice>();
              py::gil_scoped_release release;
-             fill_view(slice->view, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
+             fill_view(slice->view, in, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
              return slice;
            }),
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("causal") = false)

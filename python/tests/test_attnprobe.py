@@ -9,6 +9,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -212,6 +213,21 @@ def test_threads_and_input_dtype_do_not_change_results():
     f = attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3, case={"layer": 0, "head": 1, "batch": 0})
     assert np.array_equal(attnprobe.estimate("performer(M=16)", q, k, v, scale, seed=3), e)
     assert not np.array_equal(e, f)
+
+
+def test_threaded_input_copy_leaves_numpy_reference_counts_alone():
+    # The copy into the library's matrices runs on pool threads without the GIL. It once asked numpy
+    # each block's dtype there, which raced on the dtype objects' reference counts: float64's drifted
+    # by 5-29 over these calls (3 runs of 3 before the fix; 0 after) and, when a count reached zero,
+    # pytest crashed. 1000 blocks of 64 rows per matrix give the two threads ~6000 overlapping tests.
+    rows = np.random.default_rng(0).standard_normal((64 * 1000, 1))
+    for x in (rows, rows.astype(np.float32)):
+        attnprobe.estimate("vmean", x, x, x, threads=2)  # whatever a first call caches, it keeps
+        before = sys.getrefcount(x.dtype)
+        for _ in range(1000):
+            attnprobe.estimate("vmean", x, x, x, threads=2)
+        after = sys.getrefcount(x.dtype)  # not inside the assert: pytest's rewrite holds x.dtype there
+        assert after == before
 
 
 def test_slice_gives_the_same_results():
