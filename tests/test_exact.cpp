@@ -114,7 +114,7 @@ TEST_CASE("float32 attention gives the same bits for any thread count", "[exact]
 }
 
 TEST_CASE("key-chunked attention: bias, log-normalisers and bits for any thread count", "[exact]") {
-  // 300 query rows (three 128-row blocks) over 2600 keys (three 1024-key chunks, the last partial), with a
+  // 300 query rows (three 128-row blocks) over 2600 keys (six 512-key chunks, the last partial), with a
   // per-key bias spread over ±6 nats; against the same formula in float64.
   const int64_t rows = 300, keys = 2600;
   const MatrixD q = random_matrix(rows, 24, 50), k = random_matrix(keys, 24, 51), v = random_matrix(keys, 8, 52);

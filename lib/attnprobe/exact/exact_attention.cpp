@@ -21,8 +21,11 @@ constexpr int64_t kReferenceBlock = 32;
 using MapF = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<>>;
 // Keys per item of key_chunked_attention_f32: fixed (not derived from the thread count), so that the
-// chunks and the order they are combined in, and with them the bits, are the same for any pool.
-constexpr int64_t kKeyChunk = 1024;
+// chunks and the order they are combined in, and with them the bits, are the same for any pool. 512
+// (one key block) rather than 1024: Nyström(64)'s K3·V pass at n = 4096 was four items of ~0.18 ms
+// beside its ~0.25 ms eigensolver, so two threads ended ~0.1 ms apart (1.64–1.71× for the call; 1.88–1.91×
+// with 512). One thread pays nothing measurable for the extra merges.
+constexpr int64_t kKeyChunk = 512;
 }  // namespace
 
 MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows, Mask mask) {

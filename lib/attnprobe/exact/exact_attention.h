@@ -39,7 +39,7 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
 /// Softmax attention of a few query rows (landmarks, samples: up to a few hundred) over many keys, with
 /// an optional bias per key: out_i = Σ_j softmax_j(scale·q_i·k_j + bias_j)·v_j (rows × pv) and, when
 /// asked, log_normaliser_i = log Σ_j exp(scale·q_i·k_j + bias_j) (rows, float64). The keys are cut into
-/// fixed chunks of 1024, each an online softmax on the pool, combined in chunk order: a pool speeds it up
+/// fixed chunks of 512, each an online softmax on the pool, combined in chunk order: a pool speeds it up
 /// although there is only one query block, and the bits do not depend on the thread count. v may have no
 /// columns (then only the normalisers are wanted). q: rows × p, k: keys × p (keys ≥ 1), v: keys × pv.
 /// `alongside`, when given, runs as one more item of the chunks' parallel region, the first one claimed
