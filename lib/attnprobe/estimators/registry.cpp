@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <shared_mutex>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
@@ -18,6 +20,14 @@ namespace {
 std::map<std::string, std::unique_ptr<EstimatorDef>>& registry() {
   static std::map<std::string, std::unique_ptr<EstimatorDef>> estimators;
   return estimators;
+}
+
+// Guards registry(): the Python package registers a sweep's custom estimators (py:NAME) while other
+// Python threads, without the GIL, parse specs. Definitions live behind unique_ptr, so the pointers
+// handed out stay valid across later registrations.
+std::shared_mutex& registry_mutex() {
+  static std::shared_mutex mutex;
+  return mutex;
 }
 
 // Versions for devices other than the CPU, by (estimator name, device).
@@ -35,6 +45,7 @@ std::map<Device, std::function<std::string()>>& device_probes() {
 // initialisation order hides it at registration time, so it is caught on the first read.
 void check_implementations() {
   static const bool kChecked = [] {
+    const std::shared_lock lock(registry_mutex());
     for (const auto& [key, factory] : implementations())
       if (!registry().count(key.first)) {
         std::fprintf(stderr, "attnprobe: a %s version of '%s' is registered, but no estimator has that name\n",
@@ -103,6 +114,7 @@ std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const st
 }  // namespace
 
 bool register_estimator(EstimatorDef def) {
+  const std::unique_lock lock(registry_mutex());
   auto& estimators = registry();
   if (estimators.count(def.name)) {
     std::fprintf(stderr, "attnprobe: estimator '%s' registered twice\n", def.name.c_str());
@@ -215,7 +227,10 @@ std::vector<std::string> variants(const EstimatorDef& def) {
 std::vector<const EstimatorDef*> registered_estimators() {
   static const std::vector<std::string> kFamilyOrder = {"exact", "yoso", "sketching", "random-features", "nystrom"};
   std::vector<const EstimatorDef*> defs;
-  for (auto& [name, def] : registry()) defs.push_back(def.get());
+  {
+    const std::shared_lock lock(registry_mutex());
+    for (auto& [name, def] : registry()) defs.push_back(def.get());
+  }
   auto rank = [&](const EstimatorDef* d) {
     auto it = std::find(kFamilyOrder.begin(), kFamilyOrder.end(), d->family);
     return it - kFamilyOrder.begin();
@@ -226,6 +241,7 @@ std::vector<const EstimatorDef*> registered_estimators() {
 }
 
 const EstimatorDef* find_estimator(const std::string& name) {
+  const std::shared_lock lock(registry_mutex());
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second.get();
 }
