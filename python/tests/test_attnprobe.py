@@ -230,6 +230,36 @@ def test_threaded_input_copy_leaves_numpy_reference_counts_alone():
         assert after == before
 
 
+def test_calls_from_several_python_threads_give_the_serial_results():
+    # Four Python threads at once (the GIL released in each call): the shared pool is leased to one
+    # call and the others build their own, each thread converts into its own slice memory, and a
+    # sweep registers its custom estimator meanwhile. Every result equals the one computed alone.
+    import threading
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=256)
+    specs = ["performer(M=16)", "lara(C=8)", "nystrom(L=8)", "skeinformer(d=16)"]
+    alone = {s: attnprobe.estimate(s, q, k, v, scale, seed=5, threads=2) for s in specs}
+    errors, results = [], {}
+
+    def run(spec):
+        try:
+            for _ in range(20):
+                results[spec] = attnprobe.estimate(spec, q, k, v, scale, seed=5, threads=2)
+                if not np.array_equal(results[spec], alone[spec]):
+                    errors.append(spec)
+                    return
+        except Exception as error:  # reported below, not lost in the thread
+            errors.append(f"{spec}: {error!r}")
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in specs]
+    for t in threads:
+        t.start()
+    attnprobe.sweep(DUMP, [], custom={"concurrent": exact_softmax}, layers=0, heads=0, batch=0, lengths=[32],
+                    trials=1)
+    for t in threads:
+        t.join()
+    assert errors == [] and sorted(results) == sorted(specs)
+
+
 def test_slice_gives_the_same_results():
     q, k, v, scale, _ = attnprobe.load(DUMP, 1, 0, 0, length=150)
     s = attnprobe.Slice(q, k, v, scale)
