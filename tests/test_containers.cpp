@@ -296,6 +296,12 @@ TEST_CASE("malformed safetensors files are input errors naming the file and the 
        safetensors_file(qkv_tensors(), {{"layer_00.scale", "half"}}),
        {"layer_00.scale", "not one number"}},
       {"truncated-data.safetensors", good.substr(0, good.size() - 100), {"past the end"}},
+      // A valid file but for 200000 nested arrays beside a tensor's fields: printing that entry in a
+      // message recursed once per level and overflowed the stack.
+      {"deep.safetensors",
+       with_header("{" + q + "," + k + "," + v.substr(0, v.size() - 1) + ",\"extra\":" + std::string(200000, '[') +
+                   std::string(200000, ']') + "}}"),
+       {"nests deeper than 16 levels"}},
   };
   for (const Case& c : cases) {
     const std::string path = write_file(c.name, c.bytes);

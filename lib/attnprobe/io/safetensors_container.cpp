@@ -21,6 +21,10 @@ namespace {
 
 // The reference implementation refuses headers over 100 MB; a longer one is a damaged length.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// A safetensors header nests three levels (object → entry → shape array); anything deeper is not one.
+// Parsing deep JSON is safe, but printing it (a message quoting an entry) recursed once per level and
+// overflowed the stack at ~100k levels.
+constexpr int kMaxHeaderDepth = 16;
 
 // Every dtype of the safetensors format and its size; only the first six are read as numbers.
 struct DtypeEntry {
@@ -61,7 +65,14 @@ class SafetensorsContainer final : public DottedContainer {
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(reinterpret_cast<const char*>(file_.data()) + 8,
-                                     reinterpret_cast<const char*>(file_.data()) + data_start);
+                                     reinterpret_cast<const char*>(file_.data()) + data_start,
+                                     [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+                                       require_input(depth <= kMaxHeaderDepth,
+                                                     "'{}': the safetensors header nests deeper than {} levels; a "
+                                                     "safetensors header has three. Re-create the file.",
+                                                     path, kMaxHeaderDepth);
+                                       return true;
+                                     });
     } catch (const nlohmann::json::exception& e) {
       throw InputError(
           fmt::format("'{}': the safetensors header is not JSON ({}). Re-create the file.", path, e.what()));
