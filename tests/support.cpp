@@ -34,7 +34,13 @@ std::string temp_path(const std::string& name) { return (temp_dir() / name).stri
 
 CommandResult run_attnprobe(const std::string& args, int timeout_seconds) {
   const std::string bounded = timeout_seconds > 0 ? fmt::format("timeout -s KILL {} ", timeout_seconds) : "";
-  const std::string command = bounded + std::string(ATTNPROBE_BINARY) + " " + args + " 2>&1";
+  return run_shell(bounded + attnprobe_binary() + " " + args);
+}
+
+std::string attnprobe_binary() { return ATTNPROBE_BINARY; }
+
+CommandResult run_shell(const std::string& script) {
+  const std::string command = "{ " + script + "; } 2>&1";
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);

@@ -27,6 +27,10 @@ struct CommandResult {
 /// Runs `attnprobe ARGS` through the shell (args are passed as written). With timeout_seconds > 0 it
 /// runs under `timeout -s KILL`, so a hang fails the test (exit 137) instead of stalling CTest.
 CommandResult run_attnprobe(const std::string& args, int timeout_seconds = 0);
+/// Runs a shell script (e.g. `ulimit -f 2; <binary> ...`), stdout and stderr together.
+CommandResult run_shell(const std::string& script);
+/// The attnprobe binary under test, for run_shell scripts.
+std::string attnprobe_binary();
 
 /// Writes a small synthetic dump (options as given) and returns its path.
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,

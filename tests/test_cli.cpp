@@ -218,6 +218,35 @@ TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
   CHECK_THAT(info.output, Catch::Contains("float16") && Catch::Contains("50,20"));
 }
 
+TEST_CASE("a full disk is an input error, and a device is written in place, never replaced", "[cli][errors]") {
+  // A 2 KiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG): synth's HDF5 flush failed
+  // and the process then crashed at exit in HDF5's cleanup, leaving a 2 KiB file; now exit 3, no file.
+  const std::string big = temp_path("limited.h5");
+  const auto limited = run_shell("ulimit -f 2; trap '' XFSZ; " + attnprobe_binary() + " synth -o " + big);
+  INFO(limited.output);
+  CHECK(limited.exit_code == 3);
+  CHECK_THAT(limited.output, Catch::Contains("File too large"));
+  CHECK(!std::filesystem::exists(big));
+  // /dev/full: every output that took it reported success, and as root the temporary file renamed
+  // over it replaced the device node with a regular file.
+  if (!std::filesystem::is_character_file("/dev/full")) SKIP_TEST("no /dev/full here");
+  const std::string trials = temp_path("full-trials.csv");
+  REQUIRE(run_attnprobe("sweep " + demo_dump() + " -e vmean --lengths 16 --trials 1 -q -o " + trials).exit_code == 0);
+  for (const std::string& args :
+       std::vector<std::string>{"synth -o /dev/full", "summarize " + trials + " -o /dev/full",
+                                "eval " + demo_dump() + " -e vmean --length 16 --layers 0 -o /dev/full",
+                                "bench -e vmean --lengths 16 --repeat 1 --no-sgemm --csv /dev/full"}) {
+    const auto r = run_attnprobe(args);
+    INFO(args << ": " << r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("'/dev/full' failed"));
+    CHECK(std::filesystem::is_character_file("/dev/full"));
+  }
+  // A device that takes the bytes (/dev/null) is written, not refused.
+  CHECK(run_attnprobe("summarize " + trials + " -o /dev/null").exit_code == 0);
+  CHECK(std::filesystem::is_character_file("/dev/null"));
+}
+
 TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]") {
   // The order of the calls: one untimed call of each, then rounds of one call of each, in turn.
   std::vector<int> order;

@@ -75,6 +75,10 @@ Action add_bench(CLI::App& app) {
       if (!csv) throw InputError(fmt::format("cannot write '{}'", o->csv));
       csv << kBenchHeader << "\n";
     }
+    // A row the CSV did not take (a full disk, /dev/full) is an error, not a silently shorter file.
+    auto require_written = [&] {
+      if (!o->csv.empty() && !csv) throw InputError(fmt::format("writing '{}' failed (disk full?)", o->csv));
+    };
     if (r.backward)
       fmt::print("backward passes (float64, CPU): time of Estimator::backward for an N(0,1) upstream gradient\n");
     else if (r.device == "cpu")
@@ -87,8 +91,15 @@ Action add_bench(CLI::App& app) {
                  row.gflops ? fmt::format("{:.1f}", *row.gflops) : "",
                  row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "");
       std::fflush(stdout);
-      if (csv) csv << format_bench_csv_row(row) << std::flush;
+      if (!o->csv.empty()) {
+        csv << format_bench_csv_row(row) << std::flush;
+        require_written();
+      }
     });
+    if (!o->csv.empty()) {
+      csv.close();
+      require_written();
+    }
     return 0;
   };
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/io/h5_handle.h"
 
@@ -66,10 +67,13 @@ StoredType parse_stored_type(const std::string& name) {
 void write_dump(const std::string& path, const DumpContents& contents, const DumpWriteOptions& options) {
   silence_hdf5_errors();
   H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
-  if (!file.valid())
-    throw InputError(fmt::format("cannot create '{}' ({}): check that the folder exists and is writable.", path,
-                                 hdf5_error_detail()));
+  // HDF5 builds the file in memory (the core driver, no backing store) and write_file_atomically
+  // writes its image: a full disk fails a write we check, and no half-written file is left. Writing
+  // through HDF5 itself, a failed flush left the file open in the library, which crashed at exit.
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  check(H5Pset_fapl_core(fapl.get(), size_t{1} << 20, false), path, "the in-memory driver");
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+  if (!file.valid()) throw InputError(fmt::format("cannot create '{}' ({})", path, hdf5_error_detail()));
   for (const auto& [name, value] : contents.attributes) write_string_attribute(file.get(), name, value, path);
 
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
@@ -113,6 +117,12 @@ void write_dump(const std::string& path, const DumpContents& contents, const Dum
     }
   }
   check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "flush");
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  check(size < 0 ? -1 : 0, path, "the file image");
+  std::string image(static_cast<size_t>(size), '\0');
+  check(H5Fget_file_image(file.get(), image.data(), image.size()) == size ? 0 : -1, path, "the file image");
+  file.reset();
+  write_file_atomically(path, image);
 }
 
 }  // namespace attnprobe
