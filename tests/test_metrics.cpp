@@ -1,5 +1,6 @@
 // Metrics on closed-form cases (docs/metrics.md).
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "attnprobe/metrics/metrics.h"
@@ -77,6 +78,25 @@ TEST_CASE("relative metrics are NaN when the reference is zero", "[metrics]") {
   CHECK(std::isnan(metric(ref, est, Metric::kSpecRel)));
   CHECK(std::isnan(metric(ref, est, Metric::kNmse)));
   CHECK(metric(ref, est, Metric::kFro) == Approx(std::sqrt(6.0)));
+}
+
+TEST_CASE("a NaN or an infinity in the estimate is never a small error", "[metrics]") {
+  // The spectral norm went through a symmetric eigensolver, whose NaN eigenvalues max(0, ·) turned into
+  // 0; maxCoeff skipped a NaN that was not first. Both reported a broken estimate as (nearly) exact.
+  MatrixD ref(3, 2);
+  ref << 1, 2, 3, 4, 5, 6;
+  MatrixF with_nan = ref.cast<float>(), with_inf = ref.cast<float>();
+  with_nan(1, 1) = std::numeric_limits<float>::quiet_NaN();
+  with_inf(2, 0) = std::numeric_limits<float>::infinity();
+  for (Metric m : {Metric::kSpec, Metric::kSpecRel, Metric::kFro, Metric::kMaxAbs, Metric::kAngle}) {
+    INFO(metric_name(m));
+    CHECK(std::isnan(metric(ref, with_nan, m)));
+  }
+  CHECK(metric(ref, with_inf, Metric::kSpec) == HUGE_VAL);
+  CHECK(metric(ref, with_inf, Metric::kMaxAbs) == HUGE_VAL);
+  // Finite entries whose squares overflow (the Gram matrix): still the right norm, as in the tiny range.
+  CHECK(spectral_norm(MatrixD(1e300 * ref)) / 1e300 == Approx(spectral_norm(ref)).epsilon(1e-12));
+  CHECK(spectral_norm(MatrixD(1e-300 * ref)) / 1e-300 == Approx(spectral_norm(ref)).epsilon(1e-12));
 }
 
 TEST_CASE("metric names parse strictly", "[metrics]") {

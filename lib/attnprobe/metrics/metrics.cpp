@@ -129,9 +129,20 @@ std::vector<Metric> parse_metrics(const std::string& text) {
 
 double spectral_norm(const MatrixD& a) {
   if (a.size() == 0) return 0;
-  const MatrixD gram = a.rows() >= a.cols() ? MatrixD(a.transpose() * a) : MatrixD(a * a.transpose());
+  // A NaN or an infinity would go through the eigensolver as NaN, and max(0, NaN) is 0: a broken
+  // estimate would score a perfect spectral error.
+  if (!a.allFinite()) return a.hasNaN() ? std::numeric_limits<double>::quiet_NaN() : HUGE_VAL;
+  // Scaled by a power of two (exact, so the bits of ordinary values do not change) so that the Gram
+  // matrix neither overflows (entries beyond ~1e154) nor underflows.
+  const double largest = a.cwiseAbs().maxCoeff();
+  if (largest == 0) return 0;
+  int exponent = 0;
+  std::frexp(largest, &exponent);
+  const MatrixD scaled = std::ldexp(1.0, -exponent) * a;
+  const MatrixD gram =
+      scaled.rows() >= scaled.cols() ? MatrixD(scaled.transpose() * scaled) : MatrixD(scaled * scaled.transpose());
   Eigen::SelfAdjointEigenSolver<MatrixD> solver(gram, Eigen::EigenvaluesOnly);
-  return std::sqrt(std::max(0.0, solver.eigenvalues().maxCoeff()));
+  return std::ldexp(std::sqrt(std::max(0.0, solver.eigenvalues().maxCoeff())), exponent);
 }
 
 ReferenceNorms reference_norms(const MatrixD& reference) {
@@ -189,7 +200,8 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
         values.push_back(norms.fro > 0 ? fro2 / (norms.fro * norms.fro) : nan);
         break;
       case Metric::kMaxAbs:
-        values.push_back(diff.size() ? diff.cwiseAbs().maxCoeff() : 0.0);
+        // maxCoeff skips a NaN unless it comes first: a NaN anywhere makes the largest error NaN.
+        values.push_back(diff.size() == 0 ? 0.0 : diff.hasNaN() ? nan : diff.cwiseAbs().maxCoeff());
         break;
       case Metric::kAngle:
         values.push_back(angle_sum / n);
