@@ -8,6 +8,7 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/check.h"
+#include "attnprobe/report/summary.h"
 #include "support.h"
 
 using namespace attnprobe;
@@ -105,6 +106,23 @@ TEST_CASE("check accepts summaries and a NaN that appears is a regression", "[ch
   REQUIRE(run_attnprobe("summarize " + sweep("s.csv", "-e vmean") + " -o " + summary).exit_code == 0);
   CHECK(run_attnprobe("check " + summary + " --baseline " + summary).exit_code == 0);
   CHECK(run_attnprobe("check " + summary + " --baseline " + summary + " --z -1").exit_code == 2);
+}
+
+TEST_CASE("summarize refuses a trial given twice and pools other seeds", "[check]") {
+  // `sweep --lengths 8,8` once wrote each case twice; summarize then counted every trial twice (count 2
+  // for one trial, a standard error too small by √2) while check refused the file.
+  const std::vector<TrialRow> rows = read_csv(sweep("twice.csv", "-e 'yoso(m=8)' --layers 0 --heads 0")).trials;
+  REQUIRE(!rows.empty());
+  std::vector<TrialRow> doubled = rows;
+  doubled.insert(doubled.end(), rows.begin(), rows.end());
+  CHECK_THROWS_WITH(summarize_trials(doubled), Catch::Contains("appears twice"));
+  std::vector<TrialRow> reseeded = rows;
+  for (TrialRow r : rows) {
+    r.seed += 1;  // another run's seed: its trials are other draws, pooled with these
+    reseeded.push_back(r);
+  }
+  const std::vector<SummaryRow> pooled = summarize_trials(reseeded);
+  CHECK(pooled.front().count == 2 * summarize_trials(rows).front().count);
 }
 
 TEST_CASE("every registered estimator has a committed baseline", "[check]") {

@@ -172,6 +172,32 @@ TEST_CASE("a huge grid is a usage error and --dry-run says what a grid needs", "
   CHECK_THAT(dry.output, Catch::Contains("rows") && Catch::Contains("memory") && Catch::Contains("GFLOP"));
 }
 
+TEST_CASE("lengths below 1 are usage errors, a repeated length counts once, and a plan of no rows is refused",
+          "[hostile][grid][inproc]") {
+  const Dump dump = Dump::open(hostile_dump());
+  SweepRequest request;
+  request.estimators = {"yoso(m=4)"};
+  request.trials = 1;
+  // A 0 or negative length was an input error saying it was "longer than" the dump.
+  for (const int64_t bad : {int64_t{0}, int64_t{-8}}) {
+    request.lengths = {16, bad};
+    CHECK_THROWS_WITH(plan_sweep(dump, request), Catch::Contains("lengths must be at least 1"));
+  }
+  // 16,8,16: the cases of 16 were planned (and written) twice, which check refuses as two runs in one file.
+  request.lengths = {16, 8, 16};
+  const SweepPlan plan = plan_sweep(dump, request);
+  std::vector<int64_t> planned;
+  for (const SliceRef& slice : plan.slices)
+    if (slice.layer == plan.slices[0].layer && slice.head == 0 && slice.batch == 0) planned.push_back(slice.n);
+  CHECK(planned == std::vector<int64_t>{16, 8});
+  // Only case metrics and one trial: every estimator would run and no row would be written.
+  request.lengths = {16};
+  request.metrics = case_metrics();
+  CHECK_THROWS_WITH(plan_sweep(dump, request), Catch::Contains("would write no row"));
+  request.trials = 2;
+  CHECK_NOTHROW(plan_sweep(dump, request));
+}
+
 // 3. Layer group names: no exception through libhdf5's callback; ambiguous or out-of-range names.
 TEST_CASE("out-of-range and ambiguous layer names are input errors naming them", "[hostile][dump]") {
   const std::string big = temp_path("biglayer.h5");

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import numbers
 import os
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -85,10 +86,21 @@ def _slice_causal(causal: bool) -> None:
                          "and leave causal out of the call")
 
 
+_INT31, _UINT32, _UINT64 = 2**31 - 1, 2**32 - 1, 2**64 - 1
+
+
+def _integer(value, what: str, lo: int, hi: int) -> int:
+    """``value`` as an int in lo..hi, else a ValueError saying what is allowed: a float (1.5, or 2.0)
+    or a bool is refused rather than truncated, a number out of range rather than wrapped."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} must be an integer in {lo}..{hi}, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{what} must be in {lo}..{hi}, got {int(value)}")
+    return int(value)
+
+
 def _threads(threads: int) -> int:
-    if int(threads) < 0:
-        raise ValueError("threads must be >= 0 (0 = all cores)")
-    return int(threads)
+    return _integer(threads, "threads (0 = all cores)", 0, 1024)  # the CLI's --threads range
 
 
 class Slice(_core.Slice):
@@ -132,7 +144,8 @@ def estimators() -> list:
 
 
 def _dump_options(q_path=None, k_path=None, v_path=None, layout=None, num_heads=0):
-    return _core.dump_options(q_path or "", k_path or "", v_path or "", layout or "", int(num_heads or 0))
+    return _core.dump_options(q_path or "", k_path or "", v_path or "", layout or "",
+                              _integer(num_heads or 0, "num_heads (0 = from the file)", 0, _INT31))
 
 
 def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, length: Optional[int] = None, *,
@@ -150,7 +163,8 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
         >>> q.shape, scale
         ((128, 32), 0.17677669529663687)
     """
-    return _core.load(os.fspath(dump), int(layer), int(head), int(batch), None if length is None else int(length),
+    return _core.load(os.fspath(dump), _integer(layer, "layer", 0, _INT31), _integer(head, "head", 0, _INT31),
+                      _integer(batch, "batch", 0, _INT31), None if length is None else _integer(length, "length", 1, 2**62),
                       _dump_options(q_path, k_path, v_path, layout, num_heads))
 
 
@@ -189,9 +203,9 @@ def _case_fields(case, n: int) -> tuple:
     missing = [f for f in _CASE_FIELDS if get(f, None) is None]
     if missing:
         raise ValueError(f"case lacks {', '.join(missing)}: give layer, head, batch (and optionally n)")
-    if get("n", None) is not None and int(get("n")) != n:
+    if get("n", None) is not None and _integer(get("n"), "case n", 1, 2**62) != n:
         raise ValueError(f"case has n={int(get('n'))} but q has {n} rows: pass the slice of that length")
-    return tuple(int(get(f)) for f in _CASE_FIELDS)
+    return tuple(_integer(get(f), f"case {f}", 0, _INT31) for f in _CASE_FIELDS)
 
 
 def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
@@ -217,12 +231,14 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
     if _slice_only(q, k, v, scale):
         _slice_causal(causal)
         layer, head, batch = _case_fields(case, q.n)
-        return _core.estimate_slice(str(spec), q, int(seed), int(trial), layer, head, batch, _threads(threads),
+        return _core.estimate_slice(str(spec), q, _integer(seed, "seed", 0, _UINT64), _integer(trial, "trial", 0, _UINT32),
+                                    layer, head, batch, _threads(threads),
                                     str(device))
     q, k, v = _matrices(q, k, v)
     layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
-    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal), int(seed),
-                          int(trial), layer, head, batch, _threads(threads), str(device))
+    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal),
+                          _integer(seed, "seed", 0, _UINT64), _integer(trial, "trial", 0, _UINT32), layer, head, batch,
+                          _threads(threads), str(device))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
@@ -255,7 +271,9 @@ def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) 
         >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est, ["spec_rel", "angle"])
         {'spec_rel': 1.1594110446831278, 'angle': 0.7832526028333101}
     """
-    text = "all" if names is None else names if isinstance(names, str) else ",".join(names)
+    if names is not None and not isinstance(names, str) and not isinstance(names, Iterable):
+        raise TypeError(f"names must be a list of metric names or a comma-separated string, got {names!r}")
+    text = "all" if names is None else names if isinstance(names, str) else ",".join(str(n) for n in names)
     return dict(_core.metrics(_as_array(reference, "reference"), _as_array(estimate, "estimate"), text))
 
 
@@ -266,7 +284,7 @@ def case_id(layer: int, head: int, batch: int, n: int, spec: str) -> str:
 
 def random_key(seed: int, case: str, trial: int) -> int:
     """The 64-bit Philox key of (seed, case id, trial) (docs/randomness.md); a custom estimator's seed."""
-    return _core.random_key(int(seed), str(case), int(trial))
+    return _core.random_key(_integer(seed, "seed", 0, _UINT64), str(case), _integer(trial, "trial", 0, _UINT32))
 
 
 # ---- DataFrames ⇄ the CSV schema ------------------------------------------------------------------------
@@ -370,9 +388,9 @@ def _int_list(value, what: str) -> list:
         return []
     if isinstance(value, str):
         return list(_core.parse_int_list(value, what))
-    if isinstance(value, (int, np.integer)):
-        return [int(value)]
-    return [int(x) for x in value]
+    if isinstance(value, numbers.Integral):
+        return [_integer(value, what, 1, 2**62)]
+    return [_integer(x, what, 1, 2**62) for x in value]
 
 
 def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
@@ -497,8 +515,8 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     args.layers, args.heads, args.batch = (_list_text(layers, "layers"), _list_text(heads, "heads"),
                                            _list_text(batch, "batch"))
     args.lengths = _int_list(lengths, "lengths")
-    args.trials = int(trials)
-    args.seed = int(seed)
+    args.trials = _integer(trials, "trials", 1, _INT31)
+    args.seed = _integer(seed, "seed", 0, _UINT64)
     args.threads = _threads(threads)
     args.device = str(device)
     args.reference = str(reference)

@@ -470,6 +470,12 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
                 "reference is {}x{} but estimate is {}x{}: they must have the same shape", ref_in.rows, ref_in.cols,
                 est_in.rows, est_in.cols);
   const std::vector<Metric> which = parse_metrics(names);
+  for (Metric m : which)
+    require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_gradient_metric(m),
+                  "metrics() compares one estimate with a reference; {} is {}: sweep() computes it", metric_name(m),
+                  is_case_metric(m)     ? "a case metric, over the trials of a random estimator"
+                  : is_weight_metric(m) ? "a metric of the attention weights an estimator implies"
+                                        : "a metric of the backward pass");
   std::vector<double> values;
   {
     py::gil_scoped_release release;

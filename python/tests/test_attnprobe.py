@@ -441,6 +441,26 @@ def test_errors_carry_the_cli_messages():
     attnprobe.sweep(DUMP, [], custom={"once": exact_softmax}, layers=0, heads=0, batch=0, lengths=[16], trials=1)
     with pytest.raises(ValueError, match="is a Python callable: pass it to attnprobe.sweep"):
         attnprobe.sweep(DUMP, ["py:once"], layers=0, heads=0, batch=0, lengths=[16])
+    # Numbers out of range or not integers are ValueErrors saying the range: they were truncated
+    # (seed=1.5, lengths=[16.5]), wrapped, passed on (threads=10**6 started 32449 threads), or left to
+    # pybind11's TypeError (seed=-1).
+    for call, message in [(lambda: attnprobe.estimate("vmean", q, k, v, seed=-1), "seed must be in 0"),
+                          (lambda: attnprobe.estimate("vmean", q, k, v, seed=1.5), "seed must be an integer"),
+                          (lambda: attnprobe.estimate("vmean", q, k, v, trial=2**32), "trial must be in"),
+                          (lambda: attnprobe.estimate("vmean", q, k, v, threads=10**6), r"0\.\.1024"),
+                          (lambda: attnprobe.estimate("vmean", q, k, v, case={"layer": -1, "head": 0, "batch": 0}),
+                           "case layer must be in"),
+                          (lambda: attnprobe.load(DUMP, 0, 0, 0, length=3.5), "length must be an integer"),
+                          (lambda: attnprobe.load(DUMP, 0, 0, 0, num_heads=-1), "num_heads"),
+                          (lambda: attnprobe.sweep(DUMP, ["vmean"], lengths=[16.5]), "lengths must be an integer"),
+                          (lambda: attnprobe.sweep(DUMP, ["vmean"], lengths=[0]), "lengths must be in 1"),
+                          (lambda: attnprobe.sweep(DUMP, ["vmean"], trials=0), "trials must be in 1"),
+                          (lambda: attnprobe.metrics(q, q, ["bias_fro_rel"]), "case metric")]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # A repeated length is one length (its cases were written twice, which check then refused).
+    twice = attnprobe.sweep(DUMP, ["vmean"], layers=0, heads=0, batch=0, lengths=[16, 16], trials=1)
+    assert len(twice) == len(twice.drop_duplicates(["n", "metric"]))
 
 
 def test_help_teaches_with_an_example():

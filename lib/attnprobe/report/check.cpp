@@ -28,11 +28,6 @@ bool known_metric(const std::string& name) {
   return false;
 }
 
-std::string case_label(const CaseKey& k, const std::string& metric) {
-  return fmt::format("{} L{} H{} B{} n={} {} vs {}, {}", k.dump, k.layer.text(), k.head.text(), k.batch.text(),
-                     k.n.text(), k.spec, k.reference, metric);
-}
-
 }  // namespace
 
 std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline) {

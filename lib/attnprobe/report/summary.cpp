@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "attnprobe/common/error.h"
 
@@ -57,10 +59,23 @@ std::vector<SummaryRow> aggregate(const std::vector<std::pair<std::pair<CaseKey,
 
 }  // namespace
 
+std::string case_label(const CaseKey& k, const std::string& metric) {
+  return fmt::format("{} L{} H{} B{} n={} {} vs {}, {}", k.dump, k.layer.text(), k.head.text(), k.batch.text(),
+                     k.n.text(), k.spec, k.reference, metric);
+}
+
 std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows) {
   std::vector<std::pair<std::pair<CaseKey, std::string>, double>> items;
   items.reserve(rows.size());
-  for (const TrialRow& r : rows) items.push_back({{r.key, r.metric}, r.value});
+  // A trial counted twice would double its weight and shrink the standard error.
+  std::set<std::tuple<CaseKey, int64_t, uint64_t, std::string>> seen;
+  for (const TrialRow& r : rows) {
+    require_input(seen.emplace(r.key, r.trial, r.seed, r.metric).second,
+                  "trial {} (seed {}) of {} appears twice: were two runs written into one file? (`attnprobe merge` "
+                  "joins shards; a rerun needs -o another file or --resume)",
+                  r.trial, r.seed, case_label(r.key, r.metric));
+    items.push_back({{r.key, r.metric}, r.value});
+  }
   return aggregate(items);
 }
 

@@ -49,6 +49,13 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     throw UsageError("no estimator given: add -e SPEC (e.g. -e softmax -e vmean; `attnprobe list` shows all)");
   if (request.trials < 1) throw UsageError("--trials must be at least 1");
   if (request.metrics.empty()) throw UsageError("--metrics selects no metric");
+  // The lengths asked for, each once (a repeated length would write its cases twice, which check then
+  // refuses as two runs in one file).
+  std::vector<int64_t> asked_lengths;
+  for (int64_t n : request.lengths) {
+    if (n < 1) throw UsageError(fmt::format("length {} is not a number of tokens: lengths must be at least 1", n));
+    if (std::find(asked_lengths.begin(), asked_lengths.end(), n) == asked_lengths.end()) asked_lengths.push_back(n);
+  }
   SweepPlan plan;
   plan.seed = request.seed;
   plan.metrics = request.metrics;
@@ -87,6 +94,20 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     }
   }
 
+  // Case metrics compare the mean over a case's trials with the reference: a plan of nothing else and no
+  // setting with two trials would run every estimator and write no row.
+  const bool only_case_metrics = std::all_of(plan.metrics.begin(), plan.metrics.end(), is_case_metric);
+  const bool any_repeated = std::any_of(plan.settings.begin(), plan.settings.end(),
+                                        [](const EstimatorSetting& setting) { return setting.trials >= 2; });
+  if (only_case_metrics && !any_repeated) {
+    std::vector<std::string> names;
+    for (Metric m : plan.metrics) names.push_back(metric_name(m));
+    throw UsageError(fmt::format(
+        "--metrics {} are case metrics, over the trials of a random estimator, but no estimator here runs two "
+        "trials (--trials {}): the sweep would write no row. Use --trials 2 or more, or add a per-trial metric.",
+        join(names, ","), request.trials));
+  }
+
   std::vector<int> layer_numbers;
   for (const LayerInfo& info : dump.layers()) layer_numbers.push_back(info.number);
   for (int layer : resolve_indices(request.layers, 0, "layer", layer_numbers)) {
@@ -110,7 +131,7 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     std::vector<std::vector<int64_t>> lengths_of(info.batch);
     for (int b : batch) {
       std::vector<int64_t>& lengths = lengths_of[b];
-      lengths = request.lengths;
+      lengths = asked_lengths;
       if (lengths.empty()) lengths.push_back(info.lengths[b]);
       for (int64_t n : lengths) {
         if (n < 1 || n > info.lengths[b])
