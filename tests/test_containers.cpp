@@ -94,6 +94,7 @@ std::string hdf5_dump(const std::string& name, int repeat) {
   layer.scale = 0.5;
   layer.causal = 1;
   c.layers.push_back(layer);
+  c.attributes["model"] = "tiny";  // written NULLPAD, 4 bytes: read back "tin" before the fix
   const std::string path = temp_path(name);
   write_dump(path, c, {});
   return path;
@@ -140,6 +141,7 @@ TEST_CASE("HDF5, safetensors and .npz (stored and deflated) dumps of the same da
     }
   }
   CHECK(Dump::open(st).root_attribute("model") == "tiny");
+  CHECK(Dump::open(h5).root_attribute("model") == "tiny");
   CHECK(Dump::open(st).format() == "safetensors");
   CHECK(Dump::open(deflated).format() == "npz");
   CHECK(Dump::open(h5).format() == "HDF5");

@@ -224,12 +224,18 @@ std::string read_string_attribute(hid_t object, const char* name) {
     H5free_memory(text);
     return out;
   }
-  size_t size = H5Tget_size(type.get());
+  // Read in the file's own string type (size, padding): a NULLTERM memory type of the same size, as
+  // before, dropped the last character of a NULLPAD string (ours among them) to fit a terminator.
+  const size_t size = H5Tget_size(type.get());
   std::string out(size, '\0');
-  H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mem.get(), size);
+  H5Handle mem(H5Tcopy(type.get()), H5Tclose);
   if (H5Aread(attr.get(), mem.get(), out.data()) < 0) return "";
-  out.resize(std::strlen(out.c_str()));
+  if (H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD) {
+    const size_t last = out.find_last_not_of(' ');
+    out.resize(last == std::string::npos ? 0 : last + 1);
+  } else {
+    out.resize(strnlen(out.data(), size));
+  }
   return out;
 }
 
