@@ -1,9 +1,20 @@
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "attnprobe/common/error.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
+
+const CLI::Validator kAtLeastOne(
+    [](const std::string& text) -> std::string {
+      long long value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (error == std::errc() && end == text.data() + text.size() && value >= 1) return "";
+      return "must be a whole number of at least 1, got '" + text + "'";
+    },
+    "INT>=1");
 
 void add_dump_options(CLI::App& cmd, DumpOptions& options) {
   auto* group = "Dump layout (for files that are not /layer_NN/{q,k,v} [B,H,N,P])";
@@ -19,7 +30,7 @@ void add_dump_options(CLI::App& cmd, DumpOptions& options) {
       ->group(group);
   cmd.add_option("--num-heads", options.num_heads,
                  "split the last dimension into this many heads (for [B,N,H*P] use --layout bnp --num-heads H)")
-      ->check(CLI::PositiveNumber)
+      ->check(kAtLeastOne)
       ->group(group);
 }
 

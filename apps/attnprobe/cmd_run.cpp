@@ -61,7 +61,7 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
       "Estimators without a knob (softmax, vmean, yoso-e) ignore it");
   cmd.add_option("--trials", o.trials, "trials per random setting (deterministic estimators run once)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   cmd.add_option("--seed", o.seed,
                  "seed of the keyed random streams, an integer in 0..18446744073709551615: same seed, same numbers")
       ->capture_default_str();

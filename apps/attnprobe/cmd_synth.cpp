@@ -19,18 +19,18 @@ Action add_synth(CLI::App& app) {
   auto o = std::make_shared<SynthCommandOptions>();
   SynthOptions& s = o->synth;
   app.add_option("-o,--output", o->output, "the dump to write (overwritten)")->required();
-  app.add_option("--layers", s.layers, "layers")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--heads", s.heads, "heads per layer")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--layers", s.layers, "layers")->capture_default_str()->check(kAtLeastOne);
+  app.add_option("--heads", s.heads, "heads per layer")->capture_default_str()->check(kAtLeastOne);
   app.add_option("--kv-heads", s.kv_heads,
                  "grouped-query K/V: this many kv heads, dividing --heads (query head h reads kv head "
                  "h/(heads/kv-heads), which holds the keys and values of its group's first query head); default: "
                  "--heads")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", s.batch, "batch items")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--tokens", s.tokens, "tokens per item (N)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--dim", s.dim, "head dim p of queries and keys")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
+  app.add_option("--batch", s.batch, "batch items")->capture_default_str()->check(kAtLeastOne);
+  app.add_option("--tokens", s.tokens, "tokens per item (N)")->capture_default_str()->check(kAtLeastOne);
+  app.add_option("--dim", s.dim, "head dim p of queries and keys")->capture_default_str()->check(kAtLeastOne);
   app.add_option("--value-dim", s.value_dim, "head dim of values (0: same as --dim)")->capture_default_str();
-  app.add_option("--clusters", s.clusters, "clusters of tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--clusters", s.clusters, "clusters of tokens")->capture_default_str()->check(kAtLeastOne);
   app.add_option("--temperatures", o->temperatures,
                  "temperature per layer, cycled: same-cluster logits are about 1/T, others about 0, so 0.05 is very "
                  "peaked and 5 nearly uniform")

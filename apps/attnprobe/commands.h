@@ -28,6 +28,9 @@ Action add_check(CLI::App& app);
 Action add_merge(CLI::App& app, const Globals& globals);
 Action add_diagnose(CLI::App& app);
 
+/// A whole number ≥ 1 (CLI::PositiveNumber's message named a 300-digit bound: DBL_MAX).
+extern const CLI::Validator kAtLeastOne;
+
 /// --q-path/--k-path/--v-path/--layout/--num-heads, shared by every command that reads a dump.
 void add_dump_options(CLI::App& cmd, DumpOptions& options);
 
