@@ -339,6 +339,14 @@ TEST_CASE("malformed .npz files are input errors naming the file and the array",
   inflated_size.replace(central_q + 24, 4, le_bytes(0xFFFFFFF0u, 4));
   auto missing = npz_entries();
   missing.erase(missing.begin() + 2);
+  auto twice = npz_entries();  // a second q: the first was read, numpy reads the last
+  twice.push_back(twice[0]);
+  auto scalar = npz_entries();  // rank 0: read as one 1 × 1 slice before
+  for (auto& entry : scalar) {
+    const std::string& name = entry.first;
+    if (name != "layer_00.scale.npy" && name != "layer_00.causal.npy")
+      entry.second = npy_bytes("<f4", {}, raw_bytes(std::vector<float>{1}));
+  }
   const std::vector<Case> cases = {
       {"truncated.npz", stored.substr(0, stored.size() / 2), {"truncated"}},
       {"no-directory.npz", stored.substr(0, stored.size() - 10), {"end-of-central-directory"}},
@@ -370,6 +378,8 @@ TEST_CASE("malformed .npz files are input errors naming the file and the array",
        {"layer_00.scale", "one number"}},
       {"not-npy.npz", zip_file({{"layer_00.q.txt", "hello"}}, false), {"layer_00.q.txt", "not a .npy"}},
       {"inflated-size.npz", inflated_size, {"layer_00.q", "more than deflate can produce"}},
+      {"twice.npz", zip_file(twice, false), {"two entries named layer_00.q.npy"}},
+      {"scalar.npz", zip_file(scalar, false), {"q has rank 0"}},
   };
   for (const Case& c : cases) {
     const std::string path = write_file(c.name, c.bytes);

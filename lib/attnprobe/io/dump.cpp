@@ -212,6 +212,9 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       throw InputError(fmt::format("'{}' {}: q, k and v ({} {}, {} {}, {} {}) have different ranks. {}.", path,
                                    info.name, info.q_path, shape_text(qs), info.k_path, shape_text(ks), info.v_path,
                                    shape_text(vs), kLayoutHint));
+    // A scalar (rank 0) matched the empty layout of its rank and was read as one 1 × 1 slice.
+    require_input(qs.size() >= 2, "'{}' {}: q has rank {} (shape {}); queries need at least tokens × head dim. {}.",
+                  path, info.q_path, qs.size(), shape_text(qs), kLayoutHint);
     info.layout = options.layout.empty() ? default_layout(qs.size()) : options.layout;
     if (info.layout.size() != qs.size())
       throw InputError(fmt::format("'{}' {}: q has rank {} (shape {}), which the layout '{}' does not fit. {}.", path,

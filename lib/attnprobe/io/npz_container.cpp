@@ -133,7 +133,13 @@ class NpzContainer final : public DottedContainer {
                     "Re-create or re-copy it.",
                     path, e.array, e.compressed, e.data, size);
       parse_npy_header(e);
-      entries_.emplace(e.array, std::move(e));
+      // Two entries of one name: numpy.load keeps the last, a first-match reader the first, so the file
+      // means different data to different readers.
+      const std::string array = e.array;
+      require_input(entries_.emplace(array, std::move(e)).second,
+                    "'{}': the zip holds two entries named {}.npy; numpy would read the last, so which one is "
+                    "meant is unclear. Re-create the file.",
+                    path, array);
     }
   }
 
