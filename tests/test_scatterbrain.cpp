@@ -190,6 +190,9 @@ TEST_CASE("scatterbrain supports: windows, blocks, sortLSH and SMYRF clusters", 
   CHECK(std::vector<int32_t>(block.keys.begin() + block.offsets[15], block.keys.begin() + block.offsets[16]) ==
         std::vector<int32_t>{8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21});
   CHECK_THROWS_AS(params_of("scatterbrain(sparse=block,w=0)"), UsageError);
+  // hyp features come in ±ω pairs: an odd M ran M − 1 features under M's name.
+  CHECK_THROWS_WITH(params_of("scatterbrain(M=3)"), Catch::Contains("M must be even"));
+  CHECK_NOTHROW(params_of("scatterbrain(M=3,features=pos)"));
   // sortlsh: exactly w keys per query (w | n here); smyrf: between w and rounds·w, own cluster included.
   const SparseSupport lsh = scatterbrain_support(params_of("scatterbrain(sparse=sortlsh,w=10)"), view, key);
   const SparseSupport smyrf = scatterbrain_support(params_of("scatterbrain(sparse=smyrf,w=10,rounds=3)"), view, key);

@@ -53,6 +53,11 @@ ScatterbrainParams ScatterbrainParams::from_spec(const Spec& spec) {
   params.orthogonal = spec.get_int("ortho") == 1;
   if (params.sparse == SbSupport::kBlock && params.width == 0)
     throw UsageError("scatterbrain: sparse=block needs w >= 1 (the query block size)");
+  if (params.kind == SbFeatures::kHyp && params.features % 2 != 0)  // an odd M ran M − 1 features
+    throw UsageError(
+        fmt::format("scatterbrain: features=hyp draws M/2 pairs of ±ω, so M must be even (M={}); use "
+                    "M={} or features=pos",
+                    params.features, params.features + 1));
   return params;
 }
 
