@@ -295,6 +295,22 @@ TEST_CASE("a --resume with another seed, grid or estimator set is refused", "[ho
   CHECK(run_bounded("sweep " + hostile_dump() + base + csv + " --seed 1 --resume").exit_code == 0);
 }
 
+TEST_CASE("summarize says what is wrong with a CSV of no rows or no lines", "[hostile][check]") {
+  // A header without rows was "already a summary; add --over" (exit 2); bytes without a newline were
+  // "empty".
+  const std::string header_only = temp_path("header-only.csv"), no_line = temp_path("no-line.csv");
+  write_text(header_only, csv_header(trial_columns()) + "\n");
+  write_text(no_line, std::string(300, 'x'));
+  const auto rows = run_bounded("summarize " + header_only);
+  INFO(rows.output);
+  CHECK(rows.exit_code == exit_code::kInput);
+  CHECK_THAT(rows.output, Catch::Contains("a header but no rows"));
+  const auto lines = run_bounded("summarize " + no_line);
+  INFO(lines.output);
+  CHECK(lines.exit_code == exit_code::kInput);
+  CHECK_THAT(lines.output, Catch::Contains("300 bytes without a newline"));
+}
+
 // 6. The gate fails closed.
 TEST_CASE("check fails closed on empty, malformed and non-finite inputs and on bad options", "[hostile][check]") {
   const std::string good = temp_path("gate-good.csv");

@@ -54,6 +54,9 @@ int run_summarize(const SummarizeOptions& o) {
     trials.insert(trials.end(), c.trials.begin(), c.trials.end());
     summaries.insert(summaries.end(), c.summaries.begin(), c.summaries.end());
   }
+  if (trials.empty() && summaries.empty())
+    throw InputError(fmt::format("{} {} a header but no rows: nothing to summarize. Did the run fail?",
+                                 join(o.inputs, ", "), o.inputs.size() == 1 ? "has" : "have"));
   if (!trials.empty() && !summaries.empty())
     throw InputError(
         "mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");

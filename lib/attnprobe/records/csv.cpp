@@ -110,7 +110,11 @@ CsvContents read_csv(const std::string& path) {
     else
       parse_row(*trial_layout, fields, where, out.trials.emplace_back());
   }
-  if (line_no == 0) throw InputError(fmt::format("'{}' is empty: it has no CSV header", path));
+  if (line_no == 0)
+    throw InputError(text.empty() ? fmt::format("'{}' is empty: it has no CSV header", path)
+                                  : fmt::format("'{}' has no complete line ({} bytes without a newline): it is not an "
+                                                "attnprobe CSV, or its first write was cut off",
+                                                path, text.size()));
   return out;
 }
 
