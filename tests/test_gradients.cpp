@@ -4,6 +4,7 @@
 // closed-form backward of softmax, vmean and performer against finite differences, and the gradient
 // metrics in a sweep.
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "attnprobe/estimators/registry.h"
@@ -291,4 +292,15 @@ TEST_CASE("a dump's layer_NN/dy is the upstream gradient when present", "[gradie
   const std::string bad = temp_path("bad-dy.h5");
   write_dump(bad, contents, DumpWriteOptions{StoredType::kFloat64, 0});
   CHECK_THROWS_WITH(Dump::open(bad), Catch::Contains("must have the shape of v"));
+
+  // A NaN in dy: `info` checks it with the slices (it said "all values finite" and eval then refused).
+  DumpArray nan_dy = dy;
+  nan_dy.values[5] = std::numeric_limits<double>::quiet_NaN();
+  contents.layers[0].datasets["dy"] = nan_dy;
+  const std::string with_nan = temp_path("nan-dy.h5");
+  write_dump(with_nan, contents, DumpWriteOptions{StoredType::kFloat64, 0});
+  const auto info = run_attnprobe("info " + with_nan);
+  INFO(info.output);
+  CHECK(info.exit_code == 3);
+  CHECK_THAT(info.output, Catch::Contains("/layer_00/dy has a non-finite value"));
 }
