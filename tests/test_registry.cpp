@@ -121,6 +121,14 @@ TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry
   CHECK_THROWS_WITH(parse_spec("vmean(d=3"), Catch::Contains("malformed spec"));
   CHECK_THROWS_WITH(parse_spec("vmean(x)"), Catch::Contains("malformed spec"));
   CHECK_THROWS_WITH(parse_spec("vmean)("), Catch::Contains("unknown estimator"));
+  // A 120 KB name was quoted twice in a 240 KB message; the message is short whatever the spec.
+  try {
+    parse_spec(std::string(120000, 'x'));
+    FAIL("a 120000-character spec was accepted");
+  } catch (const UsageError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("a spec of 120000 characters"));
+    CHECK(std::string(e.what()).size() < 300);
+  }
 }
 
 namespace {

@@ -247,6 +247,13 @@ const EstimatorDef* find_estimator(const std::string& name) {
 }
 
 Spec parse_spec(const std::string& input) {
+  // Every message below quotes the spec: a 120 KB one made a 240 KB message. No real spec comes close.
+  constexpr size_t kMaxSpecLength = 1000;
+  if (input.size() > kMaxSpecLength)
+    throw UsageError(
+        fmt::format("a spec of {} characters, beginning '{}...': a spec is name(key=value,...), at most "
+                    "{} characters (see `attnprobe list`).",
+                    input.size(), input.substr(0, 40), kMaxSpecLength));
   const std::string text = trim(input);
   const size_t open = text.find('(');
   const std::string name = trim(text.substr(0, open));
