@@ -92,7 +92,8 @@ Action add_check(CLI::App& app) {
       "  mean_new - mean_base > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|.\n"
       "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
       "Exit code 1 on a regression, a missing case or when nothing was compared; 3 when a file is empty, truncated "
-      "or malformed (duplicated cases, negative or non-finite errors); 2 for bad options; 0 otherwise.");
+      "or malformed (duplicated cases, negative errors, a non-finite baseline; a NaN or Inf in the new run is a "
+      "regression, 1); 2 for bad options; 0 otherwise.");
   return [o] { return run_check(*o); };
 }
 
