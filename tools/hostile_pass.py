@@ -137,6 +137,17 @@ def structured_dumps(work):
     empty = os.path.join(d, "empty.h5")
     open(empty, "wb").close()
     cases.append(("empty", empty, (3,)))
+    # A safetensors header whose only fault is 200000 nested arrays beside a tensor's fields: printing it
+    # in a message overflowed the stack.
+    deep = os.path.join(d, "deep.safetensors")
+    data = np.zeros((1, 1, 4, 2), dtype="<f4").tobytes()
+    entries = ",".join(f'"layer_00.{t}":{{"dtype":"F32","shape":[1,1,4,2],"data_offsets":[{i * 32},{i * 32 + 32}]'
+                       + (',"extra":' + "[" * 200000 + "]" * 200000 if t == "q" else "") + "}"
+                       for i, t in enumerate("qkv"))
+    header = ("{" + entries + "}").encode()
+    with open(deep, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + data * 3)
+    cases.append(("deep safetensors header", deep, (3,)))
     return cases
 
 
@@ -191,7 +202,7 @@ def option_cases(exe, dump, work):
         (["--lengths", "", "-e", "vmean"], (0, 2)),  # empty: the default (full length) (["--lengths", ",", "-e", "vmean"], (2,)),
         (["--lengths", "8..4", "-e", "vmean"], (2,)), (["--lengths", "1..8:x1", "-e", "vmean"], (2,)),
         (["--lengths", "1..8:+0", "-e", "vmean"], (2,)), (["--lengths", "1..8:y2", "-e", "vmean"], (2,)),
-        (["--lengths", "-4", "-e", "vmean"], (2,)), (["--lengths", "0", "-e", "vmean"], (3,)),
+        (["--lengths", "-4", "-e", "vmean"], (2,)), (["--lengths", "0", "-e", "vmean"], (2,)),
         (["--lengths", "100000", "-e", "vmean"], (3,)),
         (["--trials", "1000000000", "-e", "yoso(m=4)"], (2,)),
         (["--trials", "1000000000", "-e", "yoso(m=4)", "--dry-run"], (2,)),
@@ -337,7 +348,23 @@ def output_cases(exe, dump, work):
              ("eval -o under a file", [exe, "eval", dump, "-e", "vmean", "-o", plain + "/x.csv"], (3,)),
              ("summarize -o dir", [exe, "summarize", os.path.join(work, "check", "good.csv"), "-o", d], (3,)),
              ("synth under a file", [exe, "synth", "-o", plain + "/x.h5"], (2, 3))]
+    # Whole-file outputs into a device that refuses the bytes: they reported success and, as root,
+    # replaced the device node (device_check below looks at it afterwards); synth on a full disk crashed.
+    summ = os.path.join(work, "check", "good.csv")
+    cases += [("summarize -o /dev/full", [exe, "summarize", summ, "-o", "/dev/full"], (3,)),
+              ("eval -o /dev/full", [exe, "eval", dump, "-e", "vmean", "--length", "16", "-o", "/dev/full"], (3,)),
+              ("synth -o /dev/full", [exe, "synth", "-o", "/dev/full", "--tokens", "16"], (3,)),
+              ("bench --csv /dev/full", [exe, "bench", "-e", "vmean", "--lengths", "16", "--repeat", "1", "--no-sgemm",
+                                         "--csv", "/dev/full"], (3,)),
+              ("synth, disk full", ["sh", "-c", f"ulimit -f 2; trap '' XFSZ; exec {exe} synth -o {d}/limited.h5"],
+               (3,))]
     return cases
+
+
+def device_check():
+    """/dev/null and /dev/full are still character devices (a rename over them replaced them)."""
+    import stat
+    return all(stat.S_ISCHR(os.stat(p).st_mode) for p in ("/dev/null", "/dev/full") if os.path.exists(p))
 
 
 def leftover_check(work):
@@ -408,6 +435,8 @@ def main():
     for name, cmd, expected in output_cases(exe, demo, work):
         record("outputs", name, cmd, expected)
     GROUPS["outputs"].append(("nothing left beside a blocked run.json", "clean" if leftover_check(work) else "silent",
+                              None, []))
+    GROUPS["outputs"].append(("/dev/null and /dev/full still devices", "clean" if device_check() else "silent",
                               None, []))
     concurrency_cases(exe, demo, work, 4 if args.quick else 12)
 
