@@ -242,6 +242,15 @@ TEST_CASE("a full disk is an input error, and a device is written in place, neve
     CHECK_THAT(r.output, Catch::Contains("'/dev/full' failed"));
     CHECK(std::filesystem::is_character_file("/dev/full"));
   }
+  // Results printed to standard output: a failed write was exit 0 with the output cut (or exit 4 for
+  // list); now exit 3. And a closed stdout.
+  for (const std::string& args : std::vector<std::string>{"list", "summarize " + trials, "info " + demo_dump()}) {
+    for (const std::string& redirect : {" > /dev/full", " >&-"}) {
+      const auto r = run_shell(attnprobe_binary() + " " + args + redirect);
+      INFO(args << redirect << ": " << r.output);
+      CHECK(r.exit_code == 3);
+    }
+  }
   // A device that takes the bytes (/dev/null) is written, not refused.
   CHECK(run_attnprobe("summarize " + trials + " -o /dev/null").exit_code == 0);
   CHECK(std::filesystem::is_character_file("/dev/null"));

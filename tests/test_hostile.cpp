@@ -311,6 +311,44 @@ TEST_CASE("summarize says what is wrong with a CSV of no rows or no lines", "[ho
   CHECK_THAT(lines.output, Catch::Contains("300 bytes without a newline"));
 }
 
+TEST_CASE("a resumed sweep keeps a row written twice once and refuses two values of one row", "[hostile][resume]") {
+  const std::string args = "sweep " + hostile_dump() + " -e 'yoso(m=4)' --lengths 16 --trials 2 -q -o ";
+  const std::string csv = temp_path("twice-resumed.csv");
+  REQUIRE(run_bounded(args + csv).exit_code == 0);
+  const std::string whole = read_text(csv);
+  const std::string last = whole.substr(whole.rfind('\n', whole.size() - 2) + 1);
+  // The same row again: it was kept twice, and summarize/check then refused the file.
+  write_text(csv, whole + last);
+  CHECK(run_bounded(args + csv + " --resume").exit_code == 0);
+  CHECK(read_text(csv) == whole);
+  // Another value for that row: which one is right cannot be told.
+  write_text(csv, whole + last.substr(0, last.rfind(',')) + ",123\n");
+  const auto r = run_bounded(args + csv + " --resume");
+  INFO(r.output);
+  CHECK(r.exit_code == exit_code::kInput);
+  CHECK_THAT(r.output, Catch::Contains("appears twice with different values"));
+}
+
+TEST_CASE("merge refuses to write onto one of its shards", "[hostile][shards]") {
+  std::string shards;
+  for (int i = 0; i < 2; ++i) {
+    const std::string csv = temp_path(fmt::format("onto-{}.csv", i));
+    REQUIRE(run_bounded(fmt::format("sweep {} -e vmean --lengths 16 -q --shard {}/2 -o {}", hostile_dump(), i, csv))
+                .exit_code == 0);
+    shards += " " + csv;
+  }
+  const std::string first = temp_path("onto-0.csv"), before = read_text(first);
+  // Under its own name and through a ./ alias: with --overwrite it replaced the shard and its run.json.
+  for (const std::string& output : {first, temp_dir().string() + "/./onto-0.csv"}) {
+    const auto r = run_bounded("merge --overwrite -o " + output + shards);
+    INFO(r.output);
+    CHECK(r.exit_code == exit_code::kUsage);
+    CHECK_THAT(r.output, Catch::Contains("is the shard"));
+  }
+  CHECK(read_text(first) == before);
+  CHECK(run_bounded("merge -o " + temp_path("onto-merged.csv") + shards).exit_code == 0);
+}
+
 // 6. The gate fails closed.
 TEST_CASE("check fails closed on empty, malformed and non-finite inputs and on bad options", "[hostile][check]") {
   const std::string good = temp_path("gate-good.csv");

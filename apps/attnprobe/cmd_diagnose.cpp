@@ -57,7 +57,7 @@ Action add_diagnose(CLI::App& app) {
   app.add_option("--heads", o->heads, "head indices: all (default), a list or a range");
   app.add_option("--batch", o->batch, "batch items: all (default), a list or a range");
   app.add_option("--threads", o->threads, "worker threads (0 = all cores); results do not depend on it")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_option("-o,--output", o->output, "the CSV to write (default: standard output)");
   app.add_flag("-q,--quiet", o->quiet, "no progress");
   add_dump_options(app, o->dump_options);

@@ -4,9 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <new>
+#include <system_error>
 
 #include "attnprobe/common/allocator.h"
 #include "attnprobe/common/error.h"
@@ -72,7 +75,16 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [sub, action] : commands)
-      if (sub->parsed()) return action();
+      if (sub->parsed()) {
+        const int code = action();
+        // summarize, diagnose, list, info, eval and check print their results: a write that failed
+        // (a full disk, a closed descriptor) is an input error, never a success with the output cut.
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+          fmt::print(stderr, "attnprobe: error: writing standard output failed: {}\n", std::strerror(errno));
+          return exit_code::kInput;
+        }
+        return code;
+      }
   } catch (const UsageError& e) {
     fmt::print(stderr, "attnprobe: usage error: {}\n", e.what());
     return exit_code::kUsage;
@@ -88,6 +100,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "attnprobe: error: out of memory. Use shorter --lengths, fewer samples or --threads, or a machine "
                "with more memory.\n");
+    return exit_code::kInput;
+  } catch (const std::system_error& e) {
+    // The system refused a write or a resource (fmt::print on a full disk or a closed stdout): not a bug.
+    fmt::print(stderr, "attnprobe: error: {}\n", e.what());
     return exit_code::kInput;
   } catch (const std::exception& e) {
     fmt::print(stderr,

@@ -164,7 +164,17 @@ void require_same_sweep(const Shard& a, const Shard& b) {
 MergeResult merge_shards(const std::vector<std::string>& inputs, const std::string& output, bool overwrite,
                          RunInfo info) {
   if (inputs.empty()) throw UsageError("merge needs the shard CSVs to join (e.g. out/shard-*.csv)");
-  if (!overwrite && std::filesystem::exists(output) && std::filesystem::file_size(output) > 0)
+  std::error_code ec;
+  // Onto one of its own shards (under any name: a link, ./): with --overwrite it replaced that shard and
+  // its run.json, so the shard set could never be merged again.
+  for (const std::string& input : inputs)
+    if (std::filesystem::equivalent(input, output, ec))
+      throw UsageError(fmt::format("-o '{}' is the shard '{}': write the merged CSV to another file", output, input));
+  const std::filesystem::file_status status = std::filesystem::status(output, ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw InputError(fmt::format("'{}' is {}, not a CSV file: give -o a file path", output,
+                                 std::filesystem::is_directory(status) ? "a directory" : "not a regular file"));
+  if (!overwrite && std::filesystem::exists(status) && std::filesystem::file_size(output, ec) > 0)
     throw UsageError(fmt::format("'{}' already exists: add --overwrite to replace it", output));
   info.started = iso_time_now();
 

@@ -8,17 +8,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/report/summary.h"
 #include "attnprobe/sweep/merge.h"
 
 namespace attnprobe {
@@ -95,8 +99,21 @@ SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, Outpu
         throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", csv_path_));
       check_resumable(old.trials);
       options_.done = complete_trials(old.trials, plan_.metrics);
-      for (const TrialRow& r : old.trials)
-        if (options_.done.count(TrialId{r.key, r.trial, r.seed})) whole.push_back(r);
+      // A row written twice (two runs appended to one file) is kept once, so that summarize and check
+      // take the result; two different values of one row cannot both be kept.
+      std::map<std::tuple<CaseKey, int64_t, uint64_t, std::string>, double> kept;
+      for (const TrialRow& r : old.trials) {
+        if (!options_.done.count(TrialId{r.key, r.trial, r.seed})) continue;
+        const auto [at, first] = kept.emplace(std::tuple(r.key, r.trial, r.seed, r.metric), r.value);
+        if (first) {
+          whole.push_back(r);
+          continue;
+        }
+        require_input(at->second == r.value || (std::isnan(at->second) && std::isnan(r.value)),
+                      "--resume of '{}': trial {} of {} appears twice with different values ({} and {}): two runs "
+                      "were written into one file. Write to another -o file.",
+                      csv_path_, r.trial, case_label(r.key, r.metric), format_real(at->second), format_real(r.value));
+      }
       rewrite = whole.size() != old.trials.size() || old.truncated_tail;
       kept_rows_ = static_cast<int64_t>(whole.size());
     }
