@@ -127,22 +127,31 @@ std::vector<Metric> parse_metrics(const std::string& text) {
   return out;
 }
 
+namespace {
+// Whether `m` holds a NaN: its sum is NaN then, and a vectorised sum costs ~20 µs at 4096 × 64 where
+// Eigen's hasNaN()/allFinite() take ~260 µs (element by element), a quarter of the spectral norm.
+bool has_nan(const MatrixD& m) { return std::isnan(m.sum()) && m.hasNaN(); }
+}  // namespace
+
 double spectral_norm(const MatrixD& a) {
   if (a.size() == 0) return 0;
   // A NaN or an infinity would go through the eigensolver as NaN, and max(0, NaN) is 0: a broken
   // estimate would score a perfect spectral error.
-  if (!a.allFinite()) return a.hasNaN() ? std::numeric_limits<double>::quiet_NaN() : HUGE_VAL;
-  // Scaled by a power of two (exact, so the bits of ordinary values do not change) so that the Gram
-  // matrix neither overflows (entries beyond ~1e154) nor underflows.
-  const double largest = a.cwiseAbs().maxCoeff();
+  if (has_nan(a)) return std::numeric_limits<double>::quiet_NaN();
+  const double largest = a.cwiseAbs().maxCoeff();  // exact once there is no NaN
+  if (std::isinf(largest)) return HUGE_VAL;
+  const auto norm_of = [](const MatrixD& m) {
+    const MatrixD gram = m.rows() >= m.cols() ? MatrixD(m.transpose() * m) : MatrixD(m * m.transpose());
+    Eigen::SelfAdjointEigenSolver<MatrixD> solver(gram, Eigen::EigenvaluesOnly);
+    return std::sqrt(std::max(0.0, solver.eigenvalues().maxCoeff()));
+  };
   if (largest == 0) return 0;
+  if (largest > 1e-100 && largest < 1e100) return norm_of(a);  // the Gram matrix's entries stay normal
+  // Beyond, the Gram matrix would overflow (entries past ~1e154) or underflow: the matrix is scaled by a
+  // power of two first (exact) and the norm scaled back. The common range above keeps its copy-free path.
   int exponent = 0;
   std::frexp(largest, &exponent);
-  const MatrixD scaled = std::ldexp(1.0, -exponent) * a;
-  const MatrixD gram =
-      scaled.rows() >= scaled.cols() ? MatrixD(scaled.transpose() * scaled) : MatrixD(scaled * scaled.transpose());
-  Eigen::SelfAdjointEigenSolver<MatrixD> solver(gram, Eigen::EigenvaluesOnly);
-  return std::ldexp(std::sqrt(std::max(0.0, solver.eigenvalues().maxCoeff())), exponent);
+  return std::ldexp(norm_of(std::ldexp(1.0, -exponent) * a), exponent);
 }
 
 ReferenceNorms reference_norms(const MatrixD& reference) {
@@ -201,7 +210,7 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
         break;
       case Metric::kMaxAbs:
         // maxCoeff skips a NaN unless it comes first: a NaN anywhere makes the largest error NaN.
-        values.push_back(diff.size() == 0 ? 0.0 : diff.hasNaN() ? nan : diff.cwiseAbs().maxCoeff());
+        values.push_back(diff.size() == 0 ? 0.0 : has_nan(diff) ? nan : diff.cwiseAbs().maxCoeff());
         break;
       case Metric::kAngle:
         values.push_back(angle_sum / n);
