@@ -60,7 +60,7 @@ int run_summarize(const SummarizeOptions& o) {
   if (!trials.empty() && !summaries.empty())
     throw InputError(
         "mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
-  std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials);
+  std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials, join(o.inputs, ", "));
   if (!o.over.empty()) {
     std::vector<std::string> columns;
     for (const std::string& c : split(o.over, ',')) columns.push_back(trim(c));

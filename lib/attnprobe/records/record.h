@@ -67,6 +67,14 @@ struct TrialId {
   auto operator<=>(const TrialId&) const = default;
 };
 
+/// One row of a trial CSV: a trial and a metric. Two rows with one id are one trial written twice.
+struct TrialRowId {
+  TrialId trial;
+  std::string metric;
+  auto operator<=>(const TrialRowId&) const = default;
+};
+inline TrialRowId row_id(const TrialRow& r) { return {TrialId{r.key, r.trial, r.seed}, r.metric}; }
+
 /// One diagnostic of one slice at one length (`attnprobe diagnose`): long, like the trial CSV.
 struct DiagnosticRow {
   std::string dump;

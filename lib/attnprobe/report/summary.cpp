@@ -6,7 +6,6 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "attnprobe/common/error.h"
 
@@ -64,16 +63,16 @@ std::string case_label(const CaseKey& k, const std::string& metric) {
                      k.n.text(), k.spec, k.reference, metric);
 }
 
-std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows) {
+std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows, const std::string& source) {
   std::vector<std::pair<std::pair<CaseKey, std::string>, double>> items;
   items.reserve(rows.size());
   // A trial counted twice would double its weight and shrink the standard error.
-  std::set<std::tuple<CaseKey, int64_t, uint64_t, std::string>> seen;
+  std::set<TrialRowId> seen;
   for (const TrialRow& r : rows) {
-    require_input(seen.emplace(r.key, r.trial, r.seed, r.metric).second,
-                  "trial {} (seed {}) of {} appears twice: were two runs written into one file? (`attnprobe merge` "
+    require_input(seen.insert(row_id(r)).second,
+                  "{}trial {} (seed {}) of {} appears twice: were two runs written into one file? (`attnprobe merge` "
                   "joins shards; a rerun needs -o another file or --resume)",
-                  r.trial, r.seed, case_label(r.key, r.metric));
+                  source.empty() ? "" : source + ": ", r.trial, r.seed, case_label(r.key, r.metric));
     items.push_back({{r.key, r.metric}, r.value});
   }
   return aggregate(items);

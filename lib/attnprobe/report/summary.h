@@ -11,8 +11,9 @@ namespace attnprobe {
 /// Per (case, metric): count, mean, sample std (n−1; 0 for one value), stderr = std/√count,
 /// median, min, max. Rows of all seeds and trials of a case are pooled. NaN values make the
 /// statistics NaN (never silently dropped). Output in first-appearance order. A trial given twice
-/// (same case, trial, seed and metric: two runs in one file) is an InputError.
-std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows);
+/// (same case, trial, seed and metric: two runs in one file) is an InputError, its message prefixed
+/// with `source` (e.g. the file) when given.
+std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows, const std::string& source = "");
 
 /// "DUMP L0 H1 B0 n=256 SPEC vs REFERENCE, METRIC": a case and metric in messages.
 std::string case_label(const CaseKey& key, const std::string& metric);

@@ -15,7 +15,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -101,10 +100,11 @@ SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, Outpu
       options_.done = complete_trials(old.trials, plan_.metrics);
       // A row written twice (two runs appended to one file) is kept once, so that summarize and check
       // take the result; two different values of one row cannot both be kept.
-      std::map<std::tuple<CaseKey, int64_t, uint64_t, std::string>, double> kept;
+      std::map<TrialRowId, double> kept;
       for (const TrialRow& r : old.trials) {
-        if (!options_.done.count(TrialId{r.key, r.trial, r.seed})) continue;
-        const auto [at, first] = kept.emplace(std::tuple(r.key, r.trial, r.seed, r.metric), r.value);
+        const TrialRowId id = row_id(r);
+        if (!options_.done.count(id.trial)) continue;
+        const auto [at, first] = kept.emplace(id, r.value);
         if (first) {
           whole.push_back(r);
           continue;
