@@ -127,7 +127,7 @@ TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry
     FAIL("a 120000-character spec was accepted");
   } catch (const UsageError& e) {
     CHECK_THAT(e.what(), Catch::Contains("a spec of 120000 characters"));
-    CHECK(std::string(e.what()).size() < 300);
+    CHECK(std::string(e.what()).size() < 300);  // observed 164 characters
   }
 }
 

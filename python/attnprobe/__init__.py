@@ -103,6 +103,14 @@ def _threads(threads: int) -> int:
     return _integer(threads, "threads (0 = all cores)", 0, 1024)  # the CLI's --threads range
 
 
+def _seed(seed: int) -> int:
+    return _integer(seed, "seed", 0, _UINT64)
+
+
+def _trial(trial: int) -> int:
+    return _integer(trial, "trial", 0, _UINT32)
+
+
 class Slice(_core.Slice):
     """One slice (q, k, v, scale) converted once into what estimators read (float64 and float32
     copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
@@ -164,7 +172,8 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
         ((128, 32), 0.17677669529663687)
     """
     return _core.load(os.fspath(dump), _integer(layer, "layer", 0, _INT31), _integer(head, "head", 0, _INT31),
-                      _integer(batch, "batch", 0, _INT31), None if length is None else _integer(length, "length", 1, 2**62),
+                      _integer(batch, "batch", 0, _INT31),
+                      None if length is None else _integer(length, "length", 1, 2**62),
                       _dump_options(q_path, k_path, v_path, layout, num_heads))
 
 
@@ -231,14 +240,12 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
     if _slice_only(q, k, v, scale):
         _slice_causal(causal)
         layer, head, batch = _case_fields(case, q.n)
-        return _core.estimate_slice(str(spec), q, _integer(seed, "seed", 0, _UINT64), _integer(trial, "trial", 0, _UINT32),
-                                    layer, head, batch, _threads(threads),
+        return _core.estimate_slice(str(spec), q, _seed(seed), _trial(trial), layer, head, batch, _threads(threads),
                                     str(device))
     q, k, v = _matrices(q, k, v)
     layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
-    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal),
-                          _integer(seed, "seed", 0, _UINT64), _integer(trial, "trial", 0, _UINT32), layer, head, batch,
-                          _threads(threads), str(device))
+    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal), _seed(seed),
+                          _trial(trial), layer, head, batch, _threads(threads), str(device))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
@@ -284,7 +291,7 @@ def case_id(layer: int, head: int, batch: int, n: int, spec: str) -> str:
 
 def random_key(seed: int, case: str, trial: int) -> int:
     """The 64-bit Philox key of (seed, case id, trial) (docs/randomness.md); a custom estimator's seed."""
-    return _core.random_key(_integer(seed, "seed", 0, _UINT64), str(case), _integer(trial, "trial", 0, _UINT32))
+    return _core.random_key(_seed(seed), str(case), _trial(trial))
 
 
 # ---- DataFrames ⇄ the CSV schema ------------------------------------------------------------------------
@@ -388,9 +395,7 @@ def _int_list(value, what: str) -> list:
         return []
     if isinstance(value, str):
         return list(_core.parse_int_list(value, what))
-    if isinstance(value, numbers.Integral):
-        return [_integer(value, what, 1, 2**62)]
-    return [_integer(x, what, 1, 2**62) for x in value]
+    return [_integer(x, what, 1, 2**62) for x in ([value] if isinstance(value, numbers.Integral) else value)]
 
 
 def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
@@ -516,7 +521,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
                                            _list_text(batch, "batch"))
     args.lengths = _int_list(lengths, "lengths")
     args.trials = _integer(trials, "trials", 1, _INT31)
-    args.seed = _integer(seed, "seed", 0, _UINT64)
+    args.seed = _seed(seed)
     args.threads = _threads(threads)
     args.device = str(device)
     args.reference = str(reference)
