@@ -1,12 +1,19 @@
 // The attnprobe binary end to end: exit codes and messages for bad input, identical CSV for any
 // thread count, resume after an interruption, no half-written rows, summarize.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "attnprobe/bench/bench.h"
+#include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
@@ -92,6 +99,47 @@ TEST_CASE("an interrupted sweep resumes to the same CSV as an uninterrupted one"
   // Resuming a finished sweep runs nothing and changes nothing.
   REQUIRE(run_attnprobe("sweep " + demo_dump() + grid + "--resume -o " + cut).exit_code == 0);
   CHECK(read_text(cut) == full);
+}
+
+TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them and exits 130", "[cli][resume]") {
+  // 2 × 10⁵ short trials (~9 s on 2 threads, one slice per length): the signal, sent 0.3 s after
+  // run.json appears, lands mid-slice, where before the handler the slice's finished trials were lost.
+  // A child process of our own, so SIGINT is not ignored as in a shell's background job.
+  for (const int signal : {SIGINT, SIGTERM}) {
+    INFO("signal " << signal);
+    const std::string out = temp_path(fmt::format("stopped-{}.csv", signal));
+    const std::string info = temp_path(fmt::format("stopped-{}.run.json", signal)), log = out + ".log";
+    const std::string binary = attnprobe_binary(), dump = demo_dump();
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      alarm(120);  // survives exec: a sweep that ignored the signal ends here, not in a CTest hang
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      execl(binary.c_str(), binary.c_str(), "sweep", dump.c_str(), "-e", "performer(M=16)", "--lengths", "32,64",
+            "--trials", "100000", "--layers", "0", "--heads", "0", "--batch", "0", "--threads", "2", "-o", out.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 600 && !std::filesystem::exists(info); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(child, signal);
+    int status = 0;
+    waitpid(child, &status, 0);
+    INFO(read_text(log));
+    REQUIRE(WIFEXITED(status));  // not killed: by the signal itself or the alarm
+    CHECK(WEXITSTATUS(status) == exit_code::kInterrupted);
+    CHECK_THAT(read_text(log), Catch::Contains("rerun the same command with --resume"));
+    const auto json = nlohmann::json::parse(read_text(info));
+    CHECK(json["finished"].is_null());
+    CHECK(json["interrupted"].is_string());
+    const CsvContents rows = read_csv(out);  // whole trials only: 9 metric rows each
+    CHECK(rows.trials.size() > 0);
+    CHECK(rows.trials.size() % 9 == 0);
+    CHECK(json["rows_written"] == rows.trials.size());
+  }
 }
 
 TEST_CASE("a failure mid-sweep keeps earlier rows whole and the CSV parseable", "[cli][errors]") {

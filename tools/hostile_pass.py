@@ -396,13 +396,17 @@ def concurrency_cases(exe, dump, work, rounds):
         verdict_code = code if still_running else 3  # the first finished too early to test
         out.append((f"second writer {i}", code, text, still_running))
         sig = rng.choice([signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
-        if first.poll() is None:
+        signalled = first.poll() is None
+        if signalled:
             first.send_signal(sig)
-        first.wait()
+        first_code = first.wait()
+        # SIGINT/SIGTERM ask the sweep to stop: it writes its finished trials and exits 130.
+        stopped_right = not signalled or sig == signal.SIGKILL or first_code == 130
         code2, text2 = run([exe, "sweep", dump] + grid + ["-o", path, "--resume"])
         same = code2 == 0 and sorted(open(path).read().splitlines()) == reference
         GROUPS.setdefault("kills+resume", []).append(
-            (f"round {i} {sig.name}", "clean" if same else ("silent" if code2 == 0 else "wrong"), code2,
+            (f"round {i} {sig.name} (first exit {first_code})",
+             "clean" if same and stopped_right else ("silent" if code2 == 0 else "wrong"), code2,
              text2.strip().splitlines()[-1:]))
         GROUPS.setdefault("concurrent writers", []).append(
             (f"round {i} ({'overlapped' if still_running else 'the first had finished: nothing to refuse'})", "clean" if (not still_running or (code == 3 and "in use by process" in text)) else

@@ -19,6 +19,7 @@
 #include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
 #include "commands.h"
+#include "stop_signal.h"
 
 namespace attnprobe::cli {
 
@@ -260,8 +261,19 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   const size_t units = part.plan.slices.size();
   ProgressBar bar(progress_wanted(o));
   options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  const StopOnSignal stop_on_signal;
+  options.stop_requested = &StopOnSignal::requested;
   SweepRun run(dump, std::move(part.plan), o.output, mode, options, info);
-  const RunStats stats = run.run();
+  RunStats stats;
+  try {
+    stats = run.run();
+  } catch (const Interrupted& e) {
+    bar.finish();
+    throw Interrupted(
+        fmt::format("{}. The rows of every finished trial are in {}: rerun the same command with "
+                    "--resume to complete it.",
+                    e.what(), o.output));
+  }
   bar.finish();
   fmt::print(stderr, "wrote {} rows ({} trials{}) to {}{}; run info in {}\n", stats.rows, stats.tasks_run,
              shard ? fmt::format(", shard {}: {} units", shard->text(), units) : "", o.output,

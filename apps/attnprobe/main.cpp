@@ -31,7 +31,9 @@ int main(int argc, char** argv) {
       "attnprobe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnprobe ") + kVersion);
-  app.footer("Exit codes: 0 ok, 1 regression found by check, 2 usage error, 3 input error, 4 internal error.");
+  app.footer(
+      "Exit codes: 0 ok, 1 regression found by check, 2 usage error, 3 input error, 4 internal error, 130 a sweep "
+      "stopped by Ctrl-C or SIGTERM (rerun it with --resume).");
 
   cli::Globals globals;
   for (int i = 0; i < argc; ++i) globals.argv.emplace_back(argv[i]);
@@ -85,6 +87,9 @@ int main(int argc, char** argv) {
         }
         return code;
       }
+  } catch (const Interrupted& e) {
+    fmt::print(stderr, "attnprobe: {}\n", e.what());
+    return exit_code::kInterrupted;
   } catch (const UsageError& e) {
     fmt::print(stderr, "attnprobe: usage error: {}\n", e.what());
     return exit_code::kUsage;

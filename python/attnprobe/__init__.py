@@ -481,6 +481,10 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     or returns a non-array, a wrong shape or NaN/Inf raises :class:`EstimatorError` naming the case;
     rows of the slices finished before it stay in ``output``.
 
+    Ctrl-C (KeyboardInterrupt) stops the sweep within ~0.1 s plus the trials already running, which
+    finish; with ``output`` their rows are written and run.json records the interruption, so the
+    same call with ``resume=True`` computes only what is missing. Without ``output`` nothing is kept.
+
     Example (one Performer of your own, beside the built-in, gated against a baseline)::
 
         import attnprobe, torch

@@ -19,12 +19,17 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attnprobe/common/error.h"
@@ -212,7 +217,8 @@ void assign_matrix(const Input& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool
   const int64_t blocks = (a.rows + kBlockRows - 1) / kBlockRows;
   auto block = [&](int64_t b) {
     const int64_t r0 = b * kBlockRows;
-    assign_rows(a, dst, dstf, r0, std::min(kBlockRows, a.rows - r0));
+    const int64_t rows = std::min(kBlockRows, a.rows - r0);
+    assign_rows(a, dst, dstf, r0, rows);
   };
   for_each_index(pool, blocks, block);
 }
@@ -506,6 +512,54 @@ struct SweepArgs {
   std::vector<std::string> command_line;
 };
 
+// Runs `work` on a thread of its own while this (the calling Python) thread waits, looking at
+// Python's signals every 100 ms: a KeyboardInterrupt (Ctrl-C) or any exception a signal handler
+// raises sets `stop`, the work stops after its running trials (RunOptions::stop_requested) and the
+// Python exception is raised here. Without this a sweep could not be interrupted from Python: signal
+// handlers run only on the main thread, between bytecodes, never while it sits in C++.
+void run_interruptibly(const std::function<void()>& work, std::atomic<bool>& stop) {
+  std::exception_ptr error;
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  bool done = false;
+  std::thread worker([&] {
+    try {
+      work();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+    done_signal.notify_one();
+  });
+  bool signalled = false;
+  for (;;) {
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mutex);
+      if (done_signal.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; })) break;
+    }
+    if (!signalled && PyErr_CheckSignals() != 0) {  // the handler raised: stop, then raise it
+      signalled = true;
+      stop.store(true);
+    }
+  }
+  {
+    py::gil_scoped_release release;  // the worker may still need the GIL (a custom estimator) to end
+    worker.join();
+  }
+  if (signalled) {
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const Interrupted&) {  // the expected end; the Python exception below says why
+      }
+    }
+    throw py::error_already_set();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 // Runs a sweep; returns the trial CSV text when there is no output file (else None: the caller
 // reads the file, which holds the rows kept by a resume too).
 py::object sweep(const SweepArgs& a, const py::dict& custom) {
@@ -515,53 +569,56 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
     table.wrappers[py::cast<std::string>(name)] = wrapper.ptr();
   }
   std::string text;
-  {
-    py::gil_scoped_release release;
-    current_custom = &table;
-    struct Reset {
-      ~Reset() { current_custom = nullptr; }
-    } reset;
-    const Dump dump = Dump::open(a.dump, a.options);
-    SweepRequest request;
-    request.estimators = a.estimators;
-    request.samples = a.samples;
-    request.layers = a.layers;
-    request.heads = a.heads;
-    request.batch = a.batch;
-    request.lengths = a.lengths;
-    request.trials = a.trials;
-    request.seed = a.seed;
-    request.reference = a.reference;
-    request.metrics = parse_metrics(a.metrics);
-    request.mask = a.mask;
-    const SweepPlan plan = plan_sweep(dump, request);
-    // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
-    // `summarize` and `sweep --resume` take this output like one the CLI wrote.
-    const ShardSpec shard = a.shard.empty() ? ShardSpec{} : ShardSpec::parse(a.shard);
-    ShardPlan part = plan_shard(dump, plan, unit_costs(dump, plan), shard);
-    RunOptions options;
-    options.threads = a.threads;
-    options.device = parse_device(a.device);
-    if (a.output.empty()) {
-      std::vector<TrialRow> rows;
-      run_sweep(dump, part.plan, options,
-                [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
-      text = trial_csv_text(rows);
-    } else {
-      RunInfo info;
-      info.command_line = a.command_line;
-      info.dump = a.dump;
-      info.threads = a.threads > 0 ? a.threads : hardware_threads();
-      info.device = a.device;
-      info.seed = a.seed;
-      info.plan = std::move(part.record);
-      const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
-                              : a.mode == "overwrite" ? OutputMode::kOverwrite
-                                                      : OutputMode::kCreate;
-      SweepRun run(dump, std::move(part.plan), a.output, mode, options, info);
-      run.run();
-    }
-  }
+  std::atomic<bool> stop{false};
+  run_interruptibly(
+      [&] {
+        current_custom = &table;
+        struct Reset {
+          ~Reset() { current_custom = nullptr; }
+        } reset;
+        const Dump dump = Dump::open(a.dump, a.options);
+        SweepRequest request;
+        request.estimators = a.estimators;
+        request.samples = a.samples;
+        request.layers = a.layers;
+        request.heads = a.heads;
+        request.batch = a.batch;
+        request.lengths = a.lengths;
+        request.trials = a.trials;
+        request.seed = a.seed;
+        request.reference = a.reference;
+        request.metrics = parse_metrics(a.metrics);
+        request.mask = a.mask;
+        const SweepPlan plan = plan_sweep(dump, request);
+        // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
+        // `summarize` and `sweep --resume` take this output like one the CLI wrote.
+        const ShardSpec shard = a.shard.empty() ? ShardSpec{} : ShardSpec::parse(a.shard);
+        ShardPlan part = plan_shard(dump, plan, unit_costs(dump, plan), shard);
+        RunOptions options;
+        options.threads = a.threads;
+        options.device = parse_device(a.device);
+        options.stop_requested = [&stop] { return stop.load(std::memory_order_relaxed); };
+        if (a.output.empty()) {
+          std::vector<TrialRow> rows;
+          run_sweep(dump, part.plan, options,
+                    [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
+          text = trial_csv_text(rows);
+        } else {
+          RunInfo info;
+          info.command_line = a.command_line;
+          info.dump = a.dump;
+          info.threads = a.threads > 0 ? a.threads : hardware_threads();
+          info.device = a.device;
+          info.seed = a.seed;
+          info.plan = std::move(part.record);
+          const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
+                                  : a.mode == "overwrite" ? OutputMode::kOverwrite
+                                                          : OutputMode::kCreate;
+          SweepRun run(dump, std::move(part.plan), a.output, mode, options, info);
+          run.run();
+        }
+      },
+      stop);
   if (a.output.empty()) return py::str(text);
   return py::none();
 }

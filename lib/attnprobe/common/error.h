@@ -22,6 +22,13 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A run stopped on request (Ctrl-C, SIGTERM, Python's KeyboardInterrupt) before it finished: what it
+/// had computed is written, and `sweep --resume` completes it. Exit code 130 (128 + SIGINT, the shell's).
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// The one way library code rejects bad input: throws InputError with the formatted message unless `ok`.
 /// The message says what was wrong, where (file, dataset, layer, batch item) and what to do.
 template <class... Args>
@@ -41,6 +48,7 @@ constexpr int kRegression = 1;
 constexpr int kUsage = 2;
 constexpr int kInput = 3;
 constexpr int kInternal = 4;
+constexpr int kInterrupted = 130;
 }  // namespace exit_code
 
 }  // namespace attnprobe

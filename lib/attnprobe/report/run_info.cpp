@@ -114,6 +114,7 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       {"finished", info.finished.empty() ? Json(nullptr) : Json(info.finished)},
       {"rows_written", info.rows_written},
   };
+  if (!info.interrupted.empty()) json["interrupted"] = info.interrupted;
   if (!info.merged_from.empty()) json["merged_from"] = info.merged_from;
   if (info.plan) json["plan"] = plan_json(*info.plan);
   write_file_atomically(path, json.dump(2) + "\n");
@@ -138,6 +139,7 @@ RunInfo read_run_info(const std::string& path) {
     info.started = j.value("started", "");
     info.finished = j.at("finished").is_null() ? "" : j.at("finished").get<std::string>();
     info.rows_written = j.value("rows_written", 0LL);
+    info.interrupted = j.value("interrupted", "");
     if (j.contains("merged_from")) info.merged_from = j.at("merged_from").get<std::vector<std::string>>();
     if (j.contains("plan")) info.plan = plan_from_json(j.at("plan"));
     return info;

@@ -49,9 +49,10 @@ struct RunInfo {
   int threads = 0;
   unsigned long long seed = 0;
   bool resumed = false;
-  long long pid = 0;     ///< the process writing the CSV (named when a second writer is refused)
-  std::string started;   ///< ISO 8601 UTC
-  std::string finished;  ///< "" while running
+  long long pid = 0;        ///< the process writing the CSV (named when a second writer is refused)
+  std::string started;      ///< ISO 8601 UTC
+  std::string finished;     ///< "" while running
+  std::string interrupted;  ///< when the run was stopped on request (Ctrl-C, SIGTERM); "" otherwise
   long long rows_written = 0;
   std::optional<PlanRecord> plan;        ///< the sweep's plan and shard; none for files of older versions
   std::vector<std::string> merged_from;  ///< `merge`: the shard CSVs, as given

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
@@ -122,7 +123,13 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   int64_t tasks_done = 0;
   const int64_t tasks_total = plan.total_tasks();
+  auto stopped = [&] { return options.stop_requested && options.stop_requested(); };
+  auto interrupted = [&] {
+    return Interrupted(
+        fmt::format("interrupted after {} of {} trials", stats.tasks_run + stats.tasks_skipped, tasks_total));
+  };
   for (const SliceRef& slice : plan.slices) {
+    if (stopped()) throw interrupted();
     auto key_of = [&](const EstimatorSetting& s) {
       return CaseKey{.dump = label,
                      .layer = slice.layer,
@@ -201,11 +208,13 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     }
 
     std::vector<std::vector<double>> values(tasks.size());
+    std::vector<char> finished(tasks.size(), 0);  // char, not bool: one byte per task, written by its thread
     // inner_pool: the pool the estimator may use inside its call. Tasks run in parallel when there are
     // enough of them; with fewer tasks than threads (one estimator, one trial: `eval`, a deterministic
     // setting) they run one after another and each call gets the whole pool. Estimators give the same
     // bits with and without a pool (tested for every registered variant), so the rows do not depend on it.
     auto run_task = [&](int64_t i, ThreadPool* inner_pool) {
+      if (stopped()) return;
       const Task& task = tasks[i];
       const EstimatorSetting& setting = plan.settings[task.setting];
       const EstimateContext ctx{make_random_key(plan.seed, case_id(slice, setting.canonical), task.trial), inner_pool};
@@ -233,6 +242,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         }
       }
       if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));
+      finished[i] = 1;
     };
     if (static_cast<int64_t>(tasks.size()) < pool.size())
       for (int64_t i = 0; i < static_cast<int64_t>(tasks.size()); ++i) run_task(i, &pool);
@@ -240,15 +250,21 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) { run_task(i, nullptr); });
 
     std::vector<TrialRow> rows;
+    bool setting_whole = true;  // every task of the current setting finished (false only when stopped)
+    int64_t finished_writes = 0;
     for (size_t i = 0; i < tasks.size(); ++i) {
       const EstimatorSetting& setting = plan.settings[tasks[i].setting];
       const CaseKey key = key_of(setting);
-      if (tasks[i].write)
+      if (i == 0 || tasks[i - 1].setting != tasks[i].setting) setting_whole = true;
+      setting_whole = setting_whole && finished[i];
+      if (tasks[i].write && finished[i]) {
+        ++finished_writes;
         for (size_t m = 0; m < trial_list.size(); ++m)
           rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m]), values[i][m]});
+      }
       // After a setting's last trial: its case row.
       const bool last = i + 1 == tasks.size() || tasks[i + 1].setting != tasks[i].setting;
-      if (last && cases[tasks[i].setting]) {
+      if (last && setting_whole && cases[tasks[i].setting]) {
         const Reference& ref = references.at(setting.reference);
         const std::vector<double> case_values =
             cases[tasks[i].setting]->accumulator.metrics(ref.output, ref.norms, case_list);
@@ -257,8 +273,9 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       }
     }
     sink(rows);
-    stats.tasks_run += std::count_if(tasks.begin(), tasks.end(), [](const Task& t) { return t.write; });
+    stats.tasks_run += finished_writes;
     stats.rows += static_cast<int64_t>(rows.size());
+    if (std::find(finished.begin(), finished.end(), 0) != finished.end()) throw interrupted();
     tasks_done += slice_tasks;
     if (options.progress) options.progress(tasks_done, tasks_total);
   }

@@ -22,6 +22,11 @@ struct RunOptions {
   Device device = Device::kCpu;  ///< where the estimators run (references are float64 on the CPU)
   std::set<TrialId> done;        ///< trials to skip (resume)
   std::function<void(int64_t done, int64_t total)> progress;  ///< called after each slice
+  /// Asked before each trial starts, from any pool thread (so it must be thread-safe: read an atomic).
+  /// Once it returns true no further trial starts; the trials already running finish, their rows (and
+  /// the case rows of settings whose every trial finished) go to the sink, and run_sweep throws
+  /// Interrupted. A resume then computes exactly the trials that are missing.
+  std::function<bool()> stop_requested;
 };
 
 struct RunStats {
@@ -29,6 +34,7 @@ struct RunStats {
 };
 
 /// Runs the plan; `sink` receives the rows of each slice (possibly none) as soon as they exist.
+/// Throws Interrupted (common/error.h) after the last sink call when `options.stop_requested` fired.
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);
 

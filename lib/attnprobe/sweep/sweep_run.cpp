@@ -252,10 +252,18 @@ void SweepRun::replace_csv(const std::vector<TrialRow>& rows) {
 
 RunStats SweepRun::run() {
   TrialCsvWriter writer(csv_path_, true);
-  const RunStats stats = run_sweep(dump_, plan_, options_, [&](const std::vector<TrialRow>& rows) {
+  auto sink = [&](const std::vector<TrialRow>& rows) {
     writer.write(rows);
     info_.rows_written += static_cast<long long>(rows.size());
-  });
+  };
+  RunStats stats;
+  try {
+    stats = run_sweep(dump_, plan_, options_, sink);
+  } catch (const Interrupted&) {  // the finished trials are in the CSV; say so in run.json too
+    info_.interrupted = iso_time_now();
+    write_run_info(info_path_, info_);
+    throw;
+  }
   info_.finished = iso_time_now();
   write_run_info(info_path_, info_);
   return stats;
