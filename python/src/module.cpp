@@ -83,6 +83,7 @@ struct Input {
   int64_t rows = 0, cols = 0;
   int64_t row_stride = 0, col_stride = 0;  // in elements
   bool float64 = true;
+  const char* name = "";  // the argument's name, for messages
 
   template <class Scalar>
   StridedMap<Scalar> map() const {
@@ -125,6 +126,7 @@ Input prepared(const py::array& given, const char* name) {
   in.row_stride = a.strides(0) / item;
   in.col_stride = a.strides(1) / item;
   in.float64 = !float32;
+  in.name = name;
   return in;
 }
 
@@ -207,6 +209,26 @@ void assign_rows(const Input& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_
   }
 }
 
+// Refuses a NaN, an infinity, or a float64 value beyond float32's range (the estimators compute in
+// float32) in rows [r0, r0 + rows), as the dump readers do for files: an estimator given one returns
+// NaN, or worse a finite number (YOSO's hashes see only signs). x − x is 0 exactly when x is finite,
+// so one vectorised sum over the float32 block decides; the position is looked up only on failure.
+void require_finite_rows(const Input& a, const MatrixD& dst, const MatrixF& dstf, int64_t r0, int64_t rows) {
+  const auto block = dstf.middleRows(r0, rows);
+  if ((block - block).sum() == 0) return;
+  for (int64_t i = r0; i < r0 + rows; ++i)
+    for (int64_t j = 0; j < dstf.cols(); ++j)
+      if (!std::isfinite(dstf(i, j)))
+        throw UsageError(
+            std::isfinite(dst(i, j))
+                ? fmt::format("{} holds {} at row {}, column {}: beyond float32's range, in which the estimators "
+                              "compute. Rescale the inputs.",
+                              a.name, dst(i, j), i, j)
+                : fmt::format("{} holds {} at row {}, column {}: attention of non-finite inputs has no reference. "
+                              "Find where the model produced it, or drop those tokens.",
+                              a.name, dst(i, j), i, j));
+}
+
 // A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks
 // of 64 rows (the second pass reads what the first just wrote from cache rather than from memory),
 // the blocks spread over `pool`'s threads (the copy is memory-bound: a second core adds bandwidth).
@@ -219,6 +241,7 @@ void assign_matrix(const Input& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool
     const int64_t r0 = b * kBlockRows;
     const int64_t rows = std::min(kBlockRows, a.rows - r0);
     assign_rows(a, dst, dstf, r0, rows);
+    require_finite_rows(a, dst, dstf, r0, rows);
   };
   for_each_index(pool, blocks, block);
 }
@@ -475,6 +498,10 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
   require_usage(ref_in.rows == est_in.rows && ref_in.cols == est_in.cols,
                 "reference is {}x{} but estimate is {}x{}: they must have the same shape", ref_in.rows, ref_in.cols,
                 est_in.rows, est_in.cols);
+  require_usage(ref_in.rows >= 1 && ref_in.cols >= 1,
+                "reference and estimate are {}x{}: they need at least one row "
+                "and one column",
+                ref_in.rows, ref_in.cols);
   const std::vector<Metric> which = parse_metrics(names);
   for (Metric m : which)
     require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_gradient_metric(m),

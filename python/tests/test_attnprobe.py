@@ -492,6 +492,19 @@ def test_errors_carry_the_cli_messages():
                           (lambda: attnprobe.metrics(q, q, ["bias_fro_rel"]), "case metric")]:
         with pytest.raises(ValueError, match=message):
             call()
+    # Non-finite inputs, and float64 values beyond float32's range, are refused with the position: YOSO
+    # returned a finite estimate for a query holding inf (its hashes see signs only), others NaN.
+    bad_q, big_v = q.astype(np.float64), v.astype(np.float64)
+    bad_q[3, 2], big_v[5, 1] = np.inf, 1e300
+    for spec in ["yoso(m=4)", "softmax", "performer(M=8)"]:
+        with pytest.raises(ValueError, match="q holds inf at row 3, column 2"):
+            attnprobe.estimate(spec, bad_q, k, v)
+    with pytest.raises(ValueError, match="v holds 1e\\+300 at row 5, column 1: beyond float32"):
+        attnprobe.exact(q, k, big_v)
+    with pytest.raises(ValueError, match="k holds nan"):
+        attnprobe.Slice(q, np.where(k == k[7, 1], np.nan, k), v)
+    with pytest.raises(ValueError, match="at least one row"):  # was spec 0, NaN elsewhere
+        attnprobe.metrics(np.zeros((0, 4)), np.zeros((0, 4)))
     # A repeated length is one length (its cases were written twice, which check then refused).
     twice = attnprobe.sweep(DUMP, ["vmean"], layers=0, heads=0, batch=0, lengths=[16, 16], trials=1)
     assert len(twice) == len(twice.drop_duplicates(["n", "metric"]))
