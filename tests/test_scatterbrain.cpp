@@ -225,3 +225,122 @@ TEST_CASE("scatterbrain gives the same bits with any pool on every query-chunk p
     CHECK(runs.alone == runs.two_threads);
   }
 }
+
+// ---- the causal form (sparse=local|block, features=hyp|pos) ----------------------------------------
+
+namespace {
+
+HeadView causal_view(HeadView view) {
+  view.mask = Mask::kCausal;
+  return view;
+}
+
+}  // namespace
+
+TEST_CASE("causal scatterbrain's row i is the full scatterbrain's last row on the prefix 0..i",
+          "[scatterbrain][causal]") {
+  // The window of the prefix's last row is S_i ∩ [0, i], the features are drawn from the key alone, and the
+  // global part sums the prefix: the same estimator, evaluated as prefix sums. Both float64. Observed:
+  // worst row gap 1.9e-15, worst log-denominator gap 8.9e-16.
+  const HeadView view = causal_view(synth_slice(300, 16, 0.3, 21, 6));
+  for (const std::string spec : {"scatterbrain(M=24,w=8)", "scatterbrain(M=16,sparse=block,w=10,ext=3,features=pos)",
+                                 "scatterbrain(M=20,w=0,features=pos,ortho=0)", "scatterbrain(M=16,w=700)"}) {
+    const RandomKey key = make_random_key(5, spec, 1);
+    VectorD log_d;
+    const MatrixD causal = scatterbrain_causal_attention(params_of(spec), view, key, &log_d);
+    double worst = 0, worst_log = 0;
+    for (const int64_t i : {0, 1, 4, 5, 63, 255, 256, 299}) {
+      const HeadView prefix =
+          make_head_view(view.id, view.scale, view.q.topRows(i + 1), view.k.topRows(i + 1), view.v.topRows(i + 1));
+      VectorD prefix_log_d;
+      const MatrixD full = scatterbrain_attention<double>(params_of(spec), prefix, key, &prefix_log_d);
+      worst = std::max(worst, (full.row(i) - causal.row(i)).norm() / full.row(i).norm());
+      worst_log = std::max(worst_log, std::abs(prefix_log_d(i) - log_d(i)));
+    }
+    INFO(spec << " worst row gap " << worst << ", log D gap " << worst_log);
+    CHECK(worst < 1e-12);
+    CHECK(worst_log < 1e-12);
+    // estimate() under the causal mask is this, rounded to float32.
+    CHECK((run_estimator(spec, view, 1, 5) - causal.cast<float>()).norm() == 0);
+  }
+}
+
+TEST_CASE("causal scatterbrain is exact with a window over the whole prefix and performer with none",
+          "[scatterbrain][causal]") {
+  const HeadView view = causal_view(synth_slice(150, 16, 0.2, 22, 7));
+  const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, Mask::kCausal);
+  for (const std::string spec :
+       {"scatterbrain(w=300)", "scatterbrain(w=300,features=pos)", "scatterbrain(sparse=block,w=150)"}) {
+    // Observed ≤ 2.8e-16: global − window cancels to rounding.
+    const double gap =
+        relative(scatterbrain_causal_attention(params_of(spec), view, make_random_key(6, spec, 0)), exact);
+    INFO(spec << " " << gap);
+    CHECK(gap < 1e-12);
+  }
+  // w = 0, features=pos: causal performer with the same key (both float64 token loops; performer's
+  // output is rounded to float32). Observed 4.3e-8 (ortho 1), 3.8e-8 (ortho 0) of the row norm.
+  for (int ortho : {0, 1}) {
+    const std::string suffix = fmt::format("M=40,ortho={}", ortho);
+    const RandomKey key = make_random_key(6, "performer", ortho);
+    MatrixF performer;
+    parse_spec("performer(" + suffix + ")").make()->estimate(view, EstimateContext{key, nullptr}, performer);
+    const MatrixD ours =
+        scatterbrain_causal_attention(params_of("scatterbrain(w=0,features=pos," + suffix + ")"), view, key);
+    double worst = 0;
+    for (int64_t i = 0; i < view.n(); ++i)
+      worst = std::max(worst, (ours.row(i) - performer.row(i).cast<double>()).norm() / ours.row(i).norm());
+    INFO("ortho " << ortho << " worst row gap " << worst);
+    CHECK(worst < 1e-6);
+  }
+}
+
+TEST_CASE("causal scatterbrain numerators and denominators are unbiased for causal softmax",
+          "[scatterbrain][causal][statistics]") {
+  // E[D̂_i] = D_i = Σ_{j≤i} e_ij and E[N̂_i] = N_i over the features (the window is fixed by positions),
+  // checked through three signed sums over 2000 seeds, as the full form's test.
+  const HeadView view = causal_view(synth_slice(40, 8, 0.5, 23, 5));
+  MatrixD e = (view.scale * (view.q * view.k.transpose())).array().exp();
+  e.triangularView<Eigen::StrictlyUpper>().setZero();
+  const VectorD d_true = e.rowwise().sum();
+  const MatrixD n_true = e * view.v;
+  const RandomStream signs(make_random_key(7, "signs", 0), Purpose::kGeneric);
+  MatrixD wn(40, 5);
+  VectorD wd(40);
+  for (int64_t i = 0; i < wn.size(); ++i) wn.data()[i] = signs.uniform(0, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+  for (int64_t i = 0; i < wd.size(); ++i) wd(i) = signs.uniform(1, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+  const int seeds = 2000;
+  for (const std::string spec : {"scatterbrain(M=8,w=8)", "scatterbrain(M=8,sparse=block,w=10,ext=2,features=pos)"}) {
+    double sum[3] = {0, 0, 0}, sum2[3] = {0, 0, 0};
+    const double targets[3] = {d_true.sum(), wd.dot(d_true), (wn.array() * n_true.array()).sum()};
+    for (int t = 0; t < seeds; ++t) {
+      VectorD log_d;
+      const MatrixD out = scatterbrain_causal_attention(params_of(spec), view, make_random_key(8, spec, t), &log_d);
+      const VectorD d = log_d.array().exp();
+      const MatrixD num = out.array().colwise() * d.array();
+      const double stats[3] = {d.sum(), wd.dot(d), (wn.array() * num.array()).sum()};
+      for (int k = 0; k < 3; ++k) sum[k] += stats[k], sum2[k] += stats[k] * stats[k];
+    }
+    for (int k = 0; k < 3; ++k) {
+      const double mean = sum[k] / seeds, var = (sum2[k] - seeds * mean * mean) / (seeds - 1);
+      const double z = (mean - targets[k]) / std::sqrt(var / seeds);
+      INFO(spec << " statistic " << k << " z " << z);  // iid per seed: |z| < 4. Observed |z| ≤ 1.65.
+      CHECK(std::abs(z) < 4);
+    }
+  }
+}
+
+TEST_CASE("causal scatterbrain: only position-fixed supports with key-drawn features, finite on peaked logits",
+          "[scatterbrain][causal]") {
+  for (const std::string spec : {"scatterbrain", "scatterbrain(sparse=block,w=16)", "scatterbrain(features=pos)"})
+    CHECK_NOTHROW(require_mask_support(parse_spec(spec), Mask::kCausal));
+  // sortlsh and smyrf sort every query and key (a later token moves an earlier query's bucket); oprf fits A*
+  // to every query–key pair.
+  for (const std::string spec :
+       {"scatterbrain(sparse=sortlsh)", "scatterbrain(sparse=smyrf)", "scatterbrain(features=oprf)"})
+    CHECK_THROWS_AS(require_mask_support(parse_spec(spec), Mask::kCausal), UsageError);
+  // Row norms ~30 at s = 1/4: the running feature shifts and the row shift keep every prefix finite.
+  const HeadView base = synth_slice(200, 8, 0.3, 24);
+  const HeadView peaked = make_head_view(base.id, base.scale, 30.0 * base.q, 30.0 * base.k, base.v, Mask::kCausal);
+  CHECK(run_estimator("scatterbrain", peaked).allFinite());
+  CHECK(run_estimator("scatterbrain(w=0,features=pos)", peaked).allFinite());
+}

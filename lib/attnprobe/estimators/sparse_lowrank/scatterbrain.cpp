@@ -15,7 +15,10 @@
 // features); no epsilon. Reference differences: efficient-attention's complement uses log(e^a − e^b +
 // 1e-5) and a 1e-3 clamp (biased when the complement is small); fly's LRA configs set softmax_eps 1e-4;
 // smyrf pads to a multiple of w (here the last cluster is shorter); fly's E2LSH bucket width and shift
-// do not change the sort (not drawn here). No causal form in this version.
+// do not change the sort (not drawn here).
+// Causal form (sparse=local|block, features=hyp|pos; scatterbrain_causal_attention): S_i ∩ [0, i] exact,
+// the features on the rest of the prefix, as Performer's causal prefix sums with running per-feature
+// shifts, one token at a time in float64.
 // Evaluation: queries in chunks of ≤ 64 that share their candidate keys (consecutive queries for local/block,
 // one sortLSH block or SMYRF cluster per round), so exact logits and feature products on the support are
 // two small matrix products per chunk; one shift per row is kept online across rounds.
@@ -420,6 +423,86 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
   return out;
 }
 
+bool scatterbrain_has_causal_form(const ScatterbrainParams& params) {
+  return (params.sparse == SbSupport::kLocal || params.sparse == SbSupport::kBlock) && params.kind != SbFeatures::kOprf;
+}
+
+// Row i: N̂_i = Σ_{j∈W_i} e_ij·v_j + Σ_{j≤i} ê_ij·v_j − Σ_{j∈W_i} ê_ij·v_j over the window W_i = S_i ∩ [0, i],
+// D̂_i likewise with the complement clamped at 0 — the full form's row i on the prefix 0..i. The prefix
+// sums kv = Σ_{j≤i} φ̃(k_j)v_jᵀ and z = Σ_{j≤i} φ̃(k_j) keep φ̃_f(k_j) = exp(log φ_f(k_j) − c_f) under the
+// running maximum c_f of the keys so far (rescaled when it grows: nothing later touches an earlier
+// row, and no prefix underflows). Query i's features weigh feature f by g_f = exp(log φ_f(q_i) + c_f − a_i),
+// so ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j), with one row shift a_i = max(max_f(log φ_f(q_i) + c_f), max_{W_i}
+// s·q_i·k_j) that bounds every term by 1. Log-features are formed per block of 256 rows, for the keys
+// together with the `reach` rows before the block that its windows look back to.
+MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
+                                      VectorD* log_denominator) {
+  require_usage(scatterbrain_has_causal_form(params),
+                "scatterbrain has a causal form for sparse=local|block with features=hyp|pos only");
+  const int64_t n = view.n(), pv = view.pv(), w = params.width;
+  const GerfMap map = scatterbrain_features(params, view, key);
+  const int64_t m = map.projections.rows();
+  // The first key of row i's window (i + 1: empty).
+  auto window_begin = [&](int64_t i) -> int64_t {
+    if (w == 0) return i + 1;
+    const int64_t begin = params.sparse == SbSupport::kLocal ? i - w / 2 : (i / w) * w - params.ext;
+    return std::max<int64_t>(0, begin);
+  };
+  constexpr int64_t kRows = 256;
+  RowVectorD shift = RowVectorD::Constant(m, -std::numeric_limits<double>::infinity()), z = RowVectorD::Zero(m);
+  MatrixD kv = MatrixD::Zero(m, pv);
+  MatrixD out(n, pv);
+  if (log_denominator) log_denominator->resize(n);
+  for (int64_t r0 = 0; r0 < n; r0 += kRows) {
+    const int64_t rows = std::min(kRows, n - r0);
+    int64_t k0 = r0;  // the lowest window start of the block (window starts are not monotone for block)
+    for (int64_t i = r0; i < r0 + rows; ++i) k0 = std::min(k0, window_begin(i));
+    const MatrixD log_q = gerf_log_features<double>(map, MatrixD(view.q.middleRows(r0, rows)), view.scale, true);
+    const MatrixD log_k =
+        gerf_log_features<double>(map, MatrixD(view.k.middleRows(k0, r0 + rows - k0)), view.scale, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r0 + r;
+      const auto log_ki = log_k.row(i - k0);
+      for (int64_t f = 0; f < m; ++f) {
+        if (log_ki(f) > shift(f)) {
+          const double factor = std::exp(shift(f) - log_ki(f));
+          kv.row(f) *= factor;
+          z(f) *= factor;
+          shift(f) = log_ki(f);
+        }
+        const double weight = std::exp(log_ki(f) - shift(f));
+        kv.row(f) += weight * view.v.row(i);
+        z(f) += weight;
+      }
+      const int64_t begin = window_begin(i), width = i + 1 - begin;
+      RowVectorD g = log_q.row(r) + shift;
+      double top = g.maxCoeff();
+      VectorD logits;
+      if (width > 0) {
+        logits = view.scale * (view.k.middleRows(begin, width) * view.q.row(i).transpose());
+        top = std::max(top, logits.maxCoeff());
+      }
+      g = (g.array() - top).exp();
+      RowVectorD num = g * kv;
+      double den_exact = 0, den_features = g.dot(z);
+      if (width > 0) {
+        const VectorD exact = (logits.array() - top).exp();
+        // ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j) for the window's keys.
+        const MatrixD key_features =
+            (log_k.middleRows(begin - k0, width).rowwise() - shift).array().exp().matrix();  // width × M
+        const VectorD features = key_features * g.transpose();
+        num += (exact - features).transpose() * view.v.middleRows(begin, width);
+        den_exact = exact.sum();
+        den_features -= features.sum();
+      }
+      const double den = den_exact + std::max(0.0, den_features);
+      out.row(i) = num / den;
+      if (log_denominator) (*log_denominator)(i) = top + std::log(den);
+    }
+  }
+  return out;
+}
+
 template MatrixT<float> scatterbrain_attention<float>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
                                                       ThreadPool*);
 template MatrixT<double> scatterbrain_attention<double>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
@@ -432,7 +515,10 @@ class Scatterbrain final : public Estimator {
   explicit Scatterbrain(ScatterbrainParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = scatterbrain_attention<float>(params_, view, ctx.key, nullptr, ctx.pool);
+    if (view.mask == Mask::kCausal)
+      out = scatterbrain_causal_attention(params_, view, ctx.key).cast<float>();
+    else
+      out = scatterbrain_attention<float>(params_, view, ctx.key, nullptr, ctx.pool);
   }
 
   // Â_ij = e_ij/D̂_i on the support S_i and φ(q_i)·φ(k_j)/D̂_i off it, with D̂_i = Σ_{j∈S_i} e_ij +
@@ -440,7 +526,7 @@ class Scatterbrain final : public Estimator {
   // the clamp acts) — from the same support and features, in float64. One shift per row, max(c_i, max_S
   // s·q_i·k_j), as estimate(). Setup O(n·M·p) plus the support; O(rows·n·(p + M)) per block.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask == Mask::kFull, "scatterbrain has no causal form in this version");
+    require_usage(view.mask == Mask::kFull, "scatterbrain: attention weights under the causal mask are not stated yet");
     SparseSupport support = scatterbrain_support(params_, view, ctx.key);
     const GerfMap map = scatterbrain_features(params_, view, ctx.key);
     MatrixD query_features = gerf_log_features<double>(map, view.q, view.scale, true);  // n × M
@@ -506,6 +592,8 @@ class Scatterbrain final : public Estimator {
     .samples_knob = "M",
     .random = true,
     .target = nullptr,
+    .causal = true,
+    .causal_for = [](const Spec& spec) { return scatterbrain_has_causal_form(ScatterbrainParams::from_spec(spec)); },
     .weights = true,
     .ablations = {"scatterbrain(sparse=block,ext=8)"},  // Scatterbrain's extended blocks
     .make = [](const Spec& spec) { return std::make_unique<Scatterbrain>(ScatterbrainParams::from_spec(spec)); },

@@ -39,6 +39,17 @@ SparseSupport scatterbrain_support(const ScatterbrainParams& params, const HeadV
 /// The feature map of `params` fitted to the slice (the same draws the estimator uses).
 GerfMap scatterbrain_features(const ScatterbrainParams& params, const HeadView& view, RandomKey key);
 
+/// Whether `params` has a causal form: a support fixed by positions (local, block) and features drawn
+/// from the key alone (hyp, pos). sortlsh and smyrf sort all queries and keys, so a later token moves
+/// an earlier query's bucket; oprf fits A* to all query–key pairs.
+bool scatterbrain_has_causal_form(const ScatterbrainParams& params);
+
+/// The causal form (mask = causal) of such params: row i from keys j ≤ i only, S_i ∩ [0, i] exact and
+/// Performer features on the rest of the prefix, one token at a time in float64; log_denominator as below.
+/// Row i equals the full form's last row on the prefix 0..i with the same key.
+MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
+                                      VectorD* log_denominator = nullptr);
+
 /// n × pv estimate in precision S; log_denominator (optional) receives log D̂_i (float64). The features
 /// and the query chunks run on the pool when one is given (all supports but multi-round smyrf, whose
 /// rounds merge into shared sums); the result does not depend on it.
