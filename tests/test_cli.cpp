@@ -254,6 +254,27 @@ TEST_CASE("help texts teach with an example", "[cli]") {
   }
 }
 
+TEST_CASE("list --variants --causal prints the variants with a causal form: the causal gate's settings",
+          "[cli][causal]") {
+  const auto all = run_attnprobe("list --variants"), causal = run_attnprobe("list --variants --causal");
+  REQUIRE(all.exit_code == 0);
+  REQUIRE(causal.exit_code == 0);
+  std::istringstream lines(causal.output);
+  int count = 0;
+  for (std::string spec; std::getline(lines, spec); ++count) {
+    INFO(spec);
+    CHECK(parse_spec(spec).causal());
+    CHECK_THAT(all.output, Catch::Contains(spec + "\n"));
+  }
+  // softmax, vmean, yoso ×4, yoso-e ×2, performer ×2, ra ×3, scatterbrain ×4 (local/block × hyp/pos and
+  // the ext ablation; not sortlsh, smyrf or oprf).
+  CHECK(count == 17);
+  CHECK_THAT(causal.output, Catch::Contains("scatterbrain(M=64,sparse=block,w=32,ext=8"));
+  CHECK_THAT(causal.output, !Catch::Contains("sparse=sortlsh"));
+  CHECK_THAT(causal.output, !Catch::Contains("features=oprf"));
+  CHECK_THAT(causal.output, !Catch::Contains("linformer"));
+}
+
 TEST_CASE("synth writes a dump that info accepts", "[cli][synth]") {
   const std::string out = temp_path("synth-cli.h5");
   const auto r = run_attnprobe("synth -o " + out +

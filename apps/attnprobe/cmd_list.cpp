@@ -12,19 +12,22 @@ Action add_list(CLI::App& app) {
                "print only the settings the baseline gate runs, one canonical spec per line: each estimator's "
                "default, each other choice of its choice keys, and its declared ablations");
   app.add_flag("--causal", *only_causal,
-               "print only the names of the estimators with a causal form (what --mask causal can run), one per line");
+               "print only the names of the estimators with a causal form (what --mask causal can run), one per "
+               "line; with --variants, the variants that have one (the causal gate's settings)");
   app.footer(
-      "Example:\n  attnprobe list\n  attnprobe list --variants\n  attnprobe list --causal\n\nA spec is name or "
+      "Example:\n  attnprobe list\n  attnprobe list --variants\n  attnprobe list --causal\n  attnprobe list "
+      "--variants --causal\n\nA spec is name or "
       "name(key=value,...), e.g. "
       "yoso(m=32,tau=8); omitted keys take their defaults.");
   return [only_variants, only_causal] {
-    if (*only_causal) {
-      for (const std::string& name : causal_estimators()) fmt::print("{}\n", name);
-      return 0;
-    }
     if (*only_variants) {
       for (const EstimatorDef* def : registered_estimators())
-        for (const std::string& spec : variants(*def)) fmt::print("{}\n", spec);
+        for (const std::string& spec : variants(*def))
+          if (!*only_causal || parse_spec(spec).causal()) fmt::print("{}\n", spec);
+      return 0;
+    }
+    if (*only_causal) {
+      for (const std::string& name : causal_estimators()) fmt::print("{}\n", name);
       return 0;
     }
     std::string family;
