@@ -284,9 +284,10 @@ def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) 
     return dict(_core.metrics(_as_array(reference, "reference"), _as_array(estimate, "estimate"), text))
 
 
-def case_id(layer: int, head: int, batch: int, n: int, spec: str) -> str:
-    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL``."""
-    return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec))
+def case_id(layer: int, head: int, batch: int, n: int, spec: str, causal: bool = False) -> str:
+    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL``, plus
+    ``;mask=causal`` for a causal case (as the sweep's)."""
+    return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec), bool(causal))
 
 
 def random_key(seed: int, case: str, trial: int) -> int:
@@ -398,41 +399,70 @@ def _int_list(value, what: str) -> list:
     return [_integer(x, what, 1, 2**62) for x in ([value] if isinstance(value, numbers.Integral) else value)]
 
 
+# How much row i of a custom estimate may move when the tokens after it are replaced, relative to the row's
+# norm: float32 rounding of a mathematically causal function (a global shift that cancels) moves it ~1e-7;
+# a function that ignores causal=True moves it by O(1).
+_CAUSAL_TOLERANCE = 1e-4
+
+
 def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
     """The callable the C++ runner calls for estimator py:NAME: calls fn(q, k, v, scale, causal, seed)
-    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case."""
+    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case. The first
+    causal call is also run with the tokens from the middle on replaced: rows before them must not move
+    (the leak harness our own causal forms pass, with a rounding tolerance)."""
     spec = "py:" + name
+    leak_checked = [False]
 
-    def fail(what, q, v, key, layer, head, batch, n, cause=None):
-        case = _core.case_id(layer, head, batch, n, spec)
+    def fail(what, q, v, key, layer, head, batch, n, cause=None, causal=False):
+        case = _core.case_id(layer, head, batch, n, spec, causal)
         trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
         error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
                                f"(its seed argument was {key})", case, trial, key)
         raise error from cause
 
-    def call(q, k, v, scale, key, layer, head, batch, n):
+    def checked(q, k, v, scale, causal, key, layer, head, batch, n):
         try:
-            out = fn(q, k, v, scale, False, key)
+            out = fn(q, k, v, scale, causal, key)
         except Exception as e:  # noqa: BLE001 - any failure of the user's code is reported with its case
-            fail(f"raised {type(e).__name__}: {e}", q, v, key, layer, head, batch, n, e)
+            fail(f"raised {type(e).__name__}: {e}", q, v, key, layer, head, batch, n, e, causal)
         if not (isinstance(out, np.ndarray) or hasattr(out, "detach") or hasattr(out, "__array__")
                 or hasattr(out, "__dlpack__")):
             fail(f"returned a {type(out).__name__}, not a numpy array or torch tensor", q, v, key, layer, head,
-                 batch, n)
+                 batch, n, causal=causal)
         try:
             array = _as_array(out, "the result")
         except Exception as e:  # noqa: BLE001
-            fail(f"returned something that is not an array ({e})", q, v, key, layer, head, batch, n, e)
+            fail(f"returned something that is not an array ({e})", q, v, key, layer, head, batch, n, e, causal)
         if array.shape != v.shape:
             fail(f"returned shape {tuple(array.shape)}, expected {tuple(v.shape)} (n x pv)", q, v, key, layer, head,
-                 batch, n)
+                 batch, n, causal=causal)
         if array.dtype.kind not in "fiu":
-            fail(f"returned dtype {array.dtype}, expected floating point", q, v, key, layer, head, batch, n)
+            fail(f"returned dtype {array.dtype}, expected floating point", q, v, key, layer, head, batch, n,
+                 causal=causal)
         result = np.ascontiguousarray(array, dtype=np.float32)
         if not np.isfinite(result).all():
             bad = np.argwhere(~np.isfinite(result))[0]
             fail(f"returned a non-finite value ({result[tuple(bad)]} at row {bad[0]}, column {bad[1]}; "
-                 f"in float32)", q, v, key, layer, head, batch, n)
+                 f"in float32)", q, v, key, layer, head, batch, n, causal=causal)
+        return result
+
+    def call(q, k, v, scale, causal, key, layer, head, batch, n):
+        result = checked(q, k, v, scale, causal, key, layer, head, batch, n)
+        if causal and not leak_checked[0] and q.shape[0] >= 2:
+            leak_checked[0] = True
+            cut = q.shape[0] // 2  # tokens cut.. replaced: their own rows reversed, values negated
+            q2, k2, v2 = q.copy(), k.copy(), v.copy()
+            q2[cut:], k2[cut:], v2[cut:] = q[cut:][::-1], k[cut:][::-1], -v[cut:]
+            other = checked(q2, k2, v2, scale, causal, key, layer, head, batch, n)
+            moved = (np.linalg.norm((other[:cut] - result[:cut]).astype(np.float64), axis=1) /
+                     np.maximum(np.linalg.norm(result[:cut].astype(np.float64), axis=1), 1e-30))
+            if moved.max() > _CAUSAL_TOLERANCE:
+                row = int(moved.argmax())
+                fail(f"is not causal: row {row} moved by {moved[row]:.3g} of its norm when the tokens from {cut} on "
+                     f"were replaced (same seed). Under causal=True query i may attend to keys 0..i only; mask "
+                     f"the later keys, or sweep with mask='full' (a function that draws from a generator not "
+                     f"seeded by its seed argument fails this check too)", q, v, key, layer, head, batch, n,
+                     causal=True)
         return result
 
     return call
@@ -473,10 +503,14 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
                   every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
     Your own estimator: ``fn(q, k, v, scale, causal, seed)`` gets one slice (q, k: n x p, v: n x pv,
-    float64 numpy arrays; ``causal`` is False: custom estimators have no causal form yet, so a
-    causal case (``mask="causal"``, or a causal layer under "auto") with ``custom`` is refused; ``seed`` is the 64-bit key of (sweep seed, case,
-    trial), so reruns and filtered reruns repeat) and returns n x pv (numpy or torch). Draw with a
+    float64 numpy arrays; ``causal`` is True for a causal case (``mask="causal"``, or a causal layer
+    under "auto"): query i may then attend to keys 0..i only; ``seed`` is the 64-bit key of (sweep seed,
+    case, trial), so reruns and filtered reruns repeat) and returns n x pv (numpy or torch). Draw with a
     local generator, e.g. ``torch.Generator().manual_seed(seed)`` or ``np.random.default_rng(seed)``.
+    The first causal call is checked for a leak: run again with the tokens from the middle on
+    replaced, its earlier rows must stay put (to 1e-4 of their norm), else :class:`EstimatorError`
+    says the function is not causal (a function that ignores ``causal`` would otherwise be measured
+    against the causal reference).
     Custom calls run one at a time; built-ins run on all threads beside them. A function that raises
     or returns a non-array, a wrong shape or NaN/Inf raises :class:`EstimatorError` naming the case;
     rows of the slices finished before it stay in ``output``.

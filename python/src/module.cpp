@@ -301,7 +301,7 @@ thread_local CustomTable* current_custom = nullptr;
 
 constexpr const char* kCustomPrefix = "py:";
 
-// Calls wrapper(q, k, v, scale, seed, layer, head, batch, n) with the GIL held; the wrapper (Python
+// Calls wrapper(q, k, v, scale, causal, seed, layer, head, batch, n) with the GIL held; the wrapper (Python
 // layer) calls the user's function, checks and converts its result to a C-contiguous float32 n × pv
 // array and raises an exception naming the case otherwise.
 class PythonEstimator : public Estimator {
@@ -313,8 +313,9 @@ class PythonEstimator : public Estimator {
     std::lock_guard<std::mutex> one_at_a_time(table_->calls);
     py::gil_scoped_acquire gil;
     py::object wrapper = py::reinterpret_borrow<py::object>(wrapper_);
-    py::object result = wrapper(to_numpy(MatrixD(view.q)), to_numpy(MatrixD(view.k)), to_numpy(MatrixD(view.v)),
-                                view.scale, ctx.key.value, view.id.layer, view.id.head, view.id.batch, view.id.n);
+    py::object result =
+        wrapper(to_numpy(MatrixD(view.q)), to_numpy(MatrixD(view.k)), to_numpy(MatrixD(view.v)), view.scale,
+                view.mask == Mask::kCausal, ctx.key.value, view.id.layer, view.id.head, view.id.batch, view.id.n);
     const auto array = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
     if (!array || array.ndim() != 2 || array.shape(0) != view.n() || array.shape(1) != view.pv())
       throw std::logic_error(
@@ -338,6 +339,8 @@ void register_custom(const std::string& name) {
       .family = "python",
       .summary = "a Python callable fn(q, k, v, scale, causal, seed) given to attnprobe.sweep(custom=...)",
       .random = true,
+      // Causal cases pass causal=True; the Python layer checks the first such call for a leak.
+      .causal = true,
       .make = [name, full](const Spec&) -> std::unique_ptr<Estimator> {
         if (!current_custom || !current_custom->wrappers.count(name))
           throw UsageError(fmt::format(
@@ -725,8 +728,8 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("estimators", &estimators_list);
   m.def("canonical", [](const std::string& spec) { return parse_spec(spec).canonical(); });
-  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec) {
-    return case_id(SliceRef{layer, head, batch, n}, parse_spec(spec).canonical());
+  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, bool causal) {
+    return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, parse_spec(spec).canonical());
   });
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
     require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);

@@ -369,6 +369,48 @@ def test_custom_exact_softmax_scores_zero_error():
     assert set(summary["spec"]) == {"vmean", "py:exact"}
 
 
+def causal_softmax(q, k, v, scale, causal, seed):
+    s = scale * q @ k.T
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+def test_custom_estimators_run_causal_cases_and_a_leak_is_refused():
+    """A causal case passes causal=True (before, a causal sweep with custom= was refused); a function
+    that ignores it, or draws unseeded noise, is refused on its first causal call."""
+    df = attnprobe.sweep(DUMP, ["performer"], custom={"exact": causal_softmax}, mask="causal", trials=2,
+                         **CUSTOM_SLICE)
+    mine = df[df["spec"] == "py:exact"]
+    assert set(mine["mask"]) == {"causal"} and len(mine) == 2 * 2 * len(attnprobe.metric_names())
+    assert mine[mine["metric"] == "spec_rel"]["value"].max() < 1e-6  # observed 1.8e-8: float32 rounding
+    # The same function swept with the full mask gets causal=False and matches full softmax.
+    full = attnprobe.sweep(DUMP, [], custom={"exact": causal_softmax}, mask="full", trials=1, **CUSTOM_SLICE)
+    assert full[full["metric"] == "spec_rel"]["value"].max() < 1e-6
+    with pytest.raises(attnprobe.EstimatorError,
+                       match="is not causal: row .* from 64 on were replaced.*n=128;spec=py:full;mask=causal, trial 0"):
+        attnprobe.sweep(DUMP, [], custom={"full": exact_softmax}, mask="causal", trials=1, **CUSTOM_SLICE)
+    # The seed is the causal case's key (its id ends in ;mask=causal), as for the built-ins.
+    seen = []
+
+    def recording(q, k, v, scale, causal, seed):
+        seen.append((causal, seed))
+        return causal_softmax(q, k, v, scale, causal, seed)
+
+    attnprobe.sweep(DUMP, [], custom={"rec": recording}, mask="causal", trials=2, **CUSTOM_SLICE)
+    keys = {attnprobe.random_key(11, attnprobe.case_id(0, h, 0, 128, "py:rec", causal=True), t)
+            for h in (0, 1) for t in range(2)}
+    assert {causal for causal, _ in seen} == {True} and {seed for _, seed in seen} == keys
+    assert len(seen) == 4 + 1  # 2 heads x 2 trials, and the leak check's second call
+
+    def unseeded(q, k, v, scale, causal, seed):
+        return causal_softmax(q, k, v, scale, causal, seed) * (1 + 0.01 * np.random.default_rng().normal())
+
+    with pytest.raises(attnprobe.EstimatorError, match="not seeded by its seed"):
+        attnprobe.sweep(DUMP, [], custom={"noisy": unseeded}, mask="causal", trials=1, **CUSTOM_SLICE)
+
+
 @needs_torch
 def test_degraded_custom_estimator_is_caught_by_check(tmp_path):
     baseline = attnprobe.summarize(
