@@ -44,7 +44,8 @@ Action add_list(CLI::App& app) {
                  spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
       fmt::print("    devices: {}   causal form: {}   attention weights: {}   backward: {}\n", join(devices, ", "),
                  def->causal ? (def->causal_for ? "yes (not every setting: see its keys)" : "yes") : "no",
-                 def->weights ? "yes" : "no", def->backward.empty() ? "no" : def->backward);
+                 def->weights ? (def->causal_weights ? "yes (causal form too)" : "yes") : "no",
+                 def->backward.empty() ? "no" : def->backward);
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

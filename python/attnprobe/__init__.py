@@ -143,7 +143,8 @@ def estimators() -> list:
     ``family``, ``summary``, ``params`` (each: name, kind, default, min/max or choices, help),
     ``defaults``, ``spec`` (the default's canonical spec), ``target`` (what it estimates, the
     reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
-    ``weights``, ``devices`` and ``variants`` (the settings the baseline gate runs).
+    ``weights``, ``causal_weights`` (its causal form states its weights too), ``devices`` and
+    ``variants`` (the settings the baseline gate runs).
 
         >>> [e["spec"] for e in attnprobe.estimators() if e["family"] == "random-features"]
         ['lara(C=64,proposal=segment,weights=decoupled,beta=1,mode=sample,noise=scaled)', 'performer(M=64,ortho=1)', 'ra(S=1,variant=unbiased,noise=scaled)']

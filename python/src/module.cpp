@@ -387,6 +387,7 @@ py::list estimators_list() {
     e["random"] = spec.random();
     e["causal"] = def->causal;
     e["weights"] = def->weights;
+    e["causal_weights"] = def->causal_weights;
     e["devices"] = devices;
     e["variants"] = variants(*def);
     out.append(e);

@@ -60,6 +60,8 @@ struct EstimatorDef {
   /// the largest norm of the whole sequence, so it has none); else `causal`.
   std::function<bool(const Spec&)> causal_for;
   bool weights = false;  ///< can state the attention weights it implies (docs/metrics.md)
+  /// States them under the causal mask too: the matrix its causal form implies (weight metrics of causal cases).
+  bool causal_weights = false;
   /// Its backward form (Estimator::backward, the gradient metrics of docs/metrics.md): "" for none,
   /// "out" for ∂⟨G, out⟩/∂(Q, V), "yoso" for ∂⟨G, W·V⟩/∂(Q̂, V). Gradients are compared only
   /// between an estimator and a reference of the same form.

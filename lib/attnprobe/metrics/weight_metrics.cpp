@@ -30,7 +30,7 @@ std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& row, int6
 std::vector<double> attention_weight_metrics(const HeadView& view, const Estimator::WeightRows& implied,
                                              const std::vector<Metric>& which) {
   if (!implied) throw std::logic_error("attention-weight metrics of an estimator that states no weights");
-  const int64_t n = view.n(), keys = view.k.rows(), k = std::min(kTopK, keys);
+  const int64_t n = view.n(), keys = view.k.rows();
   double tv = 0, kl = 0, recall = 0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
@@ -47,7 +47,10 @@ std::vector<double> attention_weight_metrics(const HeadView& view, const Estimat
       if (total > 0) clamped /= total;
       for (int64_t j = 0; j < keys; ++j)
         if (a[j] > 0) kl += a[j] * std::log(a[j] / std::max(clamped[j], 1e-30));
-      const std::vector<int64_t> top_exact = top_k(exact.row(i), k), top_estimate = top_k(estimate.row(i), k);
+      // Among the keys row i sees (causal: 0..i), k = min(8, their count): a causal row 0 has one key to find.
+      const int64_t seen = visible_keys(r0 + i, keys, view.mask), k = std::min(kTopK, seen);
+      const std::vector<int64_t> top_exact = top_k(exact.row(i).head(seen), k),
+                                 top_estimate = top_k(estimate.row(i).head(seen), k);
       std::vector<int64_t> common;
       std::set_intersection(top_exact.begin(), top_exact.end(), top_estimate.begin(), top_estimate.end(),
                             std::back_inserter(common));

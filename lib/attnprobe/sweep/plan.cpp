@@ -118,13 +118,25 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         require_mask_support(setting.spec, mask);
         require_mask_support(parse_spec(setting.reference), mask);
       }
-      const auto unsupported = std::find_if(plan.metrics.begin(), plan.metrics.end(),
-                                            [](Metric m) { return is_weight_metric(m) || is_gradient_metric(m); });
-      if (unsupported != plan.metrics.end())
+      const std::string why = request.mask == "auto" ? ", from the dump's causal attribute" : "";
+      const auto gradient = std::find_if(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
+      if (gradient != plan.metrics.end())
         throw UsageError(fmt::format(
             "the metric {} is not computed for causal cases yet (layer {} is causal{}); leave it out of --metrics, "
             "or measure bidirectional attention with --mask full.",
-            metric_name(*unsupported), layer, request.mask == "auto" ? ", from the dump's causal attribute" : ""));
+            metric_name(*gradient), layer, why));
+      if (wants_weights)
+        for (const EstimatorSetting& setting : plan.settings)
+          if (!setting.spec.def().causal_weights) {
+            std::vector<std::string> able;
+            for (const EstimatorDef* def : registered_estimators())
+              if (def->causal_weights) able.push_back(def->name);
+            throw UsageError(fmt::format(
+                "'{}' does not state the attention weights of its causal form yet, so row_tv/row_kl/topk_recall "
+                "are not computed for it in causal cases (layer {} is causal{}); estimators that do: {}. Drop "
+                "those metrics or that estimator, or measure bidirectional attention with --mask full.",
+                setting.spec.name(), layer, why, join(able, ", ")));
+          }
     }
     const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");
     const std::vector<int> batch = resolve_indices(request.batch, info.batch, "batch item");

@@ -63,6 +63,7 @@ class SoftmaxEstimator final : public Estimator {
     .target = [](const Spec&) { return std::string("softmax"); },
     .causal = true,
     .weights = true,
+    .causal_weights = true,
     .backward = "out",
     .make = [](const Spec&) { return std::make_unique<SoftmaxEstimator>(); },
 });

@@ -60,9 +60,10 @@ class Performer final : public Estimator {
   // Â_ij = φ(q_i)·φ(k_j) / φ(q_i)·Σ_j′ φ(k_j′) (rows sum to one, entries positive), from the same ω as
   // estimate(). The features are formed here on their own (the per-row query shift and the one key shift
   // cancel in the ratio, as in estimate) so that this stays independent of how estimate() is evaluated.
-  // Setup O(n·M·p); O(rows·keys·M) per block.
+  // Causal: the sums run over j, j′ ≤ i (the causal form's prefix sums). Setup O(n·M·p); O(rows·keys·M)
+  // per block.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask == Mask::kFull, "performer: attention weights under the causal mask are not stated yet");
+    if (view.mask == Mask::kCausal) return causal_weights(view, ctx);
     const double root_scale = std::sqrt(view.scale);
     const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);  // M × p
     MatrixD query_logits = (root_scale * view.q) * omegas.transpose();              // n × M
@@ -82,6 +83,43 @@ class Performer final : public Estimator {
 
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     return 2.0 * 2.0 * n * features_ * p + 2.0 * 2.0 * n * features_ * pv;
+  }
+
+  // The causal form's Â: φ(q_i)·φ(k_j) / Σ_{j′≤i} φ(q_i)·φ(k_j′) for j ≤ i, 0 after. A later key can
+  // dwarf the early ones, so one shift over all keys could underflow a prefix to 0/0: each feature f
+  // keeps its own key shift c_f (the largest log φ_f(k_j)), carried by the queries as exp(log φ_f(q_i) +
+  // c_f − max_f′(…)) ≤ 1; a row whose prefix still underflows (log-feature gaps beyond ~700) is
+  // recomputed entry by entry in log space.
+  WeightRows causal_weights(const HeadView& view, const EstimateContext& ctx) const {
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);  // M × p
+    MatrixD log_q = log_features(root_scale * view.q, omegas);                      // n × M
+    MatrixD log_k = log_features(root_scale * view.k, omegas);                      // keys × M
+    const RowVectorD shift = log_k.colwise().maxCoeff();
+    MatrixD key_features = (log_k.rowwise() - shift).array().exp();
+    return [log_q = std::move(log_q), log_k = std::move(log_k), shift, key_features = std::move(key_features)](
+               int64_t r0, int64_t rows) {
+      MatrixD a = log_q.middleRows(r0, rows).rowwise() + shift;  // rows × M
+      for (int64_t i = 0; i < rows; ++i) a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+      MatrixD w = a * key_features.transpose();  // rows × keys
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r0 + r, seen = std::min<int64_t>(i + 1, w.cols());
+        w.row(r).tail(w.cols() - seen).setZero();
+        double total = w.row(r).sum();
+        if (!(total > 0) || !std::isfinite(total)) {  // underflowed: log φ(q_i)·φ(k_j) = logsumexp_f(…)
+          const RowVectorD q_row = log_q.row(i);
+          VectorD log_w(seen);
+          for (int64_t j = 0; j < seen; ++j) {
+            const Eigen::ArrayXd terms = (q_row + log_k.row(j)).array().transpose();
+            log_w(j) = terms.maxCoeff() + std::log((terms - terms.maxCoeff()).exp().sum());
+          }
+          w.row(r).head(seen) = (log_w.array() - log_w.maxCoeff()).exp().transpose();
+          total = w.row(r).sum();
+        }
+        w.row(r) /= total;
+      }
+      return w;
+    };
   }
 
   // estimate(): ω (M × p, float64) and the blocked forward's buffers (feature_attention.h; the output is
@@ -174,6 +212,7 @@ class Performer final : public Estimator {
     .target = nullptr,
     .causal = true,
     .weights = true,
+    .causal_weights = true,
     .backward = "out",
     .ablations = {"performer(ortho=0)"},
     .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },

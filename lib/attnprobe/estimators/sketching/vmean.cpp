@@ -71,6 +71,7 @@ class VMeanEstimator final : public Estimator {
     .target = nullptr,
     .causal = true,
     .weights = true,
+    .causal_weights = true,
     .backward = "out",
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },
 });

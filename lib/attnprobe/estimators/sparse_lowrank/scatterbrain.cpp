@@ -524,9 +524,11 @@ class Scatterbrain final : public Estimator {
   // Â_ij = e_ij/D̂_i on the support S_i and φ(q_i)·φ(k_j)/D̂_i off it, with D̂_i = Σ_{j∈S_i} e_ij +
   // max(0, Σ_{j∉S_i} φ(q_i)·φ(k_j)) — estimate()'s denominator, clamp included (so a row sums to one unless
   // the clamp acts) — from the same support and features, in float64. One shift per row, max(c_i, max_S
-  // s·q_i·k_j), as estimate(). Setup O(n·M·p) plus the support; O(rows·n·(p + M)) per block.
+  // s·q_i·k_j), as estimate(). Causal (the causal form's Â): keys j ≤ i only, the support cut to
+  // W_i = S_i ∩ [0, i] and the complement summed over the prefix. Setup O(n·M·p) plus the support;
+  // O(rows·n·(p + M)) per block.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask == Mask::kFull, "scatterbrain: attention weights under the causal mask are not stated yet");
+    const bool causal = view.mask == Mask::kCausal;
     SparseSupport support = scatterbrain_support(params_, view, ctx.key);
     const GerfMap map = scatterbrain_features(params_, view, ctx.key);
     MatrixD query_features = gerf_log_features<double>(map, view.q, view.scale, true);  // n × M
@@ -534,11 +536,20 @@ class Scatterbrain final : public Estimator {
     VectorD query_shift;
     exponentiate_features<double>(query_features, key_features, &query_shift);  // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
     return [&view, support = std::move(support), query_features = std::move(query_features),
-            key_features = std::move(key_features), query_shift = std::move(query_shift)](int64_t r0, int64_t rows) {
+            key_features = std::move(key_features), query_shift = std::move(query_shift),
+            causal](int64_t r0, int64_t rows) {
       const MatrixD logits = view.scale * (view.q.middleRows(r0, rows) * view.k.transpose());  // rows × keys
       MatrixD w = query_features.middleRows(r0, rows) * key_features.transpose();              // ê·e^{−c_i}
+      const int64_t keys = w.cols();
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r0 + r, begin = support.offsets[i], end = support.offsets[i + 1];
+        const int64_t i = r0 + r, begin = support.offsets[i];
+        const int64_t seen = causal ? std::min(i + 1, keys) : keys;
+        // The support's keys are ascending: those before `end` are the ones row i sees.
+        const int64_t end = causal ? std::lower_bound(support.keys.begin() + begin,
+                                                      support.keys.begin() + support.offsets[i + 1], seen) -
+                                         support.keys.begin()
+                                   : support.offsets[i + 1];
+        w.row(r).tail(keys - seen).setZero();
         double top = query_shift(i);
         for (int64_t t = begin; t < end; ++t) top = std::max(top, logits(r, support.keys[t]));
         w.row(r) *= std::exp(query_shift(i) - top);
@@ -595,6 +606,7 @@ class Scatterbrain final : public Estimator {
     .causal = true,
     .causal_for = [](const Spec& spec) { return scatterbrain_has_causal_form(ScatterbrainParams::from_spec(spec)); },
     .weights = true,
+    .causal_weights = true,
     .ablations = {"scatterbrain(sparse=block,ext=8)"},  // Scatterbrain's extended blocks
     .make = [](const Spec& spec) { return std::make_unique<Scatterbrain>(ScatterbrainParams::from_spec(spec)); },
 });
