@@ -273,16 +273,13 @@ TEST_CASE("sweep --mask: auto follows the dump's attribute, the CSV says the mas
   CHECK(refused.output.find("--mask full") != std::string::npos);
   CHECK(test::run_attnprobe(fmt::format("eval {} -e linformer --mask full -q -o {}", dump, csv)).exit_code == 0);
   CHECK(test::run_attnprobe(fmt::format("eval {} -e vmean --mask sideways -q -o {}", dump, csv)).exit_code == 2);
-  // Weight metrics of causal cases: for the causal forms that state their weights (softmax's are A itself);
-  // a usage error naming them for the others; gradient metrics not at all.
+  // Weight metrics of causal cases: every causal form states its weights (softmax's are A itself; the
+  // refusal for one that does not is tested in test_weights.cpp); gradient metrics not at all.
   CHECK(test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics row_tv -q -o {}", dump, csv))
             .exit_code == 0);
   for (const CsvContents rows = read_csv(csv); const TrialRow& r : rows.trials) CHECK(r.value == 0);
-  const auto no_weights =
-      test::run_attnprobe(fmt::format("eval {} -e yoso --mask causal --metrics row_tv -q -o {}", dump, csv));
-  CHECK(no_weights.exit_code == 2);
-  CHECK_THAT(no_weights.output, Catch::Contains("does not state the attention weights of its causal form"));
-  CHECK_THAT(no_weights.output, Catch::Contains("performer, "));
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e yoso -e ra --mask causal --metrics weights -q -o {}", dump, csv))
+            .exit_code == 0);
   CHECK(
       test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics grad_q_fro_rel -q -o {}", dump, csv))
           .exit_code == 2);

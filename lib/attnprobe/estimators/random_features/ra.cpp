@@ -10,7 +10,6 @@
 // of [ω, 1] over [k̃, −‖k̃‖²/2]: the blocked float32 kernel computes it.
 // Causal form: π_i and f_i(ω) over keys j ≤ i (the draws are indexed by (i, s) as before; O(n²p)).
 #include "attnprobe/common/error.h"
-#include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -54,16 +53,23 @@ class RandomizedAttention final : public Estimator {
   // Â_ij = (1/S)·Σ_s softmax_j(ω_is·k̃_j − ‖k̃_j‖²/2): the mean of the S attention rows of the query's
   // samples (rows sum to one, entries positive), so that out_i = Σ_j Â_ij·v_j. The ω are those of
   // estimate() under the same key (draw_centres repeats its draws). Setup O(n²·p) for variant=unbiased
-  // (the sampling rows), O(rows·S·keys·p) per block.
+  // (the sampling rows), O(rows·S·keys·p) per block. Causal: the softmax over keys j ≤ i, with the causal
+  // form's draws (draw_centres samples j* over j ≤ i).
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask == Mask::kFull, "ra: attention weights under the causal mask are not stated yet");
     const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
     RowVectorD bias = -0.5 * k_scaled.rowwise().squaredNorm().transpose();
-    return [omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_](int64_t r0,
-                                                                                                    int64_t rows) {
+    return [omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_, mask = view.mask](
+               int64_t r0, int64_t rows) {
       MatrixD logits = omegas.middleRows(r0 * samples, rows * samples) * k_scaled.transpose();  // rows·S × keys
       logits.rowwise() += bias;
-      softmax_rows(logits);
+      const int64_t keys = logits.cols();
+      for (int64_t r = 0; r < logits.rows(); ++r) {  // row r is query r0 + r / S; causal: keys 0..i only
+        const int64_t seen = visible_keys(r0 + r / samples, keys, mask);
+        auto head = logits.row(r).head(seen);
+        head.array() = (head.array() - head.maxCoeff()).exp();
+        head /= head.sum();
+        logits.row(r).tail(keys - seen).setZero();  // exactly: Eigen's vectorised exp(−inf) is ~1e-308, not 0
+      }
       MatrixD w(rows, k_scaled.rows());
       for (int64_t i = 0; i < rows; ++i)
         w.row(i) = logits.middleRows(i * samples, samples).colwise().sum() / static_cast<double>(samples);
@@ -152,6 +158,7 @@ class RandomizedAttention final : public Estimator {
     .target = nullptr,
     .causal = true,
     .weights = true,
+    .causal_weights = true,
     .make =
         [](const Spec& spec) {
           return std::make_unique<RandomizedAttention>(spec.get_int("S"), spec.get_choice("variant") == "unbiased",

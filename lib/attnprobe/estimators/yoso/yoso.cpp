@@ -23,6 +23,7 @@
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
 #include "attnprobe/estimators/yoso/yoso_params.h"
+#include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
 namespace {
@@ -166,9 +167,9 @@ class YosoSampling final : public Estimator {
   // Â_ij = (1/m)·#{f : h_f(q̂_i) = h_f(k̂_j)}, divided by ‖Y_i‖ with norm=l2 (so rows need not sum to one,
   // docs/metrics.md); a query that meets no key gets a zero row, as its estimate. The codes are those of
   // estimate() under the same key; per hash the keys are sorted by code once, and each query row reads its
-  // bucket: O(n·m·log n) to set up, O(rows·(m·log n + collisions + keys·pv)) per block.
+  // bucket: O(n·m·log n) to set up, O(rows·(m·log n + collisions + keys·pv)) per block. Causal: the
+  // collisions with keys j ≤ i only (what the causal form's prefix bucket sums hold), ‖Y_i‖ of its Y.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask == Mask::kFull, "yoso: attention weights under the causal mask are not stated yet");
     const int64_t keys = view.k.rows();
     std::vector<uint32_t> query_codes, key_codes;
     hash_inputs(view, ctx.key, ctx.pool, nullptr, nullptr, query_codes, key_codes);
@@ -191,6 +192,7 @@ class YosoSampling final : public Estimator {
           const auto [lo, hi] = std::equal_range(first, first + keys, query_codes[(r0 + i) * m + f]);
           for (auto it = lo; it != hi; ++it) w(i, sorted_keys[it - sorted_codes.begin()]) += 1.0;
         }
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(keys - visible_keys(r0 + i, keys, view.mask)).setZero();
       w /= static_cast<double>(m);
       if (normalize) {
         const VectorD norms = (w * view.v).rowwise().norm();
@@ -274,6 +276,7 @@ class YosoSampling final : public Estimator {
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
     .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
     .weights = true,
+    .causal_weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });

@@ -117,15 +117,16 @@ class YosoExpectation final : public Estimator {
 
   // Â_ij = W_ij/‖Y_i‖ (rows × keys, float64 as reference()), so estimate's row i is Σ_j Â_ij·v_j. Its
   // rows do not sum to one: the ℓ2 scale is part of Â (docs/metrics.md). A row with Y_i = 0 keeps W_i (its
-  // estimate is 0 either way). O(rows·keys·(p + pv)) per block.
+  // estimate is 0 either way). Causal: W_ij for j ≤ i only, and ‖Y_i‖ of the causal form's Y. O(rows·keys·(p +
+  // pv)) per block.
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
-    require_usage(view.mask == Mask::kFull, "yoso-e: attention weights under the causal mask are not stated yet");
     MatrixD q, k;
     yoso_inputs(view.q, view.k, lift_, q, k);
     return [&view, q = std::move(q), k = std::move(k), tau = tau_](int64_t r0, int64_t rows) {
       MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
         return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau);
       });
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(w.cols() - visible_keys(r0 + i, w.cols(), view.mask)).setZero();
       const VectorD norms = (w * view.v).rowwise().norm();
       for (int64_t i = 0; i < rows; ++i)
         if (norms(i) > 0) w.row(i) /= norms(i);
@@ -166,6 +167,7 @@ class YosoExpectation final : public Estimator {
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
     .causal_for = [](const Spec& spec) { return spec.get_choice("input") == "l2"; },
     .weights = true,
+    .causal_weights = true,
     .backward = "yoso",
     .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });
