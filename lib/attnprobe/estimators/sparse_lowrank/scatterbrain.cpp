@@ -433,8 +433,8 @@ bool scatterbrain_has_causal_form(const ScatterbrainParams& params) {
 // running maximum c_f of the keys so far (rescaled when it grows: nothing later touches an earlier
 // row, and no prefix underflows). Query i's features weigh feature f by g_f = exp(log φ_f(q_i) + c_f − a_i),
 // so ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j), with one row shift a_i = max(max_f(log φ_f(q_i) + c_f), max_{W_i}
-// s·q_i·k_j) that bounds every term by 1. Log-features are formed per block of 256 rows, for the keys
-// together with the `reach` rows before the block that its windows look back to.
+// s·q_i·k_j) that bounds every term by 1. Log-features are formed per block of 256 rows, for the block's
+// keys and the earlier ones its windows reach back to.
 MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
                                       VectorD* log_denominator) {
   require_usage(scatterbrain_has_causal_form(params),
@@ -455,8 +455,9 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
   if (log_denominator) log_denominator->resize(n);
   for (int64_t r0 = 0; r0 < n; r0 += kRows) {
     const int64_t rows = std::min(kRows, n - r0);
-    int64_t k0 = r0;  // the lowest window start of the block (window starts are not monotone for block)
-    for (int64_t i = r0; i < r0 + rows; ++i) k0 = std::min(k0, window_begin(i));
+    // The block's keys from the first one its windows reach (window starts do not decrease with i; an
+    // empty window starts after its row, so the block's own keys are always included).
+    const int64_t k0 = std::min(r0, window_begin(r0));
     const MatrixD log_q = gerf_log_features<double>(map, MatrixD(view.q.middleRows(r0, rows)), view.scale, true);
     const MatrixD log_k =
         gerf_log_features<double>(map, MatrixD(view.k.middleRows(k0, r0 + rows - k0)), view.scale, false);
