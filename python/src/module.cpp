@@ -503,9 +503,8 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
                 "reference is {}x{} but estimate is {}x{}: they must have the same shape", ref_in.rows, ref_in.cols,
                 est_in.rows, est_in.cols);
   require_usage(ref_in.rows >= 1 && ref_in.cols >= 1,
-                "reference and estimate are {}x{}: they need at least one row "
-                "and one column",
-                ref_in.rows, ref_in.cols);
+                "reference and estimate are {}x{}: they need at least one row and one column", ref_in.rows,
+                ref_in.cols);
   const std::vector<Metric> which = parse_metrics(names);
   for (Metric m : which)
     require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_gradient_metric(m),
