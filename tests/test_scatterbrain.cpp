@@ -2,7 +2,9 @@
 // support, fly's invariant (the implied matrix is e on S and ê off S; its normalised rows are a
 // distribution), the efficient-attention form equal to fly's, unbiased N̂ and D̂ for a fixed support,
 // and the supports themselves.
+#include <array>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "attnprobe/common/error.h"
@@ -34,6 +36,36 @@ MatrixD implied_matrix(const std::string& spec, const HeadView& view, RandomKey 
       implied(i, j) = std::exp(view.scale * view.q.row(i).dot(view.k.row(j)));
     }
   return implied;
+}
+
+// z-scores over `seeds` trials of three signed sums of D̂_i = e^{L_i} and N̂_i = D̂_i·out_i — Σ_i D̂_i,
+// Σ_i w_i·D̂_i and Σ_ij w_ij·N̂_ij with fixed random signs w (keyed by sign_seed) — against the same sums of
+// D = e·1 and N = e·V (e: the exact unnormalised matrix the estimator targets). run(t, L) returns out.
+std::array<double, 3> unbiasedness_z(const HeadView& view, const MatrixD& e, uint64_t sign_seed, int seeds,
+                                     const std::function<MatrixD(int trial, VectorD& log_d)>& run) {
+  const VectorD d_true = e.rowwise().sum();
+  const MatrixD n_true = e * view.v;
+  const RandomStream signs(make_random_key(sign_seed, "signs", 0), Purpose::kGeneric);
+  MatrixD wn(view.n(), view.pv());
+  VectorD wd(view.n());
+  for (int64_t i = 0; i < wn.size(); ++i) wn.data()[i] = signs.uniform(0, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+  for (int64_t i = 0; i < wd.size(); ++i) wd(i) = signs.uniform(1, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
+  double sum[3] = {0, 0, 0}, sum2[3] = {0, 0, 0};
+  const double targets[3] = {d_true.sum(), wd.dot(d_true), (wn.array() * n_true.array()).sum()};
+  for (int t = 0; t < seeds; ++t) {
+    VectorD log_d;
+    const MatrixD out = run(t, log_d);
+    const VectorD d = log_d.array().exp();
+    const MatrixD num = out.array().colwise() * d.array();
+    const double stats[3] = {d.sum(), wd.dot(d), (wn.array() * num.array()).sum()};
+    for (int k = 0; k < 3; ++k) sum[k] += stats[k], sum2[k] += stats[k] * stats[k];
+  }
+  std::array<double, 3> z;
+  for (int k = 0; k < 3; ++k) {
+    const double mean = sum[k] / seeds, var = (sum2[k] - seeds * mean * mean) / (seeds - 1);
+    z[k] = (mean - targets[k]) / std::sqrt(var / seeds);
+  }
+  return z;
 }
 
 }  // namespace
@@ -147,33 +179,16 @@ TEST_CASE(
 TEST_CASE("scatterbrain numerators and denominators are unbiased for a fixed support", "[scatterbrain][statistics]") {
   const HeadView view = synth_slice(40, 8, 0.5, 4, 5);
   const MatrixD e = (view.scale * (view.q * view.k.transpose())).array().exp();
-  const VectorD d_true = e.rowwise().sum();
-  const MatrixD n_true = e * view.v;
-  const RandomStream signs(make_random_key(3, "signs", 0), Purpose::kGeneric);
-  MatrixD wn(40, 5);
-  VectorD wd(40);
-  for (int64_t i = 0; i < wn.size(); ++i) wn.data()[i] = signs.uniform(0, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
-  for (int64_t i = 0; i < wd.size(); ++i) wd(i) = signs.uniform(1, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
-  const int seeds = 2000;
   for (const std::string spec : {"scatterbrain(M=8,w=8)", "scatterbrain(M=8,w=8,features=oprf,ortho=0)",
                                  "scatterbrain(M=8,sparse=block,w=10,ext=2,features=pos)"}) {
-    double sum[3] = {0, 0, 0}, sum2[3] = {0, 0, 0};
-    const double targets[3] = {d_true.sum(), wd.dot(d_true), (wn.array() * n_true.array()).sum()};
-    for (int t = 0; t < seeds; ++t) {
-      VectorD log_d;
-      const MatrixD out = scatterbrain_attention<double>(params_of(spec), view, make_random_key(4, spec, t), &log_d);
-      const VectorD d = log_d.array().exp();
-      const MatrixD num = out.array().colwise() * d.array();
-      const double stats[3] = {d.sum(), wd.dot(d), (wn.array() * num.array()).sum()};
-      for (int k = 0; k < 3; ++k) sum[k] += stats[k], sum2[k] += stats[k] * stats[k];
-    }
+    const std::array<double, 3> z = unbiasedness_z(view, e, 3, 2000, [&](int t, VectorD& log_d) {
+      return scatterbrain_attention<double>(params_of(spec), view, make_random_key(4, spec, t), &log_d);
+    });
     for (int k = 0; k < 3; ++k) {
-      const double mean = sum[k] / seeds, var = (sum2[k] - seeds * mean * mean) / (seeds - 1);
-      const double z = (mean - targets[k]) / std::sqrt(var / seeds);
       // iid per seed: |z| < 4. Observed |z| ≤ 2.51 (hyp, Σ D̂); with 16000 seeds all |z| ≤ 2.24 (heavy tails,
       // no trend).
-      INFO(spec << " statistic " << k << " z " << z);
-      CHECK(std::abs(z) < 4);
+      INFO(spec << " statistic " << k << " z " << z[k]);
+      CHECK(std::abs(z[k]) < 4);
     }
   }
 }
@@ -297,34 +312,17 @@ TEST_CASE("causal scatterbrain is exact with a window over the whole prefix and 
 TEST_CASE("causal scatterbrain numerators and denominators are unbiased for causal softmax",
           "[scatterbrain][causal][statistics]") {
   // E[D̂_i] = D_i = Σ_{j≤i} e_ij and E[N̂_i] = N_i over the features (the window is fixed by positions),
-  // checked through three signed sums over 2000 seeds, as the full form's test.
+  // checked through the full form's three signed sums over 2000 seeds.
   const HeadView view = causal_view(synth_slice(40, 8, 0.5, 23, 5));
   MatrixD e = (view.scale * (view.q * view.k.transpose())).array().exp();
   e.triangularView<Eigen::StrictlyUpper>().setZero();
-  const VectorD d_true = e.rowwise().sum();
-  const MatrixD n_true = e * view.v;
-  const RandomStream signs(make_random_key(7, "signs", 0), Purpose::kGeneric);
-  MatrixD wn(40, 5);
-  VectorD wd(40);
-  for (int64_t i = 0; i < wn.size(); ++i) wn.data()[i] = signs.uniform(0, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
-  for (int64_t i = 0; i < wd.size(); ++i) wd(i) = signs.uniform(1, static_cast<uint32_t>(i)) < 0.5 ? -1 : 1;
-  const int seeds = 2000;
   for (const std::string spec : {"scatterbrain(M=8,w=8)", "scatterbrain(M=8,sparse=block,w=10,ext=2,features=pos)"}) {
-    double sum[3] = {0, 0, 0}, sum2[3] = {0, 0, 0};
-    const double targets[3] = {d_true.sum(), wd.dot(d_true), (wn.array() * n_true.array()).sum()};
-    for (int t = 0; t < seeds; ++t) {
-      VectorD log_d;
-      const MatrixD out = scatterbrain_causal_attention(params_of(spec), view, make_random_key(8, spec, t), &log_d);
-      const VectorD d = log_d.array().exp();
-      const MatrixD num = out.array().colwise() * d.array();
-      const double stats[3] = {d.sum(), wd.dot(d), (wn.array() * num.array()).sum()};
-      for (int k = 0; k < 3; ++k) sum[k] += stats[k], sum2[k] += stats[k] * stats[k];
-    }
+    const std::array<double, 3> z = unbiasedness_z(view, e, 7, 2000, [&](int t, VectorD& log_d) {
+      return scatterbrain_causal_attention(params_of(spec), view, make_random_key(8, spec, t), &log_d);
+    });
     for (int k = 0; k < 3; ++k) {
-      const double mean = sum[k] / seeds, var = (sum2[k] - seeds * mean * mean) / (seeds - 1);
-      const double z = (mean - targets[k]) / std::sqrt(var / seeds);
-      INFO(spec << " statistic " << k << " z " << z);  // iid per seed: |z| < 4. Observed |z| ≤ 1.65.
-      CHECK(std::abs(z) < 4);
+      INFO(spec << " statistic " << k << " z " << z[k]);  // iid per seed: |z| < 4. Observed |z| ≤ 1.65.
+      CHECK(std::abs(z[k]) < 4);
     }
   }
 }
