@@ -101,37 +101,56 @@ TEST_CASE("an interrupted sweep resumes to the same CSV as an uninterrupted one"
   CHECK(read_text(cut) == full);
 }
 
+namespace {
+// Starts `attnprobe sweep DUMP ARGS... -o out` as a child of this process (so SIGINT is not ignored as in a
+// shell's background job), its output in out + ".log", and returns once its run.json exists.
+pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args, const std::string& out) {
+  const std::string binary = attnprobe_binary(), log = out + ".log";
+  std::vector<std::string> argv = {binary, "sweep", dump};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"-o", out});
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(120);  // survives exec: a sweep that ignored the signal ends here, not in a CTest hang
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> raw;
+    for (std::string& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    execv(binary.c_str(), raw.data());
+    _exit(127);
+  }
+  const std::string info = out.substr(0, out.size() - 4) + ".run.json";
+  int status = 0;
+  for (int i = 0; i < 600 && child > 0 && !std::filesystem::exists(info); ++i) {
+    if (waitpid(child, &status, WNOHANG) == child) FAIL("the sweep ended before it started: " << read_text(log));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return child;
+}
+}  // namespace
+
 TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them and exits 130", "[cli][resume]") {
   // 2 × 10⁵ short trials (~9 s on 2 threads, one slice per length): the signal, sent 0.3 s after
   // run.json appears, lands mid-slice, where before the handler the slice's finished trials were lost.
-  // A child process of our own, so SIGINT is not ignored as in a shell's background job.
   for (const int signal : {SIGINT, SIGTERM}) {
     INFO("signal " << signal);
     const std::string out = temp_path(fmt::format("stopped-{}.csv", signal));
-    const std::string info = temp_path(fmt::format("stopped-{}.run.json", signal)), log = out + ".log";
-    const std::string binary = attnprobe_binary(), dump = demo_dump();
-    const pid_t child = fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      alarm(120);  // survives exec: a sweep that ignored the signal ends here, not in a CTest hang
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      execl(binary.c_str(), binary.c_str(), "sweep", dump.c_str(), "-e", "performer(M=16)", "--lengths", "32,64",
-            "--trials", "100000", "--layers", "0", "--heads", "0", "--batch", "0", "--threads", "2", "-o", out.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 600 && !std::filesystem::exists(info); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string info = temp_path(fmt::format("stopped-{}.run.json", signal));
+    const pid_t child = start_sweep(demo_dump(),
+                                    {"-e", "performer(M=16)", "--lengths", "32,64", "--trials", "100000", "--layers",
+                                     "0", "--heads", "0", "--batch", "0", "--threads", "2"},
+                                    out);
+    REQUIRE(child > 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     kill(child, signal);
     int status = 0;
     waitpid(child, &status, 0);
-    INFO(read_text(log));
+    INFO(read_text(out + ".log"));
     REQUIRE(WIFEXITED(status));  // not killed: by the signal itself or the alarm
     CHECK(WEXITSTATUS(status) == exit_code::kInterrupted);
-    CHECK_THAT(read_text(log), Catch::Contains("rerun the same command with --resume"));
+    CHECK_THAT(read_text(out + ".log"), Catch::Contains("rerun the same command with --resume"));
     const auto json = nlohmann::json::parse(read_text(info));
     CHECK(json["finished"].is_null());
     CHECK(json["interrupted"].is_string());
@@ -139,6 +158,34 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
     CHECK(rows.trials.size() > 0);
     CHECK(rows.trials.size() % 9 == 0);
     CHECK(json["rows_written"] == rows.trials.size());
+  }
+}
+
+TEST_CASE("a second signal of either kind ends a stopping sweep at once", "[cli][resume]") {
+  // ra(S=1024) at n = 1024 takes ~2.4 s per trial: after the first signal the sweep waits for it, and the
+  // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too.
+  const std::string dump = write_synth("slow.h5", synth_options(1, 1, 1, 1024, 32));
+  for (const auto [first, second] :
+       {std::pair{SIGINT, SIGTERM}, std::pair{SIGTERM, SIGINT}, std::pair{SIGINT, SIGINT}}) {
+    INFO("signals " << first << " then " << second);
+    const std::string out = temp_path(fmt::format("second-{}-{}.csv", first, second));
+    const pid_t child = start_sweep(
+        dump,
+        {"-e", "ra(S=1024)", "--lengths", "1024", "--trials", "4", "--layers", "0", "--heads", "0", "--threads", "1"},
+        out);
+    REQUIRE(child > 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(child, first);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto sent = std::chrono::steady_clock::now();
+    kill(child, second);
+    int status = 0;
+    waitpid(child, &status, 0);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    INFO(read_text(out + ".log") << "waited " << waited << " s");
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == second);
+    CHECK(waited < 1);  // observed ~0.01 s; a trial takes ~2.4 s
   }
 }
 
