@@ -151,3 +151,19 @@ TEST_CASE("a sweep stopped on request keeps every finished trial, and a resume c
       CHECK(lines(read_text(cut)) == lines(expected));
     }
 }
+
+TEST_CASE("a plan's row count is what its run writes, case rows included", "[sweep]") {
+  // --dry-run and the grid limit read SweepPlan::total_rows; it counted case metrics once per trial.
+  const Dump dump = Dump::open(write_synth("rows.h5", synth_options(1, 2, 1, 32, 8)));
+  SweepRequest request;
+  request.estimators = {"vmean", "performer(M=8)"};
+  request.lengths = {16, 32};
+  request.trials = 3;
+  request.metrics = parse_metrics("all,case");
+  const SweepPlan plan = plan_sweep(dump, request);
+  int64_t written = 0;
+  run_sweep(dump, plan, RunOptions{.threads = 1}, [&](const std::vector<TrialRow>& rows) { written += rows.size(); });
+  // 4 slices × (vmean 1 + performer 3 trials) × 9 metrics + 4 slices × performer's 3 case metrics.
+  CHECK(written == 4 * 4 * 9 + 4 * 3);
+  CHECK(plan.total_rows() == static_cast<double>(written));
+}

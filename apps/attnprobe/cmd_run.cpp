@@ -92,7 +92,9 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "--metrics", o.metrics,
          "all (every per-trial metric), or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows; "
          "add 'case' (or bias_fro_rel,var_fro_rel,bias_spec_rel) for the bias/variance split of each "
-         "random setting over its trials, written with trial -1")
+         "random setting over its trials, written with trial -1; 'weights' (or row_tv,row_kl,topk_recall) to "
+         "compare the attention matrix each estimator implies with the exact one; "
+         "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")
       ->capture_default_str();
   cmd.add_flag("--dry-run", o.dry_run, "validate and print the size of the grid, run nothing");
   cmd.add_flag("-q,--quiet", o.quiet, "no progress bar");
@@ -143,8 +145,8 @@ void check_budget(const Dump& dump, const SweepPlan& plan, const RunCommandOptio
 }
 
 void print_plan(const SweepPlan& plan) {
-  fmt::print(stderr, "plan: {} settings x {} slices = {} trials ({} metric rows)\n", plan.settings.size(),
-             plan.slices.size(), plan.total_tasks(), plan.total_tasks() * static_cast<int64_t>(plan.metrics.size()));
+  fmt::print(stderr, "plan: {} settings x {} slices = {} trials ({:.0f} metric rows)\n", plan.settings.size(),
+             plan.slices.size(), plan.total_tasks(), plan.total_rows());
   for (const EstimatorSetting& s : plan.settings)
     fmt::print(stderr, "  {}  vs {}  ({} trial{})\n", s.canonical, s.reference, s.trials, s.trials == 1 ? "" : "s");
 }
@@ -269,10 +271,13 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
     stats = run.run();
   } catch (const Interrupted& e) {
     bar.finish();
-    throw Interrupted(
-        fmt::format("{}. The rows of every finished trial are in {}: rerun the same command with "
-                    "--resume to complete it.",
-                    e.what(), o.output));
+    throw Interrupted(fmt::format(
+        "{}{}. The rows of every finished trial are in {}: rerun the same command with --resume to complete it.",
+        e.what(),
+        run.kept_rows()
+            ? fmt::format(" (besides {} rows of finished trials kept from the earlier run)", run.kept_rows())
+            : "",
+        o.output));
   }
   bar.finish();
   fmt::print(stderr, "wrote {} rows ({} trials{}) to {}{}; run info in {}\n", stats.rows, stats.tasks_run,

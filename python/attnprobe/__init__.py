@@ -21,6 +21,7 @@ read_csv, write_csv, case_id, random_key. See docs/python.md.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import math
@@ -34,6 +35,11 @@ from . import _core
 from ._core import InputError
 
 __version__ = _core.__version__
+
+# A sweep still running on a (daemon) thread when the interpreter exits is stopped after its running
+# trials, and waited for, before Python finalizes: a thread inside the library then would be ended
+# mid-call (Python 3.11 ends threads that ask for the GIL during finalization).
+atexit.register(_core.stop_sweeps_at_exit)
 
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
@@ -451,9 +457,11 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
         result = checked(q, k, v, scale, causal, key, layer, head, batch, n)
         if causal and not leak_checked[0] and q.shape[0] >= 2:
             leak_checked[0] = True
-            cut = q.shape[0] // 2  # tokens cut.. replaced: their own rows reversed, values negated
+            # Tokens cut.. replaced: their rows reversed and doubled, values negated too, so that order-free
+            # statistics of the later tokens (a largest norm, a mean) change as well as the tokens themselves.
+            cut = q.shape[0] // 2
             q2, k2, v2 = q.copy(), k.copy(), v.copy()
-            q2[cut:], k2[cut:], v2[cut:] = q[cut:][::-1], k[cut:][::-1], -v[cut:]
+            q2[cut:], k2[cut:], v2[cut:] = 2 * q[cut:][::-1], 2 * k[cut:][::-1], -2 * v[cut:]
             other = checked(q2, k2, v2, scale, causal, key, layer, head, batch, n)
             moved = (np.linalg.norm((other[:cut] - result[:cut]).astype(np.float64), axis=1) /
                      np.maximum(np.linalg.norm(result[:cut].astype(np.float64), axis=1), 1e-30))

@@ -18,6 +18,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cxxabi.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -268,6 +270,8 @@ void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask 
   assign_matrix(q, view.q, view.qf, pool);
   assign_matrix(k, view.k, view.kf, pool);
   assign_matrix(v, view.v, view.vf, pool);
+  const std::string problem = magnitude_problem(view.q, view.k, view.v, view.scale);
+  require_usage(problem.empty(), "{}: rescale the inputs or pass a smaller scale", problem);
 }
 
 const HeadView& make_view(const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
@@ -301,6 +305,14 @@ thread_local CustomTable* current_custom = nullptr;
 
 constexpr const char* kCustomPrefix = "py:";
 
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // Calls wrapper(q, k, v, scale, causal, seed, layer, head, batch, n) with the GIL held; the wrapper (Python
 // layer) calls the user's function, checks and converts its result to a C-contiguous float32 n × pv
 // array and raises an exception naming the case otherwise.
@@ -311,6 +323,10 @@ class PythonEstimator : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     std::lock_guard<std::mutex> one_at_a_time(table_->calls);
+    // Python 3.11 ends a thread that asks for the GIL once the interpreter is finalizing (a forced
+    // unwind, which the thread pool could not survive): stop this trial instead. atexit stops running
+    // sweeps before finalization (stop_sweeps_at_exit), so this only catches a late call.
+    if (interpreter_finalizing()) throw Interrupted("the Python interpreter is exiting");
     py::gil_scoped_acquire gil;
     py::object wrapper = py::reinterpret_borrow<py::object>(wrapper_);
     py::object result =
@@ -547,14 +563,51 @@ struct SweepArgs {
 // raises sets `stop`, the work stops after its running trials (RunOptions::stop_requested) and the
 // Python exception is raised here. Without this a sweep could not be interrupted from Python: signal
 // handlers run only on the main thread, between bytecodes, never while it sits in C++.
+// The stop flags of the sweeps running in this process: interpreter exit stops them and waits for them
+// (stop_sweeps_at_exit, registered with atexit), so no sweep thread is inside the library when Python
+// finalizes. Never destroyed: it is used at exit.
+struct RunningSweeps {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::set<std::atomic<bool>*> stops;
+};
+RunningSweeps& running_sweeps() {
+  static auto* sweeps = new RunningSweeps;
+  return *sweeps;
+}
+
+void stop_sweeps_at_exit() {
+  py::gil_scoped_release release;  // the sweeps' custom estimators and their waiting threads need it
+  RunningSweeps& sweeps = running_sweeps();
+  std::unique_lock<std::mutex> lock(sweeps.mutex);
+  for (std::atomic<bool>* stop : sweeps.stops) stop->store(true);
+  sweeps.changed.wait_for(lock, std::chrono::seconds(60), [&] { return sweeps.stops.empty(); });
+}
+
 void run_interruptibly(const std::function<void()>& work, std::atomic<bool>& stop) {
   std::exception_ptr error;
   std::mutex mutex;
   std::condition_variable done_signal;
   bool done = false;
+  RunningSweeps& sweeps = running_sweeps();
+  {
+    std::lock_guard<std::mutex> lock(sweeps.mutex);
+    sweeps.stops.insert(&stop);
+  }
   std::thread worker([&] {
+    struct Unregister {
+      RunningSweeps& sweeps;
+      std::atomic<bool>* stop;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(sweeps.mutex);
+        sweeps.stops.erase(stop);
+        sweeps.changed.notify_all();
+      }
+    } unregister{sweeps, &stop};
     try {
       work();
+    } catch (abi::__forced_unwind&) {  // the thread is being ended (pthread_exit): let it end
+      throw;
     } catch (...) {
       error = std::current_exception();
     }
@@ -562,21 +615,33 @@ void run_interruptibly(const std::function<void()>& work, std::atomic<bool>& sto
     done = true;
     done_signal.notify_one();
   });
-  bool signalled = false;
-  for (;;) {
-    {
-      py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mutex);
-      if (done_signal.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; })) break;
+  // If this thread is unwound (Python 3.11 ends a daemon thread that reacquires the GIL during
+  // finalization), the worker is stopped and joined first: a joinable std::thread would terminate().
+  struct StopAndJoin {
+    std::thread& worker;
+    std::atomic<bool>& stop;
+    ~StopAndJoin() {
+      if (!worker.joinable()) return;
+      stop.store(true);
+      worker.join();
     }
-    if (!signalled && PyErr_CheckSignals() != 0) {  // the handler raised: stop, then raise it
+  } stop_and_join{worker, stop};
+  bool signalled = false;
+  for (bool finished = false; !finished;) {
+    // The GIL is given up and taken back by plain calls, not by gil_scoped_release: Python 3.11 ends a
+    // daemon thread that takes it back during finalization with a forced unwind, which leaving a
+    // destructor turns into terminate(); from a plain call it unwinds through StopAndJoin.
+    PyThreadState* state = PyEval_SaveThread();
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      finished = done_signal.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; });
+    }
+    if (finished) worker.join();  // without the GIL: a custom estimator may hold it until the worker ends
+    PyEval_RestoreThread(state);
+    if (!finished && !signalled && PyErr_CheckSignals() != 0) {  // the handler raised: stop, then raise it
       signalled = true;
       stop.store(true);
     }
-  }
-  {
-    py::gil_scoped_release release;  // the worker may still need the GIL (a custom estimator) to end
-    worker.join();
   }
   if (signalled) {
     if (error) {
@@ -725,11 +790,14 @@ PYBIND11_MODULE(_core, m) {
   });
   m.attr("__version__") = kVersion;
   m.def("version", &attnprobe_version);
+  m.def("stop_sweeps_at_exit", &stop_sweeps_at_exit);
 
   m.def("estimators", &estimators_list);
   m.def("canonical", [](const std::string& spec) { return parse_spec(spec).canonical(); });
   m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, bool causal) {
-    return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, parse_spec(spec).canonical());
+    // A custom estimator's spec is its name, registered only once a sweep has run it.
+    const std::string canonical = spec.rfind(kCustomPrefix, 0) == 0 ? spec : parse_spec(spec).canonical();
+    return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, canonical);
   });
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
     require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);

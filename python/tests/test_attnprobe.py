@@ -171,6 +171,20 @@ def test_ctrl_c_stops_a_sweep_and_resume_completes_it(tmp_path):
     assert sorted(out.read_text().splitlines()) == sorted(whole.read_text().splitlines())
 
 
+def test_interpreter_exit_with_a_sweep_on_a_daemon_thread_is_clean():
+    """The interpreter exiting while a daemon thread runs a sweep (with a custom estimator, which needs
+    the GIL) aborted the process (terminate, or 'exception not rethrown'); atexit now stops the sweep."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(attnprobe.__file__)))
+    script = (f"import sys, threading, time\nsys.path.insert(0, {package!r})\nimport attnprobe, numpy as np\n"
+              "def slow(q, k, v, scale, causal, seed):\n    time.sleep(0.001)\n    return np.tile(v.mean(0), (len(v), 1))\n"
+              f"threading.Thread(target=lambda: attnprobe.sweep({DUMP!r}, ['vmean'], custom={{'slow': slow}}, "
+              "lengths=[32, 64], trials=300, threads=1, metrics='fro_rel'), daemon=True).start()\n"
+              "time.sleep(1.0)\n")
+    for _ in range(3):  # the abort came in 1 run of 3 without a custom estimator, every run with one
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+
 def test_causal_matches_the_cli_and_numpy(tmp_path):
     # causal=True is the CLI's --mask causal: the masked softmax (numpy to 1e-12), each causal form's
     # estimate bit for bit the sweep's (its case id ends in ';mask=causal'), a refusal for estimators
@@ -403,6 +417,15 @@ def test_custom_estimators_run_causal_cases_and_a_leak_is_refused():
             for h in (0, 1) for t in range(2)}
     assert {causal for causal, _ in seen} == {True} and {seed for _, seed in seen} == keys
     assert len(seen) == 4 + 1  # 2 heads x 2 trials, and the leak check's second call
+    # A custom name's case id before any sweep registered it (was "unknown estimator").
+    assert attnprobe.case_id(0, 1, 0, 8, "py:not_swept_yet", causal=True) == \
+        "layer=0;head=1;batch=0;n=8;spec=py:not_swept_yet;mask=causal"
+
+    def lift_like(q, k, v, scale, causal, seed):  # masked, but keys scaled by the whole sequence's largest norm
+        return causal_softmax(q, 3 * k / np.linalg.norm(k, axis=1).max(), v, scale, causal, seed)
+
+    with pytest.raises(attnprobe.EstimatorError, match="is not causal"):  # passed when the check only reversed
+        attnprobe.sweep(DUMP, [], custom={"lift": lift_like}, mask="causal", trials=1, **CUSTOM_SLICE)
 
     def unseeded(q, k, v, scale, causal, seed):
         return causal_softmax(q, k, v, scale, causal, seed) * (1 + 0.01 * np.random.default_rng().normal())
@@ -545,6 +568,15 @@ def test_errors_carry_the_cli_messages():
         attnprobe.exact(q, k, big_v)
     with pytest.raises(ValueError, match="k holds nan"):
         attnprobe.Slice(q, np.where(k == k[7, 1], np.nan, k), v)
+    # Finite values that overflow the float32 estimators (the dump readers' limits, 1e18 per row and 1e30
+    # per score): ra returned NaN rows at 1e19, or a ValueError about its sampling weights. At 1e11 every
+    # estimator is still finite (checked), and accepted.
+    for big in (1e19, 1e15):
+        with pytest.raises(ValueError, match="values this large overflow"):
+            attnprobe.estimate("ra", big * q, big * k, v, causal=True)
+    assert np.isfinite(attnprobe.estimate("ra", 1e11 * q, 1e11 * k, v, causal=True)).all()
+    with pytest.raises(ValueError, match="scale 1e\\+39"):
+        attnprobe.exact(q, k, v, scale=1e39)
     with pytest.raises(ValueError, match="at least one row"):  # was spec 0, NaN elsewhere
         attnprobe.metrics(np.zeros((0, 4)), np.zeros((0, 4)))
     # A repeated length is one length (its cases were written twice, which check then refused).

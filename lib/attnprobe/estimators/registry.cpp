@@ -171,9 +171,9 @@ void require_mask_support(const Spec& spec, Mask mask, Device device) {
         spec.name(), join(causal_estimators(), ", ")));
   if (!spec.causal())
     throw UsageError(fmt::format(
-        "'{}' has no causal form in this configuration (`attnprobe list` says which settings have one, e.g. "
-        "yoso's input=lift scales by the largest norm of the whole sequence); use the default settings or "
-        "--mask full.",
+        "'{}' has no causal form in this configuration (`attnprobe list --variants --causal` lists the settings "
+        "that have one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, scatterbrain's "
+        "sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or --mask full.",
         spec.canonical()));
   if (device != Device::kCpu)
     throw UsageError(

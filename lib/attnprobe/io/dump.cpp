@@ -30,11 +30,6 @@ constexpr const char* kLayoutHint =
     "attnprobe expects layer_NN q, k, v of shape [B, H, N, P] (k, v: [B, Hkv, N, P|Pv]; or [H, N, P], [N, P]); "
     "other layouts are read with --layout and --q-path/--k-path/--v-path (see `attnprobe info --help`)";
 
-// The largest row norm and score |s·q·k| accepted: float32 holds 3.4e38, and squared norms, sums
-// over p and n, and exp(score − max) must all stay finite in it.
-constexpr double kMaxRowNorm = 1e18;
-constexpr double kMaxScore = 1e30;
-
 std::string shape_text(const std::vector<int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ", ")); }
 
 // The layer groups (layer_<digits>) sorted by number; an out-of-range number or two names for one
@@ -386,17 +381,11 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
   const int kv_head = static_cast<int>(head / (info.heads / info.kv_heads));
   read_block(info.k_path, info, kv_head, batch, n, info.dim, k);
   read_block(info.v_path, info, kv_head, batch, n, info.value_dim, v);
-  // Finite float64 values can still overflow what the estimators compute in float32 (squared norms,
-  // scores s·q·k and their exponentials), which would turn every metric into NaN with exit 0. Bound
-  // each row norm by max|x|·sqrt(width), which cannot itself overflow.
-  auto norm_bound = [](const MatrixD& m) { return m.cwiseAbs().maxCoeff() * std::sqrt(static_cast<double>(m.cols())); };
-  const double bq = norm_bound(q), bk = norm_bound(k), bv = norm_bound(v);
-  require_input(
-      bq <= kMaxRowNorm && bk <= kMaxRowNorm && bv <= kMaxRowNorm && info.scale * bq * bk <= kMaxScore,
-      "'{}' layer {} head {} batch item {}: values this large overflow (largest row norms: q {:.3g}, k {:.3g}, "
-      "v {:.3g}; scale {:.3g}; scale·|q|·|k| {:.3g}, limits {:.0e} per row and {:.0e} per score). Check the "
-      "dump's values and its scale attribute.",
-      path_, info.number, head, batch, bq, bk, bv, info.scale, info.scale * bq * bk, kMaxRowNorm, kMaxScore);
+  // Finite values that would overflow the float32 estimators turn every metric into NaN with exit 0.
+  const std::string problem = magnitude_problem(q, k, v, info.scale);
+  require_input(problem.empty(),
+                "'{}' layer {} head {} batch item {}: {}. Check the dump's values and its scale attribute.", path_,
+                info.number, head, batch, problem);
   return make_head_view(SliceId{info.number, head, batch, n}, info.scale, std::move(q), std::move(k), std::move(v));
 }
 

@@ -32,7 +32,8 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
   PlanBudget budget;
   const double per_slice = static_cast<double>(plan.tasks_per_slice());
   budget.tasks = per_slice * static_cast<double>(plan.slices.size());
-  budget.rows = budget.tasks * static_cast<double>(plan.metrics.size());
+  budget.rows = plan.total_rows();
+  budget.threads = threads > 0 ? threads : hardware_threads();
   if (budget.rows > static_cast<double>(kMaxGridRows))
     throw UsageError(fmt::format(
         "the grid has {:.4g} rows ({} settings x {} trials at most x {} slices x {} metrics), more than the {} one "
@@ -150,7 +151,7 @@ std::string format_bytes(double bytes) {
 }
 
 std::string describe_budget(const PlanBudget& budget, double limit_bytes) {
-  const double threads = hardware_threads();
+  const double threads = budget.threads;
   return fmt::format(
       "needs: {:.0f} rows, {:.0f} estimator calls, {:.3g} GFLOP of estimator and reference work (roughly {:.3g} s "
       "on {} threads at {:.0f} GFLOP/s each; `attnprobe bench` measures this machine)\n"

@@ -20,11 +20,12 @@ namespace attnprobe {
 constexpr int64_t kMaxGridRows = int64_t{100} * 1000 * 1000;
 
 struct PlanBudget {
-  double rows = 0;        ///< trial rows (tasks × metrics); double: a hostile grid overflows int64
+  double rows = 0;        ///< rows written (SweepPlan::total_rows)
   double tasks = 0;       ///< estimator calls
   double flops = 0;       ///< Σ Estimator::flops over the tasks (0 for estimators that do not say)
   double peak_bytes = 0;  ///< the largest per-slice memory estimate
   std::string peak_case;  ///< the setting and slice that needs it, e.g. "performer(M=64) at layer 0 head 1 ... n=512"
+  int threads = 1;        ///< the worker threads the estimate is for (--threads, or every core for 0)
 };
 
 /// Estimates the plan's size and memory for `threads` workers (0: all cores). Throws UsageError

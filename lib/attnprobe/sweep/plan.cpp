@@ -16,6 +16,15 @@ int64_t SweepPlan::tasks_per_slice() const {
   return total;
 }
 
+double SweepPlan::total_rows() const {
+  const auto case_count = std::count_if(metrics.begin(), metrics.end(), is_case_metric);
+  const auto trial_count = static_cast<int64_t>(metrics.size()) - case_count;
+  const auto repeated = std::count_if(settings.begin(), settings.end(), [](const auto& s) { return s.trials >= 2; });
+  return static_cast<double>(slices.size()) *
+         (static_cast<double>(tasks_per_slice()) * static_cast<double>(trial_count) +
+          static_cast<double>(repeated) * static_cast<double>(case_count));
+}
+
 std::vector<int> resolve_indices(const std::string& text, int64_t count, const std::string& what,
                                  const std::vector<int>& valid_in) {
   std::vector<int> valid = valid_in;

@@ -49,6 +49,9 @@ struct SweepPlan {
 
   int64_t tasks_per_slice() const;  ///< Σ over settings of their trials
   int64_t total_tasks() const { return tasks_per_slice() * static_cast<int64_t>(slices.size()); }
+  /// The rows a run writes: each per-trial metric per task, each case metric once per (slice, setting
+  /// with at least two trials). Double: a hostile grid overflows int64.
+  double total_rows() const;
 };
 
 /// The mask of a layer's cases: `mask` is auto | full | causal (auto: the layer's `causal`

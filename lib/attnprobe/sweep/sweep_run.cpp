@@ -196,9 +196,9 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
                                        : std::string();
   if (!earlier_plan.empty() && info_.plan && !info_.plan->fingerprint.empty())
     require_usage(earlier_plan == info_.plan->fingerprint,
-                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items "
-                  "or trials differ from the earlier run's{}. Resume with the same command, or write to "
-                  "another -o file.",
+                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
+                  "trials, metrics or mask differ from the earlier run's{}. Resume with the same command, or write "
+                  "to another -o file.",
                   csv_path_, command);
   // Every row must be a case of this grid (a check that needs no run.json).
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask>> slices;

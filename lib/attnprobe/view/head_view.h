@@ -32,4 +32,11 @@ struct HeadView {
 /// Builds a view from float64 matrices (fills the float32 copies).
 HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v, Mask mask = Mask::kFull);
 
+/// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
+/// s·q·k and their exponentials) and turn every metric into NaN. "" when q, k, v and scale stay within
+/// a row norm of 1e18 and a score s·|q|·|k| of 1e30; else what exceeds them, with the figures and the
+/// limits (the dump readers and the Python entry points refuse such slices). Each row norm is bounded
+/// by max|x|·√width, which cannot itself overflow.
+std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale);
+
 }  // namespace attnprobe
