@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace attnprobe {
 
@@ -69,6 +70,25 @@ MatrixD log_features(const MatrixD& x_scaled, const MatrixD& omegas) {
   MatrixD out = x_scaled * omegas.transpose();
   out.colwise() -= 0.5 * x_scaled.rowwise().squaredNorm();
   return out;
+}
+
+CausalFeatureSums::CausalFeatureSums(int64_t features, int64_t pv)
+    : shift(RowVectorD::Constant(features, -std::numeric_limits<double>::infinity())),
+      z(RowVectorD::Zero(features)),
+      kv(MatrixD::Zero(features, pv)) {}
+
+void CausalFeatureSums::add(const Eigen::Ref<const RowVectorD>& log_key, const Eigen::Ref<const RowVectorD>& value) {
+  for (int64_t f = 0; f < shift.size(); ++f) {
+    if (log_key(f) > shift(f)) {  // exp(−inf) = 0 on the first key: the sums are 0 then anyway
+      const double factor = std::exp(shift(f) - log_key(f));
+      kv.row(f) *= factor;
+      z(f) *= factor;
+      shift(f) = log_key(f);
+    }
+    const double w = std::exp(log_key(f) - shift(f));
+    kv.row(f) += w * value;
+    z(f) += w;
+  }
 }
 
 MatrixD key_value_average(const MatrixD& omegas, const MatrixD& k_scaled, const MatrixD& v, VectorD* log_sum) {

@@ -31,6 +31,19 @@ MatrixD orthonormal_rows(const MatrixD& block);
 /// log ξ(x_i, ω_m) = ω_m·x̃_i − ‖x̃_i‖²/2 for rows x̃_i of `x_scaled` (n × M).
 MatrixD log_features(const MatrixD& x_scaled, const MatrixD& omegas);
 
+/// The prefix sums of the causal forms with positive features (performer, scatterbrain): kv = Σ_{j≤i}
+/// φ̃(k_j)v_jᵀ (M × pv) and z = Σ_{j≤i} φ̃(k_j), one key at a time in float64, with φ̃_f(k_j) =
+/// exp(log φ_f(k_j) − c_f) under each feature's running maximum c_f (`shift`) of the keys added so far:
+/// the sums are rescaled when it grows, so every prefix holds a 1 and cannot underflow, and nothing a
+/// later key brings touches an earlier row's.
+struct CausalFeatureSums {
+  CausalFeatureSums(int64_t features, int64_t pv);
+  /// Adds key j: its log-features log φ(k_j) (1 × M) and its value v_j (1 × pv).
+  void add(const Eigen::Ref<const RowVectorD>& log_key, const Eigen::Ref<const RowVectorD>& value);
+  RowVectorD shift, z;  ///< c (−∞ before the first key) and Σ φ̃
+  MatrixD kv;           ///< Σ φ̃·vᵀ
+};
+
 /// Row r of the result is f(ω_r) (rows × pv), and log_sum[r] = log Σ_j ξ(k_j, ω_r). O(rows·n·p).
 MatrixD key_value_average(const MatrixD& omegas, const MatrixD& k_scaled, const MatrixD& v, VectorD* log_sum = nullptr);
 

@@ -15,7 +15,6 @@
 //   ∂L/∂a_im = (g_i·kv_m − (g_i·out_i)·ks_m)/D_i,  ∇_q_i = √s·Σ_m a_im·∂L/∂a_im·ω_m,
 //   ∇_V = Φ_K·Σ_i (a_i/D_i)ᵀ g_i;  O(n·M·(p + pv)), float64.
 #include <cmath>
-#include <limits>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/random_features/feature_attention.h"
@@ -136,12 +135,11 @@ class Performer final : public Estimator {
   // full form's (drawn from the key alone, independent of n), so row i equals the full estimate of
   // the prefix 0..i (tested). O(n·M·(p + pv)) time, O(256·M + M·pv) memory.
   void estimate_causal(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
-    const int64_t n = view.n(), pv = view.pv(), m = features_;
+    const int64_t n = view.n(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
     const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
-    RowVectorD shift = RowVectorD::Constant(m, -std::numeric_limits<double>::infinity()), z = RowVectorD::Zero(m);
-    MatrixD kv = MatrixD::Zero(m, pv);
-    RowVectorD weights(m);
+    CausalFeatureSums sums(features_, pv);
+    RowVectorD weights(features_);
     out.resize(n, pv);
     for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, n - r0);
@@ -149,20 +147,10 @@ class Performer final : public Estimator {
       const MatrixD log_q = log_features(root_scale * view.q.middleRows(r0, rows), omegas);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r0 + r;
-        for (int64_t f = 0; f < m; ++f) {
-          if (log_k(r, f) > shift(f)) {  // exp(−inf) = 0 on the first key: the sums are 0 then anyway
-            const double factor = std::exp(shift(f) - log_k(r, f));
-            kv.row(f) *= factor;
-            z(f) *= factor;
-            shift(f) = log_k(r, f);
-          }
-          const double w = std::exp(log_k(r, f) - shift(f));
-          kv.row(f) += w * view.v.row(i);
-          z(f) += w;
-        }
-        weights = log_q.row(r) + shift;
+        sums.add(log_k.row(r), view.v.row(i));
+        weights = log_q.row(r) + sums.shift;
         weights = (weights.array() - weights.maxCoeff()).exp();
-        out.row(i) = (weights * kv / weights.dot(z)).cast<float>();
+        out.row(i) = (weights * sums.kv / weights.dot(sums.z)).cast<float>();
       }
     }
   }

@@ -429,9 +429,8 @@ bool scatterbrain_has_causal_form(const ScatterbrainParams& params) {
 
 // Row i: N̂_i = Σ_{j∈W_i} e_ij·v_j + Σ_{j≤i} ê_ij·v_j − Σ_{j∈W_i} ê_ij·v_j over the window W_i = S_i ∩ [0, i],
 // D̂_i likewise with the complement clamped at 0 — the full form's row i on the prefix 0..i. The prefix
-// sums kv = Σ_{j≤i} φ̃(k_j)v_jᵀ and z = Σ_{j≤i} φ̃(k_j) keep φ̃_f(k_j) = exp(log φ_f(k_j) − c_f) under the
-// running maximum c_f of the keys so far (rescaled when it grows: nothing later touches an earlier
-// row, and no prefix underflows). Query i's features weigh feature f by g_f = exp(log φ_f(q_i) + c_f − a_i),
+// sums are causal performer's (CausalFeatureSums: φ̃_f(k_j) = exp(log φ_f(k_j) − c_f) under the running
+// maximum c_f of the keys so far). Query i's features weigh feature f by g_f = exp(log φ_f(q_i) + c_f − a_i),
 // so ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j), with one row shift a_i = max(max_f(log φ_f(q_i) + c_f), max_{W_i}
 // s·q_i·k_j) that bounds every term by 1. Log-features are formed per block of 256 rows, for the block's
 // keys and the earlier ones its windows reach back to.
@@ -449,8 +448,7 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
     return std::max<int64_t>(0, begin);
   };
   constexpr int64_t kRows = 256;
-  RowVectorD shift = RowVectorD::Constant(m, -std::numeric_limits<double>::infinity()), z = RowVectorD::Zero(m);
-  MatrixD kv = MatrixD::Zero(m, pv);
+  CausalFeatureSums sums(m, pv);
   MatrixD out(n, pv);
   if (log_denominator) log_denominator->resize(n);
   for (int64_t r0 = 0; r0 < n; r0 += kRows) {
@@ -463,20 +461,9 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
         gerf_log_features<double>(map, MatrixD(view.k.middleRows(k0, r0 + rows - k0)), view.scale, false);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r0 + r;
-      const auto log_ki = log_k.row(i - k0);
-      for (int64_t f = 0; f < m; ++f) {
-        if (log_ki(f) > shift(f)) {
-          const double factor = std::exp(shift(f) - log_ki(f));
-          kv.row(f) *= factor;
-          z(f) *= factor;
-          shift(f) = log_ki(f);
-        }
-        const double weight = std::exp(log_ki(f) - shift(f));
-        kv.row(f) += weight * view.v.row(i);
-        z(f) += weight;
-      }
+      sums.add(log_k.row(i - k0), view.v.row(i));
       const int64_t begin = window_begin(i), width = i + 1 - begin;
-      RowVectorD g = log_q.row(r) + shift;
+      RowVectorD g = log_q.row(r) + sums.shift;
       double top = g.maxCoeff();
       VectorD logits;
       if (width > 0) {
@@ -484,13 +471,13 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
         top = std::max(top, logits.maxCoeff());
       }
       g = (g.array() - top).exp();
-      RowVectorD num = g * kv;
-      double den_exact = 0, den_features = g.dot(z);
+      RowVectorD num = g * sums.kv;
+      double den_exact = 0, den_features = g.dot(sums.z);
       if (width > 0) {
         const VectorD exact = (logits.array() - top).exp();
         // ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j) for the window's keys.
         const MatrixD key_features =
-            (log_k.middleRows(begin - k0, width).rowwise() - shift).array().exp().matrix();  // width × M
+            (log_k.middleRows(begin - k0, width).rowwise() - sums.shift).array().exp().matrix();  // width × M
         const VectorD features = key_features * g.transpose();
         num += (exact - features).transpose() * view.v.middleRows(begin, width);
         den_exact = exact.sum();
