@@ -238,7 +238,7 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   RunInfo info;
   info.command_line = globals.argv;
   info.dump = o.dump;
-  info.threads = o.threads > 0 ? o.threads : hardware_threads();
+  info.threads = resolve_threads(o.threads);
   info.device = o.device;
   info.seed = plan.seed;
   RunOptions options;

@@ -161,7 +161,7 @@ class PoolLease {
   explicit PoolLease(int threads) {
     static std::mutex table_mutex;
     static std::map<int, std::pair<std::unique_ptr<std::mutex>, std::unique_ptr<ThreadPool>>> pools;
-    const int count = threads <= 0 ? hardware_threads() : threads;
+    const int count = resolve_threads(threads);
     std::lock_guard<std::mutex> lock(table_mutex);
     auto& entry = pools[count];
     if (!entry.first) entry = {std::make_unique<std::mutex>(), std::make_unique<ThreadPool>(count)};
@@ -702,7 +702,7 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
           RunInfo info;
           info.command_line = a.command_line;
           info.dump = a.dump;
-          info.threads = a.threads > 0 ? a.threads : hardware_threads();
+          info.threads = resolve_threads(a.threads);
           info.device = a.device;
           info.seed = a.seed;
           info.plan = std::move(part.record);

@@ -22,7 +22,7 @@ int hardware_threads() {
 }
 
 ThreadPool::ThreadPool(int threads) {
-  int total = threads <= 0 ? hardware_threads() : threads;
+  const int total = resolve_threads(threads);
   try {
     workers_.reserve(total > 0 ? total - 1 : 0);
     for (int i = 1; i < total; ++i) workers_.emplace_back([this] { worker_loop(); });

@@ -82,6 +82,9 @@ Part sum_row_groups(ThreadPool* pool, int64_t rows, const Part& zero,
 /// Number of hardware threads (at least 1).
 int hardware_threads();
 
+/// The thread count a `--threads` value means: itself, or every hardware thread for 0 (or less).
+inline int resolve_threads(int threads) { return threads > 0 ? threads : hardware_threads(); }
+
 /// The largest `--threads` accepted: more threads than this only add contention, and a count
 /// the system cannot start must be refused up front (exit 2), not found out mid-run.
 constexpr int kMaxThreads = 1024;

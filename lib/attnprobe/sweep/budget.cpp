@@ -33,7 +33,7 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
   const double per_slice = static_cast<double>(plan.tasks_per_slice());
   budget.tasks = per_slice * static_cast<double>(plan.slices.size());
   budget.rows = plan.total_rows();
-  budget.threads = threads > 0 ? threads : hardware_threads();
+  budget.threads = resolve_threads(threads);
   if (budget.rows > static_cast<double>(kMaxGridRows))
     throw UsageError(fmt::format(
         "the grid has {:.4g} rows ({} settings x {} trials at most x {} slices x {} metrics), more than the {} one "
@@ -53,7 +53,7 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
   for (const EstimatorSetting& s : plan.settings)
     if (!references.count(s.reference)) references[s.reference] = parse_spec(s.reference).make();
 
-  const double workers = std::min<double>(threads > 0 ? threads : hardware_threads(), std::max(per_slice, 1.0));
+  const double workers = std::min<double>(budget.threads, std::max(per_slice, 1.0));
   std::map<std::tuple<int, int, int>, int64_t> longest;
   for (const SliceRef& s : plan.slices) {
     auto& n = longest[{s.layer, s.head, s.batch}];
