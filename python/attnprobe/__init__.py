@@ -420,41 +420,41 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
     spec = "py:" + name
     leak_checked = [False]
 
-    def fail(what, q, v, key, layer, head, batch, n, cause=None, causal=False):
+    def fail(what, where, cause=None):
+        key, layer, head, batch, n, causal = where  # the call's case, as the runner passed it
         case = _core.case_id(layer, head, batch, n, spec, causal)
         trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
         error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
                                f"(its seed argument was {key})", case, trial, key)
         raise error from cause
 
-    def checked(q, k, v, scale, causal, key, layer, head, batch, n):
+    def checked(q, k, v, scale, where):  # fn's result as a float32 n x pv array, or EstimatorError
+        key, causal = where[0], where[5]
         try:
             out = fn(q, k, v, scale, causal, key)
         except Exception as e:  # noqa: BLE001 - any failure of the user's code is reported with its case
-            fail(f"raised {type(e).__name__}: {e}", q, v, key, layer, head, batch, n, e, causal)
+            fail(f"raised {type(e).__name__}: {e}", where, e)
         if not (isinstance(out, np.ndarray) or hasattr(out, "detach") or hasattr(out, "__array__")
                 or hasattr(out, "__dlpack__")):
-            fail(f"returned a {type(out).__name__}, not a numpy array or torch tensor", q, v, key, layer, head,
-                 batch, n, causal=causal)
+            fail(f"returned a {type(out).__name__}, not a numpy array or torch tensor", where)
         try:
             array = _as_array(out, "the result")
         except Exception as e:  # noqa: BLE001
-            fail(f"returned something that is not an array ({e})", q, v, key, layer, head, batch, n, e, causal)
+            fail(f"returned something that is not an array ({e})", where, e)
         if array.shape != v.shape:
-            fail(f"returned shape {tuple(array.shape)}, expected {tuple(v.shape)} (n x pv)", q, v, key, layer, head,
-                 batch, n, causal=causal)
+            fail(f"returned shape {tuple(array.shape)}, expected {tuple(v.shape)} (n x pv)", where)
         if array.dtype.kind not in "fiu":
-            fail(f"returned dtype {array.dtype}, expected floating point", q, v, key, layer, head, batch, n,
-                 causal=causal)
+            fail(f"returned dtype {array.dtype}, expected floating point", where)
         result = np.ascontiguousarray(array, dtype=np.float32)
         if not np.isfinite(result).all():
             bad = np.argwhere(~np.isfinite(result))[0]
             fail(f"returned a non-finite value ({result[tuple(bad)]} at row {bad[0]}, column {bad[1]}; "
-                 f"in float32)", q, v, key, layer, head, batch, n, causal=causal)
+                 f"in float32)", where)
         return result
 
     def call(q, k, v, scale, causal, key, layer, head, batch, n):
-        result = checked(q, k, v, scale, causal, key, layer, head, batch, n)
+        where = (key, layer, head, batch, n, causal)
+        result = checked(q, k, v, scale, where)
         if causal and not leak_checked[0] and q.shape[0] >= 2:
             leak_checked[0] = True
             # Tokens cut.. replaced: their rows reversed and doubled, values negated too, so that order-free
@@ -462,7 +462,7 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
             cut = q.shape[0] // 2
             q2, k2, v2 = q.copy(), k.copy(), v.copy()
             q2[cut:], k2[cut:], v2[cut:] = 2 * q[cut:][::-1], 2 * k[cut:][::-1], -2 * v[cut:]
-            other = checked(q2, k2, v2, scale, causal, key, layer, head, batch, n)
+            other = checked(q2, k2, v2, scale, where)
             moved = (np.linalg.norm((other[:cut] - result[:cut]).astype(np.float64), axis=1) /
                      np.maximum(np.linalg.norm(result[:cut].astype(np.float64), axis=1), 1e-30))
             if moved.max() > _CAUSAL_TOLERANCE:
@@ -470,8 +470,7 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
                 fail(f"is not causal: row {row} moved by {moved[row]:.3g} of its norm when the tokens from {cut} on "
                      f"were replaced (same seed). Under causal=True query i may attend to keys 0..i only; mask "
                      f"the later keys, or sweep with mask='full' (a function that draws from a generator not "
-                     f"seeded by its seed argument fails this check too)", q, v, key, layer, head, batch, n,
-                     causal=True)
+                     f"seeded by its seed argument fails this check too)", where)
         return result
 
     return call
