@@ -110,7 +110,7 @@ TEST_CASE("every causal form that states weights reproduces its causal output fr
   const MatrixD w =
       parse_spec("performer").make()->weights(peaked, EstimateContext{make_random_key(1, "p", 0), nullptr})(0, 200);
   CHECK(w.allFinite());
-  CHECK((w.rowwise().sum().array() - 1).abs().maxCoeff() < 1e-12);
+  CHECK((w.rowwise().sum().array() - 1).abs().maxCoeff() < 1e-12);  // observed 2.2e-16
 }
 
 TEST_CASE("weights of the full-mask forms are refused under the causal mask", "[weights]") {
