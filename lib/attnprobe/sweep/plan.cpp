@@ -16,6 +16,16 @@ int64_t SweepPlan::tasks_per_slice() const {
   return total;
 }
 
+namespace {
+// The registered estimators with `flag` set, for the message that refuses one without it.
+std::string names_where(bool EstimatorDef::*flag) {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators())
+    if (def->*flag) names.push_back(def->name);
+  return join(names, ", ");
+}
+}  // namespace
+
 double SweepPlan::total_rows() const {
   const auto case_count = std::count_if(metrics.begin(), metrics.end(), is_case_metric);
   const auto trial_count = static_cast<int64_t>(metrics.size()) - case_count;
@@ -74,13 +84,10 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   for (const std::string& text : request.estimators) {
     const Spec base = parse_spec(text);
     if (wants_weights && !base.def().weights) {
-      std::vector<std::string> able;
-      for (const EstimatorDef* def : registered_estimators())
-        if (def->weights) able.push_back(def->name);
       throw UsageError(fmt::format(
           "'{}' cannot state the attention weights it implies, so row_tv/row_kl/topk_recall do not apply to it; "
           "estimators that can: {}. Drop those metrics or that estimator.",
-          base.name(), join(able, ", ")));
+          base.name(), names_where(&EstimatorDef::weights)));
     }
     std::vector<Spec> variants;
     if (request.samples.empty() || !base.has_samples_knob()) {
@@ -137,14 +144,11 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       if (wants_weights)
         for (const EstimatorSetting& setting : plan.settings)
           if (!setting.spec.def().causal_weights) {
-            std::vector<std::string> able;
-            for (const EstimatorDef* def : registered_estimators())
-              if (def->causal_weights) able.push_back(def->name);
             throw UsageError(fmt::format(
                 "'{}' does not state the attention weights of its causal form yet, so row_tv/row_kl/topk_recall "
                 "are not computed for it in causal cases (layer {} is causal{}); estimators that do: {}. Drop "
                 "those metrics or that estimator, or measure bidirectional attention with --mask full.",
-                setting.spec.name(), layer, why, join(able, ", ")));
+                setting.spec.name(), layer, why, names_where(&EstimatorDef::causal_weights)));
           }
     }
     const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");
