@@ -213,22 +213,19 @@ void assign_rows(const Input& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_
 
 // Refuses a NaN, an infinity, or a float64 value beyond float32's range (the estimators compute in
 // float32) in rows [r0, r0 + rows), as the dump readers do for files: an estimator given one returns
-// NaN, or worse a finite number (YOSO's hashes see only signs). x − x is 0 exactly when x is finite,
-// so one vectorised sum over the float32 block decides; the position is looked up only on failure.
+// NaN, or worse a finite number (YOSO's hashes see only signs). Checked on the float32 copy, which
+// holds both.
 void require_finite_rows(const Input& a, const MatrixD& dst, const MatrixF& dstf, int64_t r0, int64_t rows) {
-  const auto block = dstf.middleRows(r0, rows);
-  if ((block - block).sum() == 0) return;
-  for (int64_t i = r0; i < r0 + rows; ++i)
-    for (int64_t j = 0; j < dstf.cols(); ++j)
-      if (!std::isfinite(dstf(i, j)))
-        throw UsageError(
-            std::isfinite(dst(i, j))
-                ? fmt::format("{} holds {} at row {}, column {}: beyond float32's range, in which the estimators "
-                              "compute. Rescale the inputs.",
-                              a.name, dst(i, j), i, j)
-                : fmt::format("{} holds {} at row {}, column {}: attention of non-finite inputs has no reference. "
-                              "Find where the model produced it, or drop those tokens.",
-                              a.name, dst(i, j), i, j));
+  const auto [r, j] = first_non_finite(dstf.middleRows(r0, rows));
+  if (r < 0) return;
+  const int64_t i = r0 + r;
+  throw UsageError(std::isfinite(dst(i, j))
+                       ? fmt::format("{} holds {} at row {}, column {}: beyond float32's range, in which the "
+                                     "estimators compute. Rescale the inputs.",
+                                     a.name, dst(i, j), i, j)
+                       : fmt::format("{} holds {} at row {}, column {}: attention of non-finite inputs has no "
+                                     "reference. Find where the model produced it, or drop those tokens.",
+                                     a.name, dst(i, j), i, j));
 }
 
 // A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks

@@ -3,7 +3,9 @@
 // (Q, K: n × p, V: n × pv, outputs: n × pv). Row-major keeps score blocks and softmax rows
 // contiguous (a column-major row softmax at n = 4096 is ~10× slower, docs/performance.md).
 #include <Eigen/Dense>
+#include <cmath>
 #include <limits>
+#include <utility>
 
 namespace attnprobe {
 
@@ -13,6 +15,18 @@ using VectorF = Eigen::VectorXf;
 using VectorD = Eigen::VectorXd;
 using RowVectorF = Eigen::RowVectorXf;
 using RowVectorD = Eigen::RowVectorXd;
+
+/// The (row, column) of the first NaN or infinity of a block in row-major order, or {-1, -1} when every
+/// value is finite. x − x is 0 exactly for a finite x, so one vectorised sum decides the common case; the
+/// element-by-element search runs only on failure.
+template <typename Block>
+std::pair<Eigen::Index, Eigen::Index> first_non_finite(const Block& x) {
+  if ((x - x).sum() == 0) return {-1, -1};
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index j = 0; j < x.cols(); ++j)
+      if (!std::isfinite(x(i, j))) return {i, j};
+  return {-1, -1};
+}
 
 /// Column sums and maxima of a row-major block, accumulated row by row: Eigen's colwise() reductions
 /// walk down each column with the row stride, one scalar at a time (a column sum of Performer's 256 × 256

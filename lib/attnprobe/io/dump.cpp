@@ -351,14 +351,11 @@ void Dump::read_block(const std::string& tensor, const LayerInfo& info, int head
   }
   out.resize(n, width);  // row-major, as the block is read (every layout ends in p)
   container_->read(tensor, start, count, out.data());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < width; ++c)
-      if (!std::isfinite(out(i, c)))
-        throw InputError(
-            fmt::format("'{}': {} has a non-finite value ({}) at layer {}, head {}, batch item {}, token "
-                        "{}, column {}. Fix the dump (e.g. an overflow in float16?) or leave this slice "
-                        "out with --layers/--heads/--batch.",
-                        path_, tensor, out(i, c), info.number, head, batch, i, c));
+  if (const auto [i, c] = first_non_finite(out); i >= 0)
+    throw InputError(fmt::format(
+        "'{}': {} has a non-finite value ({}) at layer {}, head {}, batch item {}, token {}, column {}. Fix the "
+        "dump (e.g. an overflow in float16?) or leave this slice out with --layers/--heads/--batch.",
+        path_, tensor, out(i, c), info.number, head, batch, i, c));
 }
 
 HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) const {
