@@ -235,12 +235,7 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
   }
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
   const OutputMode mode = o.resume ? OutputMode::kResume : o.overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
-  RunInfo info;
-  info.command_line = globals.argv;
-  info.dump = o.dump;
-  info.threads = resolve_threads(o.threads);
-  info.device = o.device;
-  info.seed = plan.seed;
+  RunInfo info = sweep_run_info(globals.argv, o.dump, o.threads, o.device, plan.seed);
   RunOptions options;
   options.threads = o.threads;
   options.device = parse_device(o.device);

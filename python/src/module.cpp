@@ -696,12 +696,7 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
                     [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
           text = trial_csv_text(rows);
         } else {
-          RunInfo info;
-          info.command_line = a.command_line;
-          info.dump = a.dump;
-          info.threads = resolve_threads(a.threads);
-          info.device = a.device;
-          info.seed = a.seed;
+          RunInfo info = sweep_run_info(a.command_line, a.dump, a.threads, a.device, a.seed);
           info.plan = std::move(part.record);
           const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
                                   : a.mode == "overwrite" ? OutputMode::kOverwrite

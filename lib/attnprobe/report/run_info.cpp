@@ -15,9 +15,21 @@
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/parallel.h"
 #include "attnprobe/version.h"
 
 namespace attnprobe {
+
+RunInfo sweep_run_info(std::vector<std::string> command_line, std::string dump, int threads, std::string device,
+                       unsigned long long seed) {
+  RunInfo info;
+  info.command_line = std::move(command_line);
+  info.dump = std::move(dump);
+  info.threads = resolve_threads(threads);
+  info.device = std::move(device);
+  info.seed = seed;
+  return info;
+}
 
 std::string iso_time_now() {
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());

@@ -59,6 +59,12 @@ struct RunInfo {
   std::string version, git_hash;         ///< read_run_info only: the writer's (write_run_info writes this build's)
 };
 
+/// run.json's record of a sweep about to run: its command line, dump, threads (`threads` as --threads
+/// gives it: 0 is every core), device and seed. The CLI and the Python sweep fill it alike; the plan
+/// record is the caller's to add.
+RunInfo sweep_run_info(std::vector<std::string> command_line, std::string dump, int threads, std::string device,
+                       unsigned long long seed);
+
 std::string iso_time_now();
 std::string attnprobe_version();  ///< "0.1.0 (git abc123, Release, openblas)"
 /// The run.json path that goes with a CSV: "dir/name.csv" → "dir/name.run.json".
