@@ -149,6 +149,47 @@ TEST_CASE("weight metrics of softmax and vmean in closed form", "[weights]") {
   CHECK(uniform[2] < 0.5);
 }
 
+TEST_CASE("row_kl is never negative and topk_recall counts tied keys as found", "[weights]") {
+  const std::vector<Metric> which = weight_metrics();
+  // Â = A: the KL divergence is 0, its float64 evaluation a residue of either sign (before the clamp, −4e-17
+  // on some of these seeds: the renormalisation divides by a row sum of 1 ± ulps).
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    INFO(seed);
+    const HeadView view = synth_slice(96, 8, 0.5, seed);
+    const auto exact = attention_weight_metrics(
+        view, [&](int64_t r0, int64_t rows) { return attention_rows_f64(view.q, view.k, view.scale, r0, rows); },
+        which);
+    CHECK(exact[1] >= 0);
+    CHECK(exact[1] < 1e-15);
+  }
+  // Keys 3j, 3j + 1 and 3j + 2 equal: the exact top 8 of a row is two triples and two keys of a third,
+  // the lower two by the tie rule. An estimate that is A with its ties broken the other way (key 3j + 2 a
+  // hair above its twins) finds keys as heavy: recall 1 (the set intersection with ties to the lower
+  // index gave 7/8 on every row).
+  const HeadView base = synth_slice(63, 8, 0.5, 4);
+  MatrixD k = base.k;
+  for (int64_t j = 0; j + 2 < k.rows(); j += 3) k.row(j + 1) = k.row(j + 2) = k.row(j);
+  const HeadView twins = make_head_view(base.id, base.scale, base.q, k, base.v);
+  const auto flipped = attention_weight_metrics(
+      twins,
+      [&](int64_t r0, int64_t rows) {
+        MatrixD a = attention_rows_f64(twins.q, twins.k, twins.scale, r0, rows);
+        for (int64_t j = 2; j < a.cols(); j += 3) a.col(j) *= 1 + 1e-12;
+        return a;
+      },
+      which);
+  CHECK(flipped[2] == 1);
+  // A genuinely wrong ranking still costs: the reversed row finds none of the top 8 among 64 distinct keys.
+  const HeadView distinct = synth_slice(64, 8, 2.0, 5);
+  const auto reversed = attention_weight_metrics(
+      distinct,
+      [&](int64_t r0, int64_t rows) {
+        return MatrixD(1.0 - attention_rows_f64(distinct.q, distinct.k, distinct.scale, r0, rows).array());
+      },
+      which);
+  CHECK(reversed[2] == 0);
+}
+
 namespace {
 // A causal form that states full-mask weights only (every shipped causal form states both): what the
 // plan's refusal of weight metrics in causal cases is shown with. Registered in this binary only.
