@@ -49,6 +49,19 @@ TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
   CHECK_THAT(info, Catch::Contains("\"command_line\"") && Catch::Contains("\"git_hash\"") &&
                        Catch::Contains("\"threads\"") && Catch::Contains("\"seed\": 0") &&
                        Catch::Contains("\"finished\": \"20"));
+  // The build's commit, read at build time: a hash read when CMake configured stayed at that commit
+  // through every later one, and `merge` compares these hashes.
+  std::string head;
+  if (FILE* git = popen("git -C " ATTNPROBE_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null", "r")) {
+    char line[64] = {};
+    if (fgets(line, sizeof line, git) != nullptr) head = trim(line);
+    pclose(git);
+  }
+  const std::string recorded = nlohmann::json::parse(info).at("git_hash").get<std::string>();
+  if (head.empty())
+    CHECK(recorded == "unknown");
+  else
+    CHECK(recorded.substr(0, recorded.find('-')) == head);  // "-dirty" when tracked files had changes
 }
 
 TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determinism]") {
@@ -165,7 +178,7 @@ TEST_CASE("a second signal of either kind ends a stopping sweep at once", "[cli]
   // ra(S=1024) at n = 1024 takes ~2.4 s per trial: after the first signal the sweep waits for it, and the
   // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too.
   const std::string dump = write_synth("slow.h5", synth_options(1, 1, 1, 1024, 32));
-  for (const auto [first, second] :
+  for (const auto& [first, second] :
        {std::pair{SIGINT, SIGTERM}, std::pair{SIGTERM, SIGINT}, std::pair{SIGINT, SIGINT}}) {
     INFO("signals " << first << " then " << second);
     const std::string out = temp_path(fmt::format("second-{}-{}.csv", first, second));
@@ -361,7 +374,7 @@ TEST_CASE("a full disk is an input error, and a device is written in place, neve
   // Results printed to standard output: a failed write was exit 0 with the output cut (or exit 4 for
   // list); now exit 3. And a closed stdout.
   for (const std::string& args : std::vector<std::string>{"list", "summarize " + trials, "info " + demo_dump()}) {
-    for (const std::string& redirect : {" > /dev/full", " >&-"}) {
+    for (const char* redirect : {" > /dev/full", " >&-"}) {
       const auto r = run_shell(attnprobe_binary() + " " + args + redirect);
       INFO(args << redirect << ": " << r.output);
       CHECK(r.exit_code == 3);
