@@ -274,15 +274,32 @@ TEST_CASE("sweep --mask: auto follows the dump's attribute, the CSV says the mas
   CHECK(test::run_attnprobe(fmt::format("eval {} -e linformer --mask full -q -o {}", dump, csv)).exit_code == 0);
   CHECK(test::run_attnprobe(fmt::format("eval {} -e vmean --mask sideways -q -o {}", dump, csv)).exit_code == 2);
   // Weight metrics of causal cases: every causal form states its weights (softmax's are A itself; the
-  // refusal for one that does not is tested in test_weights.cpp); gradient metrics not at all.
+  // refusal for one that does not is tested in test_weights.cpp); so does every backward pass (the refusal
+  // for one that does not is tested in test_gradients.cpp).
   CHECK(test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics row_tv -q -o {}", dump, csv))
             .exit_code == 0);
   for (const CsvContents rows = read_csv(csv); const TrialRow& r : rows.trials) CHECK(r.value == 0);
   CHECK(test::run_attnprobe(fmt::format("eval {} -e yoso -e ra --mask causal --metrics weights -q -o {}", dump, csv))
             .exit_code == 0);
-  CHECK(
-      test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics grad_q_fro_rel -q -o {}", dump, csv))
-          .exit_code == 2);
+  const std::string gradients = "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel";
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e softmax --mask causal --metrics {} -q -o {}", dump, gradients, csv))
+            .exit_code == 0);
+  // Its own gradient: fro 0; angle the acos of a cosine 1 − ulps (observed 3.7e-9, where a zero row 0 had
+  // counted π/2/n = 0.0245 before zero reference rows were left out).
+  for (const CsvContents rows = read_csv(csv); const TrialRow& r : rows.trials)
+    CHECK(r.value <= (r.metric == "grad_q_angle" ? 1e-7 : 0.0));
+  CHECK(test::run_attnprobe(fmt::format("eval {} -e vmean -e performer -e yoso -e 'yoso(grad=sparse)' -e yoso-e "
+                                        "--mask causal --metrics {} -q -o {}",
+                                        dump, gradients, csv))
+            .exit_code == 0);
+  for (const CsvContents rows = read_csv(csv); const TrialRow& r : rows.trials) {
+    INFO(r.key.spec << " " << r.metric);
+    // yoso-e's backward form ("yoso") is not its reference softmax's ("out"): NaN, as in full-mask cases.
+    if (r.key.estimator == "yoso-e")
+      CHECK(std::isnan(r.value));
+    else
+      CHECK(r.value > 0);
+  }
 
   // A CSV written before the mask column existed reads as mask=full.
   std::string legacy =

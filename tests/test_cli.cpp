@@ -451,6 +451,15 @@ TEST_CASE("bench --backward times backward passes and refuses estimators without
   for (size_t at = text.find(",backward,\n"); at != std::string::npos; at = text.find(",backward,\n", at + 1))
     ++backward_rows;
   CHECK(backward_rows == 4);
+  // The causal forms' backward passes: the same rows with mask causal.
+  const auto causal = run_attnprobe(
+      "bench --backward --mask causal -e performer -e vmean --lengths 32 --threads 1 "
+      "--repeat 1 --csv " +
+      csv);
+  INFO(causal.output);
+  CHECK(causal.exit_code == 0);
+  CHECK(count_lines(read_text(csv)) == 3);
+  CHECK(read_text(csv).find(",causal,backward,") != std::string::npos);
   const auto refused = run_attnprobe("bench --backward -e nystrom --lengths 32");
   CHECK(refused.exit_code == 2);
   CHECK_THAT(refused.output, Catch::Contains("has no backward pass") && !Catch::Contains("estimator "));

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numbers>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -202,6 +203,175 @@ TEST_CASE("performer's backward matches central finite differences of its float3
     CHECK(relative(grad.q, fd_q) < 2e-3);
     CHECK(relative(grad.v, fd_v) < 2e-3);
   }
+}
+
+namespace {
+HeadView causal(const HeadView& view) {
+  return make_head_view(view.id, view.scale, view.q, view.k, view.v, Mask::kCausal);
+}
+// L = ⟨G, W·V⟩ of the causal form (W_ij = 0 for j > i), q̂ free.
+double causal_yoso_loss(const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g, int tau) {
+  MatrixD w = (q_hat * k_hat.transpose()).unaryExpr([&](double c) {
+    return std::pow(1 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau);
+  });
+  w.triangularView<Eigen::StrictlyUpper>().setZero();
+  return (g.array() * (w * v).array()).sum();
+}
+}  // namespace
+
+TEST_CASE("causal backward passes match central finite differences of the causal forms", "[gradients][causal]") {
+  // Central differences at h = 1e-6 in float64: truncation ~h², rounding ~1e-16/h ≈ 1e-10.
+  const HeadView full = synth_slice(12, 8, 0.5, 23, 6);
+  const HeadView view = causal(full);
+  const MatrixD g = normal_matrix(view.n(), view.pv(), 12);
+  auto with = [&](const MatrixD& q, const MatrixD& v) {
+    return make_head_view(view.id, view.scale, q, view.k, v, Mask::kCausal);
+  };
+  SECTION("softmax") {
+    const Gradients grad = backward_of("softmax", view, g);
+    auto loss = [&](const MatrixD& q, const MatrixD& v) {
+      return (g.array() * exact_attention_f64(q, view.k, v, view.scale, nullptr, Mask::kCausal).array()).sum();
+    };
+    const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
+    const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
+    // Observed: 1.1e-9 (∇_Q), 6.1e-10 (∇_V). Row 0 of ∇_Q is 0: its one key takes weight 1.
+    INFO("relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
+    CHECK(relative(grad.q, fd_q) < 1e-7);
+    CHECK(relative(grad.v, fd_v) < 1e-7);
+    CHECK(grad.q.row(0).norm() == 0);
+    CHECK(relative(grad.q, backward_of("softmax", full, g).q) > 0.01);  // not the full-mask one: observed 0.32
+  }
+  SECTION("vmean") {
+    const Gradients grad = backward_of("vmean", view, g);
+    const auto estimator = parse_spec("vmean").make();
+    const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) {
+      return (g.array() * estimator->reference(with(view.q, v), nullptr)->array()).sum();
+    });
+    // Observed 2.8e-10.
+    INFO("relative error dV " << relative(grad.v, fd_v));
+    CHECK(grad.q.norm() == 0);
+    CHECK(relative(grad.v, fd_v) < 1e-7);
+  }
+  SECTION("performer") {
+    // The causal form's output in float64 through its weights (Â·V, the same ω; the weights are tested
+    // to reproduce the estimate, test_weights.cpp).
+    for (const char* spec : {"performer(M=16,ortho=1)", "performer(M=16,ortho=0)"}) {
+      const Gradients grad = backward_of(spec, view, g);
+      const auto estimator = parse_spec(spec).make();
+      const EstimateContext ctx{make_random_key(8, spec, 0), nullptr};  // backward_of's ω
+      auto loss = [&](const MatrixD& q, const MatrixD& v) {
+        const HeadView moved = with(q, v);
+        return (g.array() * (estimator->weights(moved, ctx)(0, moved.n()) * v).array()).sum();
+      };
+      const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
+      const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
+      // Observed (∇_Q, ∇_V): ortho=1 8.1e-10, 3.7e-10; ortho=0 1.2e-9, 5.0e-10.
+      INFO(spec << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
+      CHECK(relative(grad.q, fd_q) < 1e-7);
+      CHECK(relative(grad.v, fd_v) < 1e-7);
+    }
+  }
+  SECTION("yoso-e") {
+    const HeadView unit =
+        make_head_view(view.id, view.scale, normalize_rows(view.q), normalize_rows(view.k), view.v, Mask::kCausal);
+    for (int tau : {1, 8}) {
+      const Gradients grad = backward_of(fmt::format("yoso-e(tau={})", tau), unit, g);
+      const MatrixD fd_q = central_differences(
+          unit.q, 1e-6, [&](const MatrixD& q) { return causal_yoso_loss(q, unit.k, unit.v, g, tau); });
+      const MatrixD fd_v = central_differences(
+          unit.v, 1e-6, [&](const MatrixD& v) { return causal_yoso_loss(unit.q, unit.k, v, g, tau); });
+      // Observed (∇_Q̂, ∇_V): τ = 1: 6.2e-10, 6.0e-10; τ = 8: 1.7e-10, 1.0e-9.
+      INFO("tau " << tau << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
+      CHECK(relative(grad.q, fd_q) < 1e-7);
+      CHECK(relative(grad.v, fd_v) < 1e-7);
+      CHECK(grad.pair_fraction == 1.0);
+    }
+  }
+}
+
+TEST_CASE("YOSO-m's causal gradients equal the masked lower bound on their own collisions",
+          "[gradients][yoso][causal]") {
+  // Per hash draw, grad=lsh is the lower bound with W replaced by the collision average B, and
+  // grad=sparse the lower bound with exact W on the pairs colliding at least once; causal: j ≤ i only.
+  const HeadView view = causal(synth_slice(40, 8, 0.5, 24));
+  const MatrixD g = normal_matrix(view.n(), view.pv(), 13);
+  const int m = 3, tau = 4;
+  const int64_t n = view.n();
+  for (const char* grad_form : {"lsh", "sparse"}) {
+    const std::string spec = fmt::format("yoso(m={},tau={},hash=gauss,norm=l2,input=l2,grad={})", m, tau, grad_form);
+    const Gradients grad = backward_of(spec, view, g);
+    MatrixD q_hat, k_hat;
+    yoso_inputs(view.q, view.k, false, q_hat, k_hat);
+    const RandomKey key = make_random_key(8, spec, 0);
+    const auto qc = lsh_codes(q_hat, m, tau, LshKind::kGauss, key), kc = lsh_codes(k_hat, m, tau, LshKind::kGauss, key);
+    MatrixD b = MatrixD::Zero(n, n);  // lsh: B; sparse: W ⊙ [collides at least once]
+    int64_t nnz = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        int hits = 0;
+        for (int f = 0; f < m; ++f) hits += qc[i * m + f] == kc[j * m + f];
+        if (std::string(grad_form) == "lsh") {
+          b(i, j) = static_cast<double>(hits) / m;
+        } else if (hits > 0) {
+          ++nnz;
+          b(i, j) =
+              std::pow(1 - std::acos(std::clamp(q_hat.row(i).dot(k_hat.row(j)), -1.0, 1.0)) / std::numbers::pi, tau);
+        }
+      }
+    const MatrixD dq = ((g * view.v.transpose()).array() * b.array() * (0.5 * tau)).matrix() * k_hat;
+    const MatrixD dv = b.transpose() * g;
+    // The same float64 sums in another order. Observed: lsh 1.9e-16, 1.4e-16; sparse 1.3e-16, 1.6e-16.
+    INFO(grad_form << " errors " << relative(grad.q, dq) << " " << relative(grad.v, dv));
+    CHECK(relative(grad.q, dq) < 1e-12);
+    CHECK(relative(grad.v, dv) < 1e-12);
+    if (std::string(grad_form) == "sparse") {
+      // Of the n(n + 1)/2 visible pairs.
+      CHECK(grad.pair_fraction == Approx(static_cast<double>(nnz) / (n * (n + 1) / 2)).epsilon(1e-12));
+      REQUIRE(nnz < n * (n + 1) / 2);
+    }
+    // Row i of ∇_V sums over queries i′ ≥ i only: the last key's row is g_{n−1}'s share alone.
+    CHECK(grad.v.row(n - 1).isApprox(b(n - 1, n - 1) * g.row(n - 1), 1e-12));
+  }
+}
+
+namespace {
+// A causal form with a full-mask backward only: what the plan's refusal of gradient metrics in causal
+// cases is shown with (every shipped backward form has its causal form). Registered in this binary only.
+class FullBackwardOnly final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+    out = MatrixF::Zero(view.n(), view.pv());
+  }
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD&, const EstimateContext&) const override {
+    return Gradients{MatrixD::Zero(view.n(), view.p()), MatrixD::Zero(view.k.rows(), view.pv())};
+  }
+};
+[[maybe_unused]] const bool kFullBackwardRegistered = register_estimator({
+    .name = "test-full-backward",
+    .family = "test",
+    .summary = "test only",
+    .random = false,
+    .target = nullptr,
+    .causal = true,
+    .backward = "out",
+    .make = [](const Spec&) { return std::make_unique<FullBackwardOnly>(); },
+});
+}  // namespace
+
+TEST_CASE("gradient metrics of causal cases are refused for a backward without its causal form",
+          "[gradients][causal]") {
+  const Dump dump = Dump::open(write_synth("grad-causal.h5", synth_options(1, 1, 1, 32, 8)));
+  SweepRequest request;
+  request.mask = "causal";
+  request.metrics = parse_metrics("grad_q_fro_rel");
+  request.estimators = {"softmax", "vmean", "performer", "yoso", "yoso-e"};
+  CHECK_NOTHROW(plan_sweep(dump, request));
+  request.estimators = {"test-full-backward"};
+  CHECK_THROWS_AS(plan_sweep(dump, request), UsageError);
+  CHECK_THROWS_WITH(plan_sweep(dump, request), Catch::Contains("no backward pass for its causal form") &&
+                                                   Catch::Contains("performer") && Catch::Contains("--mask full"));
+  request.mask = "full";
+  CHECK_NOTHROW(plan_sweep(dump, request));
 }
 
 TEST_CASE("gradient metrics: zero against itself, NaN without a backward form of the reference's kind",

@@ -45,7 +45,7 @@ Action add_list(CLI::App& app) {
       fmt::print("    devices: {}   causal form: {}   attention weights: {}   backward: {}\n", join(devices, ", "),
                  def->causal ? (def->causal_for ? "yes (not every setting: see its keys)" : "yes") : "no",
                  def->weights ? (def->causal_weights ? "yes (causal form too)" : "yes") : "no",
-                 def->backward.empty() ? "no" : def->backward);
+                 def->backward.empty() ? "no" : def->backward + (def->causal_backward ? " (causal form too)" : ""));
       for (const ParamDef& p : def->params) {
         std::string domain;
         switch (p.kind) {

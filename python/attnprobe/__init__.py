@@ -149,7 +149,9 @@ def estimators() -> list:
     ``family``, ``summary``, ``params`` (each: name, kind, default, min/max or choices, help),
     ``defaults``, ``spec`` (the default's canonical spec), ``target`` (what it estimates, the
     reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
-    ``weights``, ``causal_weights`` (its causal form states its weights too), ``devices`` and
+    ``weights``, ``causal_weights`` (its causal form states its weights too), ``backward`` (its
+    backward form for the gradient metrics: "out", "yoso" or "" for none), ``causal_backward`` (that
+    backward covers its causal form too), ``devices`` and
     ``variants`` (the settings the baseline gate runs).
 
         >>> [e["spec"] for e in attnprobe.estimators() if e["family"] == "random-features"]

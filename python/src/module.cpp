@@ -401,6 +401,8 @@ py::list estimators_list() {
     e["causal"] = def->causal;
     e["weights"] = def->weights;
     e["causal_weights"] = def->causal_weights;
+    e["backward"] = def->backward;
+    e["causal_backward"] = def->causal_backward;
     e["devices"] = devices;
     e["variants"] = variants(*def);
     out.append(e);

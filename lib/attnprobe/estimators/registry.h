@@ -66,6 +66,9 @@ struct EstimatorDef {
   /// "out" for ∂⟨G, out⟩/∂(Q, V), "yoso" for ∂⟨G, W·V⟩/∂(Q̂, V). Gradients are compared only
   /// between an estimator and a reference of the same form.
   std::string backward;
+  /// Its backward form covers the causal form too: the gradient of its causal output (the gradient
+  /// metrics of causal cases; an estimator with a backward form but without this is refused there).
+  bool causal_backward = false;
   /// Settings worth gating besides those variants() derives (e.g. a numeric ablation such as
   /// `linformer(std=0.02)` or a combination of keys), as spec strings.
   std::vector<std::string> ablations;

@@ -278,14 +278,21 @@ std::vector<double> CaseAccumulator::metrics(const MatrixD& reference, const Ref
 
 namespace {
 
+// Over the rows where the reference gradient is nonzero: a zero reference row has no direction to
+// compare with (a causal row 0, whose one key takes weight 1 whatever q_0 is, has ∇_Q row 0 = 0 for
+// every estimator and counted π/2 against all of them). An estimate's zero row against a nonzero one
+// counts π/2, as in `angle`. NaN when every reference row is zero.
 double mean_row_angle(const MatrixD& reference, const MatrixD& estimate) {
   double total = 0;
+  int64_t rows = 0;
   for (int64_t i = 0; i < reference.rows(); ++i) {
     const double nr = reference.row(i).norm(), ne = estimate.row(i).norm();
-    total += nr == 0 || ne == 0 ? std::numbers::pi / 2
-                                : std::acos(std::clamp(reference.row(i).dot(estimate.row(i)) / (nr * ne), -1.0, 1.0));
+    if (nr == 0) continue;
+    ++rows;
+    total += ne == 0 ? std::numbers::pi / 2
+                     : std::acos(std::clamp(reference.row(i).dot(estimate.row(i)) / (nr * ne), -1.0, 1.0));
   }
-  return reference.rows() ? total / static_cast<double>(reference.rows()) : 0.0;
+  return rows > 0 ? total / static_cast<double>(rows) : std::numeric_limits<double>::quiet_NaN();
 }
 
 double relative_fro(const MatrixD& reference, const MatrixD& estimate) {

@@ -137,10 +137,14 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       const std::string why = request.mask == "auto" ? ", from the dump's causal attribute" : "";
       const auto gradient = std::find_if(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
       if (gradient != plan.metrics.end())
-        throw UsageError(fmt::format(
-            "the metric {} is not computed for causal cases yet (layer {} is causal{}); leave it out of --metrics, "
-            "or measure bidirectional attention with --mask full.",
-            metric_name(*gradient), layer, why));
+        for (const EstimatorSetting& setting : plan.settings)
+          for (const Spec& spec : {setting.spec, parse_spec(setting.reference)})
+            if (!spec.def().backward.empty() && !spec.def().causal_backward)
+              throw UsageError(fmt::format(
+                  "'{}' has no backward pass for its causal form yet, so {} is not computed for it in causal cases "
+                  "(layer {} is causal{}); estimators that have one: {}. Drop the gradient metrics or that "
+                  "estimator, or measure bidirectional attention with --mask full.",
+                  spec.name(), metric_name(*gradient), layer, why, names_where(&EstimatorDef::causal_backward)));
       if (wants_weights)
         for (const EstimatorSetting& setting : plan.settings)
           if (!setting.spec.def().causal_weights) {

@@ -3,7 +3,8 @@
 // rounding floor (~1e-7 relative) against the float64 reference; as a reference it is float64.
 // Causal form (mask = causal): keys j ≤ i only; the float32 path skips the masked key blocks.
 // Backward (float64, blocks of 256 query rows, never n × n): with A = softmax(s·QKᵀ) and L = ⟨G, A·V⟩,
-//   dA = G·Vᵀ,  dS = A ⊙ (dA − rowsum(A ⊙ dA)),  ∇_Q = s·dS·K,  ∇_V = Aᵀ·G.
+//   dA = G·Vᵀ,  dS = A ⊙ (dA − rowsum(A ⊙ dA)),  ∇_Q = s·dS·K,  ∇_V = Aᵀ·G;
+// causal: A the masked softmax, whose zeros above the diagonal keep dS and Aᵀ·G there at 0.
 #include <algorithm>
 
 #include "attnprobe/estimators/registry.h"
@@ -29,11 +30,7 @@ class SoftmaxEstimator final : public Estimator {
     out.pair_fraction = 1.0;
     for (int64_t r0 = 0; r0 < n; r0 += block) {
       const int64_t rows = std::min(block, n - r0);
-      MatrixD a = view.scale * view.q.middleRows(r0, rows) * view.k.transpose();  // rows × keys
-      for (int64_t i = 0; i < rows; ++i) {
-        a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
-        a.row(i) /= a.row(i).sum();
-      }
+      const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);  // rows × keys
       const auto g = upstream.middleRows(r0, rows);
       MatrixD ds = g * view.v.transpose();  // dA, then dS
       const VectorD centre = (a.array() * ds.array()).rowwise().sum();
@@ -65,6 +62,7 @@ class SoftmaxEstimator final : public Estimator {
     .weights = true,
     .causal_weights = true,
     .backward = "out",
+    .causal_backward = true,
     .make = [](const Spec&) { return std::make_unique<SoftmaxEstimator>(); },
 });
 

@@ -13,7 +13,8 @@
 // pass is feature_attention.h's, shared with favorpp.
 // Backward of L = ⟨G, out⟩ with the same ω (a_i = query features, N_i = a_i·KV, D_i = a_i·Σ_j φ(k_j)):
 //   ∂L/∂a_im = (g_i·kv_m − (g_i·out_i)·ks_m)/D_i,  ∇_q_i = √s·Σ_m a_im·∂L/∂a_im·ω_m,
-//   ∇_V = Φ_K·Σ_i (a_i/D_i)ᵀ g_i;  O(n·M·(p + pv)), float64.
+//   ∇_V = Φ_K·Σ_i (a_i/D_i)ᵀ g_i;  O(n·M·(p + pv)), float64. Causal: the prefix sums S_i, z_i in place of
+//   KV and Σ_j φ(k_j), and ∇_V_j = Σ_{i≥j} (φ(q_i)·φ(k_j)/D_i)·g_i, a suffix sum (backward_causal).
 #include <cmath>
 
 #include "attnprobe/common/error.h"
@@ -44,6 +45,7 @@ class Performer final : public Estimator {
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext& ctx) const override {
+    if (view.mask == Mask::kCausal) return backward_causal(view, upstream, ctx);
     const Forward f = forward(view, ctx);
     const VectorD g_dot_out = (upstream.array() * f.out.array()).rowwise().sum();
     MatrixD coefficient = upstream * f.kv.transpose();  // n × M: g_i·kv_m, then ∂L/∂a_im·a_im
@@ -155,6 +157,43 @@ class Performer final : public Estimator {
     }
   }
 
+  // The causal form's backward, L = ⟨G, Y⟩ with Y_i = a_i·S_i / a_i·z_i, token by token in float64:
+  //   ∂L/∂a_im = (g_i·S_i[m] − (g_i·Y_i)·z_i[m]) / D_i,  ∇_q_i = √s·Σ_m a_im·∂L/∂a_im·ω_m   (prefix sums, as
+  //   estimate_causal: each feature's running key shift, carried by the query, so nothing underflows);
+  //   ∇_V_j = Σ_{i≥j} Σ_m φ_m(k_j)·w_im·g_i,  w_im = φ_m(q_i)/Σ_{j′≤i} φ(q_i)·φ(k_j′)   (suffix sums: the
+  //   same running-shift sums taken backwards, queries' log w_i as the "keys" and g_i as the values).
+  // Every term φ_m(q_i)φ_m(k_j)/D_i of the suffix read is ≤ 1 (a row of Â sums to one), so the keys' reads
+  // exp(log φ_m(k_j) + shift_m) cannot overflow. O(n·M·(p + pv)) time, O(n·M) memory.
+  std::optional<Gradients> backward_causal(const HeadView& view, const MatrixD& g, const EstimateContext& ctx) const {
+    const int64_t n = view.n();
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);  // M × p
+    const MatrixD log_q = log_features(root_scale * view.q, omegas);                // n × M
+    const MatrixD log_k = log_features(root_scale * view.k.topRows(n), omegas);     // keys past n: seen by none
+    MatrixD coefficient(n, features_), log_w(n, features_);
+    CausalFeatureSums prefix(features_, view.pv());
+    for (int64_t i = 0; i < n; ++i) {
+      prefix.add(log_k.row(i), view.v.row(i));
+      const RowVectorD shifted = log_q.row(i) + prefix.shift;
+      const double top = shifted.maxCoeff();
+      const RowVectorD a = (shifted.array() - top).exp();
+      const double denominator = a.dot(prefix.z);  // ≥ 1: the top feature's query weight and key sum hold a 1
+      const RowVectorD y = a * prefix.kv / denominator;
+      coefficient.row(i) =
+          (g.row(i) * prefix.kv.transpose() - g.row(i).dot(y) * prefix.z).cwiseProduct(a) / denominator;
+      log_w.row(i) = log_q.row(i).array() - (top + std::log(denominator));  // log φ(q_i) − log D_i, unshifted
+    }
+    Gradients out;
+    out.q = root_scale * coefficient * omegas;
+    out.v = MatrixD::Zero(view.k.rows(), view.pv());
+    CausalFeatureSums suffix(features_, view.pv());
+    for (int64_t j = n - 1; j >= 0; --j) {
+      suffix.add(log_w.row(j), g.row(j));
+      out.v.row(j) = (log_k.row(j) + suffix.shift).array().exp().matrix() * suffix.kv;
+    }
+    return out;
+  }
+
  private:
   static constexpr int64_t kRowBlock = 256;  ///< causal form: rows of log-features formed at once
 
@@ -202,6 +241,7 @@ class Performer final : public Estimator {
     .weights = true,
     .causal_weights = true,
     .backward = "out",
+    .causal_backward = true,
     .ablations = {"performer(ortho=0)"},
     .make = [](const Spec& spec) { return std::make_unique<Performer>(PerformerParams::from_spec(spec)); },
 });

@@ -2,7 +2,8 @@
 // out_i = (1/n)·Σ_j v_j for every query i, i.e. uniform attention. Deterministic; exact when
 // attention is uniform, and the error every sampling method must beat on peaked attention.
 // Causal form: out_i = (1/(i+1))·Σ_{j≤i} v_j, a running sum in float64 (so row i never sees j > i).
-// Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i.
+// Backward of L = ⟨G, out⟩: ∇_Q = 0 (the output ignores Q), every row of ∇_V = (1/n)·Σ_i g_i; causal:
+// ∇_V_j = Σ_{i≥j} g_i/(i + 1), a suffix sum.
 #include <algorithm>
 
 #include "attnprobe/estimators/common/landmarks.h"
@@ -29,6 +30,15 @@ class VMeanEstimator final : public Estimator {
                                     const EstimateContext&) const override {
     Gradients out;
     out.q = MatrixD::Zero(view.n(), view.p());
+    if (view.mask == Mask::kCausal) {
+      out.v = MatrixD::Zero(view.k.rows(), view.pv());  // keys past the last query are seen by none
+      RowVectorD suffix = RowVectorD::Zero(view.pv());
+      for (int64_t j = view.n() - 1; j >= 0; --j) {
+        suffix += upstream.row(j) / static_cast<double>(j + 1);
+        out.v.row(j) = suffix;
+      }
+      return out;
+    }
     out.v = (upstream.colwise().sum() / static_cast<double>(view.k.rows())).replicate(view.k.rows(), 1);
     return out;
   }
@@ -73,6 +83,7 @@ class VMeanEstimator final : public Estimator {
     .weights = true,
     .causal_weights = true,
     .backward = "out",
+    .causal_backward = true,
     .make = [](const Spec&) { return std::make_unique<VMeanEstimator>(); },
 });
 

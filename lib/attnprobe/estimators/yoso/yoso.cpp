@@ -160,8 +160,9 @@ class YosoSampling final : public Estimator {
     MatrixD q_hat, k_hat;
     std::vector<uint32_t> query_codes, key_codes;
     hash_inputs(view, ctx.key, ctx.pool, &q_hat, &k_hat, query_codes, key_codes);
-    if (sparse_gradient_) return yoso_sparse_gradient(query_codes, key_codes, m_, tau_, q_hat, k_hat, view.v, upstream);
-    return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream);
+    if (sparse_gradient_)
+      return yoso_sparse_gradient(query_codes, key_codes, m_, tau_, q_hat, k_hat, view.v, upstream, view.mask);
+    return yoso_lsh_gradient(query_codes, key_codes, m_, tau_, k_hat, view.v, upstream, view.mask);
   }
 
   // Â_ij = (1/m)·#{f : h_f(q̂_i) = h_f(k̂_j)}, divided by ‖Y_i‖ with norm=l2 (so rows need not sum to one,
@@ -278,6 +279,7 @@ class YosoSampling final : public Estimator {
     .weights = true,
     .causal_weights = true,
     .backward = "yoso",
+    .causal_backward = true,
     .make = [](const Spec& spec) { return std::make_unique<YosoSampling>(YosoParams::from_spec(spec)); },
 });
 

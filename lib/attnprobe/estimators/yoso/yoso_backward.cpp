@@ -8,6 +8,8 @@
 #include <numbers>
 #include <numeric>
 
+#include "attnprobe/exact/exact_attention.h"
+
 namespace attnprobe {
 namespace {
 
@@ -46,7 +48,7 @@ struct Buckets {
 }  // namespace
 
 Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g,
-                                    int tau, bool lower_bound) {
+                                    int tau, bool lower_bound, Mask mask) {
   const int64_t n = q_hat.rows(), keys = k_hat.rows();
   Gradients out;
   out.q.resize(n, q_hat.cols());
@@ -54,11 +56,13 @@ Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, 
   out.pair_fraction = 1.0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
-    const MatrixD x = q_hat.middleRows(r0, rows) * k_hat.transpose();  // rows × keys
-    MatrixD coefficient = g.middleRows(r0, rows) * v.transpose();      // G·Vᵀ, then ⊙ dW/dx
-    MatrixD w(rows, keys);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < keys; ++j) {
+    const int64_t cols = visible_keys(r0 + rows - 1, keys, mask);                    // causal: no later key is touched
+    const MatrixD x = q_hat.middleRows(r0, rows) * k_hat.topRows(cols).transpose();  // rows × cols
+    MatrixD coefficient = g.middleRows(r0, rows) * v.topRows(cols).transpose();      // G·Vᵀ, then ⊙ dW/dx
+    MatrixD w(rows, cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t seen = visible_keys(r0 + i, cols, mask);
+      for (int64_t j = 0; j < seen; ++j) {
         const double c = std::clamp(x(i, j), -1.0, 1.0);
         const double base = 1.0 - std::acos(c) / std::numbers::pi;
         w(i, j) = std::pow(base, tau);
@@ -71,42 +75,58 @@ Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, 
         }
         coefficient(i, j) *= derivative;
       }
-    out.q.middleRows(r0, rows).noalias() = coefficient * k_hat;
-    out.v.noalias() += w.transpose() * g.middleRows(r0, rows);
+      w.row(i).tail(cols - seen).setZero();
+      coefficient.row(i).tail(cols - seen).setZero();
+    }
+    out.q.middleRows(r0, rows).noalias() = coefficient * k_hat.topRows(cols);
+    out.v.topRows(cols).noalias() += w.transpose() * g.middleRows(r0, rows);
   }
   return out;
 }
 
 Gradients yoso_lsh_gradient(const std::vector<uint32_t>& query_codes, const std::vector<uint32_t>& key_codes, int m,
-                            int tau, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g) {
+                            int tau, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g, Mask mask) {
   const int64_t n = g.rows(), keys = k_hat.rows(), p = k_hat.cols(), pv = v.cols();
   Gradients out;
   out.q = MatrixD::Zero(n, p);
   out.v = MatrixD::Zero(keys, pv);
   MatrixD sums, g_sums;
+  std::vector<int64_t> bucket_of_key(keys);
   for (int f = 0; f < m; ++f) {
-    // Keys fill T_f[c] = Σ_j v_j k̂_jᵀ (pv × p, stored as one row of pv·p) per occupied bucket.
+    // T_f[c] = Σ_j v_j k̂_jᵀ (pv × p, stored as one row of pv·p) per occupied bucket.
     const Buckets by_key(key_codes, keys, m, f);
     const int64_t buckets = static_cast<int64_t>(by_key.codes.size());
-    sums.setZero(buckets, pv * p);
-    for (int64_t b = 0; b < buckets; ++b) {
-      Eigen::Map<MatrixD> table(sums.row(b).data(), pv, p);
-      for (int64_t idx = by_key.starts[b]; idx < by_key.starts[b + 1]; ++idx) {
-        const int64_t j = by_key.order[idx];
-        table.noalias() += v.row(j).transpose() * k_hat.row(j);
-      }
-    }
-    // Queries read them: ∇_Q̂_i += g_iᵀ·T_f[h_f(q̂_i)]; and fill the sums of g for ∇_V.
-    g_sums.setZero(buckets, pv);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t b = by_key.find(query_codes[i * m + f]);
-      if (b < 0) continue;
-      out.q.row(i).noalias() += g.row(i) * Eigen::Map<const MatrixD>(sums.row(b).data(), pv, p);
-      g_sums.row(b) += g.row(i);
-    }
     for (int64_t b = 0; b < buckets; ++b)
-      for (int64_t idx = by_key.starts[b]; idx < by_key.starts[b + 1]; ++idx)
-        out.v.row(by_key.order[idx]) += g_sums.row(b);
+      for (int64_t idx = by_key.starts[b]; idx < by_key.starts[b + 1]; ++idx) bucket_of_key[by_key.order[idx]] = b;
+    const auto add_key = [&](int64_t j) {
+      Eigen::Map<MatrixD> table(sums.row(bucket_of_key[j]).data(), pv, p);
+      table.noalias() += v.row(j).transpose() * k_hat.row(j);
+    };
+    // Queries read them, ∇_Q̂_i += g_iᵀ·T_f[h_f(q̂_i)], once the keys query i sees are in: all of them
+    // (full), or keys 0..i, added in token order (causal).
+    sums.setZero(buckets, pv * p);
+    int64_t added = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (const int64_t seen = visible_keys(i, keys, mask); added < seen; ++added) add_key(added);
+      const int64_t b = by_key.find(query_codes[i * m + f]);
+      if (b >= 0) out.q.row(i).noalias() += g.row(i) * Eigen::Map<const MatrixD>(sums.row(b).data(), pv, p);
+    }
+    // ∇_V_j += the sum of g_i over the queries that see key j in its bucket: all of them (full), or
+    // i ≥ j, the queries added from the last token back (causal).
+    g_sums.setZero(buckets, pv);
+    const auto add_query = [&](int64_t i) {
+      const int64_t b = by_key.find(query_codes[i * m + f]);
+      if (b >= 0) g_sums.row(b) += g.row(i);
+    };
+    if (mask == Mask::kCausal) {
+      for (int64_t i = n - 1; i >= 0; --i) {
+        add_query(i);
+        if (i < keys) out.v.row(i) += g_sums.row(bucket_of_key[i]);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) add_query(i);
+      for (int64_t j = 0; j < keys; ++j) out.v.row(j) += g_sums.row(bucket_of_key[j]);
+    }
   }
   out.q *= 0.5 * tau / m;
   out.v /= m;
@@ -114,8 +134,8 @@ Gradients yoso_lsh_gradient(const std::vector<uint32_t>& query_codes, const std:
 }
 
 Gradients yoso_sparse_gradient(const std::vector<uint32_t>& query_codes, const std::vector<uint32_t>& key_codes, int m,
-                               int tau, const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v,
-                               const MatrixD& g) {
+                               int tau, const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g,
+                               Mask mask) {
   const int64_t n = q_hat.rows(), keys = k_hat.rows();
   std::vector<Buckets> by_key;
   by_key.reserve(m);
@@ -131,6 +151,7 @@ Gradients yoso_sparse_gradient(const std::vector<uint32_t>& query_codes, const s
       if (b < 0) continue;
       for (int64_t idx = by_key[f].starts[b]; idx < by_key[f].starts[b + 1]; ++idx) {
         const int64_t j = by_key[f].order[idx];
+        if (j >= visible_keys(i, keys, mask)) break;  // a bucket lists its keys in token order
         if (seen[j] == i) continue;
         seen[j] = i;
         ++pairs;
@@ -139,8 +160,9 @@ Gradients yoso_sparse_gradient(const std::vector<uint32_t>& query_codes, const s
         out.v.row(j) += w * g.row(i);
       }
     }
-  out.pair_fraction =
-      static_cast<double>(pairs) / (static_cast<double>(n) * static_cast<double>(std::max<int64_t>(keys, 1)));
+  double visible_pairs = 0;
+  for (int64_t i = 0; i < n; ++i) visible_pairs += static_cast<double>(visible_keys(i, keys, mask));
+  out.pair_fraction = static_cast<double>(pairs) / std::max(visible_pairs, 1.0);
   return out;
 }
 

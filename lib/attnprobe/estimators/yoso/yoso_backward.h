@@ -9,11 +9,14 @@
 //                 with Gaussian hashing), from bucket tables, never n × n;
 //   sparse (§1.4): the lower bound over the pairs that collide in at least one hash, exact weights.
 // Shapes: q̂ n × p′, k̂ keys × p′, v keys × pv, g (the upstream gradient) n × pv; codes as lsh_codes
-// returns them (row-major n × m and keys × m).
+// returns them (row-major n × m and keys × m). Mask::kCausal: the gradient of the causal form, W_ij = 0
+// for j > i (each sum over j runs over j ≤ i, each over i over i ≥ j); pair fractions then count the
+// n(n + 1)/2 visible pairs.
 #include <cstdint>
 #include <vector>
 
 #include "attnprobe/estimators/estimator.h"
+#include "attnprobe/view/mask.h"
 
 namespace attnprobe {
 
@@ -25,7 +28,7 @@ inline constexpr double kMinSine = 1e-6;
 /// Exact gradient (lower_bound = false) or the lower bound (true) of YOSO-E; ∇_V = Wᵀ·G either way.
 /// Row blocks of 256 queries: O(n·keys·(p′ + pv)) time, O(256·keys) memory. pair_fraction = 1.
 Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g,
-                                    int tau, bool lower_bound);
+                                    int tau, bool lower_bound, Mask mask = Mask::kFull);
 
 /// YOSO-m's estimate of the lower bound, B_ij = (1/m)·Σ_f [h_f(q̂_i) = h_f(k̂_j)]:
 ///   ∇_Q̂_i = (τ/2)·Σ_j B_ij (g_i·v_j) k̂_j = (τ/(2m))·Σ_f g_iᵀ·T_f[h_f(q̂_i)],  T_f[c] = Σ_{j: h_f(k̂_j)=c} v_j k̂_jᵀ
@@ -33,12 +36,13 @@ Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, 
 ///   ∇_V_j = Σ_i B_ij g_i, the same tables read transposed (queries fill sums of g, keys read them).
 /// O(n·m·p′·pv) after hashing; memory one hash's occupied buckets × p′·pv. pair_fraction NaN.
 Gradients yoso_lsh_gradient(const std::vector<uint32_t>& query_codes, const std::vector<uint32_t>& key_codes, int m,
-                            int tau, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g);
+                            int tau, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g, Mask mask = Mask::kFull);
 
 /// The §1.4 sparse form: S_i = {j : h_f(q̂_i) = h_f(k̂_j) for some f};
 ///   ∇_Q̂_i = Σ_{j∈S_i} (g_i·v_j)(τ/2)W_ij k̂_j,  ∇_V_j = Σ_{i: j∈S_i} W_ij g_i;
 /// pair_fraction = Σ_i |S_i| / (n·keys). O(nnz·(m + p′ + pv)) plus sorting the codes.
 Gradients yoso_sparse_gradient(const std::vector<uint32_t>& query_codes, const std::vector<uint32_t>& key_codes, int m,
-                               int tau, const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g);
+                               int tau, const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g,
+                               Mask mask = Mask::kFull);
 
 }  // namespace attnprobe

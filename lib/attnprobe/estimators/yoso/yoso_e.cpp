@@ -112,7 +112,7 @@ class YosoExpectation final : public Estimator {
                                     const EstimateContext&) const override {
     MatrixD q, k;
     yoso_inputs(view.q, view.k, lift_, q, k);
-    return yoso_expectation_gradient(q, k, view.v, upstream, tau_, lower_bound_);
+    return yoso_expectation_gradient(q, k, view.v, upstream, tau_, lower_bound_, view.mask);
   }
 
   // Â_ij = W_ij/‖Y_i‖ (rows × keys, float64 as reference()), so estimate's row i is Σ_j Â_ij·v_j. Its
@@ -169,6 +169,7 @@ class YosoExpectation final : public Estimator {
     .weights = true,
     .causal_weights = true,
     .backward = "yoso",
+    .causal_backward = true,
     .make = [](const Spec& spec) { return std::make_unique<YosoExpectation>(YosoExpectationParams::from_spec(spec)); },
 });
 
