@@ -311,6 +311,37 @@ TEST_CASE("summarize says what is wrong with a CSV of no rows or no lines", "[ho
   CHECK_THAT(lines.output, Catch::Contains("300 bytes without a newline"));
 }
 
+TEST_CASE("a negative value of an attnprobe metric is refused by every reader", "[hostile][check]") {
+  // Every metric attnprobe computes is >= 0; merge copied a hand-edited -0.5 into its output and check
+  // held the next run to it.
+  const std::string csv = temp_path("negative.csv"), summary = temp_path("negative-summary.csv");
+  REQUIRE(
+      run_bounded("sweep " + hostile_dump() + " -e vmean --lengths 16 --metrics spec_rel,mse -q -o " + csv).exit_code ==
+      0);
+  const std::string whole = read_text(csv);
+  const std::string prefix = whole.substr(0, whole.rfind(',') + 1);
+  write_text(csv, prefix + "-0.5\n");
+  for (const std::string& command : {"summarize " + csv, "check " + csv + " --baseline " + csv,
+                                     "merge -o " + temp_path("negative-merged.csv") + " " + csv}) {
+    const auto r = run_bounded(command);
+    INFO(command << ": " << r.output);
+    CHECK(r.exit_code == exit_code::kInput);
+    CHECK_THAT(r.output, Catch::Contains("is -0.5, but mse is never negative") && Catch::Contains("line"));
+  }
+  // The same in a summary's mean; and a metric attnprobe does not compute (a team's own, signed) passes.
+  write_text(csv, whole);
+  REQUIRE(run_bounded("summarize " + csv + " -o " + summary).exit_code == 0);
+  std::string text = read_text(summary);
+  const size_t mean_at = text.find(",mse,1,") + std::string(",mse,1,").size();
+  text.insert(mean_at, "-");
+  write_text(summary, text);
+  CHECK(run_bounded("check " + csv + " --baseline " + summary).exit_code == exit_code::kInput);
+  std::string own = prefix + "-0.5\n";
+  own.replace(own.rfind(",mse,"), 5, ",log_gap,");
+  write_text(csv, own);
+  CHECK(read_csv(csv).trials.back().value == -0.5);
+}
+
 TEST_CASE("a resumed sweep keeps a row written twice once and refuses two values of one row", "[hostile][resume]") {
   const std::string args = "sweep " + hostile_dump() + " -e 'yoso(m=4)' --lengths 16 --trials 2 -q -o ";
   const std::string csv = temp_path("twice-resumed.csv");

@@ -94,11 +94,22 @@ const char* metric_name(Metric metric) {
   return "?";
 }
 
-std::vector<Metric> parse_metrics(const std::string& text) {
+std::vector<Metric> known_metrics() {
   std::vector<Metric> known = all_metrics();
   known.insert(known.end(), case_metrics().begin(), case_metrics().end());
   known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
   known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
+  return known;
+}
+
+std::optional<Metric> find_metric(std::string_view name) {
+  for (Metric m : known_metrics())
+    if (name == metric_name(m)) return m;
+  return std::nullopt;
+}
+
+std::vector<Metric> parse_metrics(const std::string& text) {
+  const std::vector<Metric> known = known_metrics();
   std::vector<std::string> names;
   for (Metric m : known) names.push_back(metric_name(m));
   std::vector<Metric> out;

@@ -1,7 +1,9 @@
 #pragma once
 // The error metrics of docs/metrics.md, all in float64, between a reference R* (n × p) and an
 // estimate R (n × p).
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
@@ -45,6 +47,10 @@ bool is_gradient_metric(Metric metric);
 const std::vector<Metric>& weight_metrics();
 bool is_weight_metric(Metric metric);
 const char* metric_name(Metric metric);
+/// Every metric attnprobe computes (per trial, per case, weights, gradients), in that order.
+std::vector<Metric> known_metrics();
+/// The metric called `name`, or nullopt for a name attnprobe does not compute.
+std::optional<Metric> find_metric(std::string_view name);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
 /// attention-weight ones) or a mix such as "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);

@@ -10,6 +10,8 @@
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/metrics/metrics.h"
 
 namespace attnprobe {
 
@@ -59,6 +61,21 @@ void TrialCsvWriter::write_text(const std::string& block) {
     throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
 }
 
+namespace {
+// Every metric attnprobe computes is ≥ 0 (an error, a fraction, an angle: larger is worse, which `check`
+// relies on), or NaN/+inf. A negative value of one of them is a damaged or hand-edited file, refused
+// here so that merge, summarize, check and --resume never carry it on. Other metric names (a team's
+// own, written by another tool) are left as they are.
+void require_possible(const std::string& where, const std::string& metric, std::string_view column, double value) {
+  if (!(value < 0) || !find_metric(metric)) return;
+  throw InputError(
+      fmt::format("{}: {} of metric {} is {}, but {} is never negative (larger is worse). The file is "
+                  "damaged or was edited by hand: rerun the sweep that wrote it (--resume keeps the "
+                  "other rows) or restore it.",
+                  where, column, metric, format_real(value), metric));
+}
+}  // namespace
+
 CsvContents read_csv(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
@@ -105,10 +122,17 @@ CsvContents read_csv(const std::string& path) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", where, e.what()));
     }
-    if (out.summary)
-      parse_row(*summary_layout, fields, where, out.summaries.emplace_back());
-    else
-      parse_row(*trial_layout, fields, where, out.trials.emplace_back());
+    if (out.summary) {
+      SummaryRow& row = out.summaries.emplace_back();
+      parse_row(*summary_layout, fields, where, row);
+      for (const auto& [column, value] : {std::pair{"mean", row.mean}, std::pair{"median", row.median},
+                                          std::pair{"min", row.min}, std::pair{"max", row.max}})
+        require_possible(where, row.metric, column, value);
+    } else {
+      TrialRow& row = out.trials.emplace_back();
+      parse_row(*trial_layout, fields, where, row);
+      require_possible(where, row.metric, "value", row.value);
+    }
   }
   if (line_no == 0)
     throw InputError(text.empty() ? fmt::format("'{}' is empty: it has no CSV header", path)
