@@ -1,6 +1,7 @@
 // The regression gate: an identical rerun and a rerun with other seeds pass; an injected
 // regression and a missing case fail with exit 1 and name the case; every registered estimator
 // has a committed baseline.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -106,6 +107,38 @@ TEST_CASE("check accepts summaries and a NaN that appears is a regression", "[ch
   REQUIRE(run_attnprobe("summarize " + sweep("s.csv", "-e vmean") + " -o " + summary).exit_code == 0);
   CHECK(run_attnprobe("check " + summary + " --baseline " + summary).exit_code == 0);
   CHECK(run_attnprobe("check " + summary + " --baseline " + summary + " --z -1").exit_code == 2);
+}
+
+TEST_CASE("check gates case, weight and gradient metrics, topk_recall as larger is better", "[check]") {
+  // Only the nine per-trial metrics were known to the CLI's gate: a file with case rows (trial -1), row_tv
+  // or grad_q_fro_rel was "unknown metric" even against itself, and a better topk_recall would have been
+  // a regression.
+  const std::string base = sweep("every-kind.csv",
+                                 "-e vmean -e 'performer(M=16)' --layers 0 --metrics "
+                                 "fro_rel,case,weights,grad_q_fro_rel,grad_v_fro_rel");
+  const auto same = run_attnprobe("check " + base + " --baseline " + base);
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.output, Catch::Contains("0 regressions"));
+  const CheckReport itself = check_regressions(load_gate_input(base, true), load_gate_input(base, false), {});
+  for (const char* metric : {"bias_fro_rel", "row_tv", "topk_recall", "grad_q_fro_rel"})
+    CHECK(std::count_if(itself.comparisons.begin(), itself.comparisons.end(),
+                        [&](const Comparison& c) { return c.metric == metric; }) > 0);
+  // topk_recall: lower is the regression, higher the improvement.
+  std::vector<SummaryRow> baseline = load_gate_input(base, true);
+  baseline.erase(
+      std::remove_if(baseline.begin(), baseline.end(), [](const SummaryRow& s) { return s.metric != "topk_recall"; }),
+      baseline.end());
+  REQUIRE(!baseline.empty());
+  for (SummaryRow& s : baseline) s.std = s.stderr_ = 0;
+  std::vector<SummaryRow> better = baseline, worse = baseline;
+  for (SummaryRow& s : better) s.mean += 0.1;
+  for (SummaryRow& s : worse) s.mean -= 0.1;
+  const CheckReport up = check_regressions(baseline, better, {}), down = check_regressions(baseline, worse, {});
+  CHECK(up.regressions == 0);
+  CHECK(up.improvements == static_cast<int>(baseline.size()));
+  CHECK(down.regressions == static_cast<int>(baseline.size()));
+  CHECK(down.comparisons.front().z > 0);  // z says how much worse
 }
 
 TEST_CASE("summarize refuses a trial given twice and pools other seeds", "[check]") {

@@ -13,6 +13,7 @@
 #include "attnprobe/estimators/yoso/yoso_backward.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
+#include "attnprobe/sweep/budget.h"
 #include "attnprobe/sweep/plan.h"
 #include "attnprobe/sweep/runner.h"
 #include "support.h"
@@ -374,6 +375,22 @@ TEST_CASE("gradient metrics of causal cases are refused for a backward without i
   CHECK_NOTHROW(plan_sweep(dump, request));
 }
 
+TEST_CASE("the memory budget counts the backward pass when gradient metrics are asked for", "[gradients][budget]") {
+  // performer(M=32768)'s backward holds four n × M float64 matrices (1 GiB at n = 1024) where its forward
+  // pass holds blocks: --max-memory 300M let it run to a 1.08 GB peak.
+  const Dump dump = Dump::open(write_synth("grad-budget.h5", synth_options(1, 1, 1, 1024, 8)));
+  SweepRequest request;
+  request.estimators = {"performer(M=32768)"};
+  request.mask = "causal";
+  request.metrics = parse_metrics("fro_rel");
+  const double forward = estimate_budget(dump, plan_sweep(dump, request), 1).peak_bytes;
+  request.metrics = parse_metrics("fro_rel,grad_v_fro_rel");
+  const double backward = estimate_budget(dump, plan_sweep(dump, request), 1).peak_bytes;
+  INFO("forward " << forward << " with the backward " << backward);
+  CHECK(forward < 300e6);
+  CHECK(backward > 4.0 * 8 * 1024 * 32768);  // observed 1.01 GiB
+}
+
 TEST_CASE("gradient metrics: zero against itself, NaN without a backward form of the reference's kind",
           "[gradients][metrics]") {
   const HeadView view = synth_slice(24, 8, 0.5, 19);
@@ -400,6 +417,27 @@ TEST_CASE("gradient metrics: zero against itself, NaN without a backward form of
   CHECK(std::isnan(values[4]));
   CHECK(parse_metrics("all") == all_metrics());  // gradient metrics only when named
   CHECK(parse_metrics("grad_q_angle,grad_pairs") == std::vector<Metric>{Metric::kGradQAngle, Metric::kGradPairs});
+}
+
+TEST_CASE("gradient metrics do not depend on the upstream gradient's scale", "[gradients][metrics]") {
+  // A dump's dy of 1e160 made every gradient metric NaN (squared norms overflowed), one of 1e-200 too (they
+  // underflowed to 0). The gradients are linear in G, so the metrics are scale-free.
+  const HeadView view = synth_slice(24, 8, 0.5, 25);
+  const MatrixD g = normal_matrix(view.n(), view.pv(), 14);
+  const std::vector<Metric> which = {Metric::kGradQFroRel, Metric::kGradQAngle, Metric::kGradVFroRel};
+  std::vector<double> plain(which.size());
+  const Gradients exact = backward_of("softmax", view, g), rough = backward_of("performer(M=8)", view, g);
+  set_gradient_metrics(&exact, &rough, which, plain);
+  for (double scale : {1e160, 1e-200}) {
+    const Gradients big_exact = backward_of("softmax", view, scale * g),
+                    big_rough = backward_of("performer(M=8)", view, scale * g);
+    std::vector<double> scaled(which.size());
+    set_gradient_metrics(&big_exact, &big_rough, which, scaled);
+    for (size_t m = 0; m < which.size(); ++m) {
+      INFO(metric_name(which[m]) << " at scale " << scale << ": " << scaled[m] << " vs " << plain[m]);
+      CHECK(scaled[m] == Approx(plain[m]).epsilon(1e-12));
+    }
+  }
 }
 
 TEST_CASE("a sweep computes gradient metrics only when asked, from a keyed upstream gradient", "[gradients][cli]") {

@@ -321,11 +321,14 @@ def _frame(text: str):
 
 def read_csv(path: Union[str, os.PathLike]):
     """A trial or summary CSV (from the CLI or :func:`sweep`) as a DataFrame, read exactly as
-    :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN)."""
+    :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN).
+    Refused, as by the CLI's readers: a negative value of a metric attnprobe computes (a damaged or
+    hand-edited file; raises ``attnprobe.InputError`` with the row)."""
     with open(os.fspath(path), encoding="utf-8") as f:
         df = _frame(f.read())
     if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
         df.insert(list(df.columns).index("p") + 1, "mask", "full")
+    _core.validate_rows(*_rows(df))
     return df
 
 
@@ -647,7 +650,10 @@ def check(new, baseline, z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3,
           metrics: Union[None, str, Sequence[str]] = None) -> CheckReport:
     """The regression gate of ``attnprobe check``: for every case and metric of ``baseline``, a
     regression is ``mean_new - mean_base > z*sqrt(se_new² + se_base²) + atol + rtol*|mean_base|``
-    (every metric is an error: larger is worse); a baseline case missing from ``new`` fails.
+    (every metric is an error, larger is worse, except ``topk_recall``, larger is better: there the
+    difference is ``mean_base - mean_new``); a baseline case missing from ``new`` fails. Every metric
+    attnprobe computes can be gated (per trial, per case, weights, gradients), and the inputs are
+    validated as ``attnprobe check`` validates its files.
 
     ``new`` and ``baseline``: trial rows or summaries, as DataFrames or CSV paths (trial rows are
     summarised first). ``metrics`` gates only those. Returns a :class:`CheckReport`; ``.passed`` is

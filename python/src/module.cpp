@@ -714,18 +714,37 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
 
 // Rows handed over from pandas as text fields in the schema's column order (the Python layer formats
 // them), parsed by the schema's own column table.
+// A negative value of one of attnprobe's metrics is refused as the CSV readers refuse it.
 template <class Row>
 std::vector<Row> parse_rows(const std::vector<Column<Row>>& columns, const std::vector<std::vector<std::string>>& rows,
                             const std::string& what) {
   std::vector<Row> out(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) parse_row(columns, rows[i], fmt::format("{} row {}", what, i), out[i]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = fmt::format("{} row {}", what, i);
+    parse_row(columns, rows[i], where, out[i]);
+    require_possible_values(where, out[i]);
+  }
   return out;
 }
 
-std::vector<SummaryRow> summary_of(bool summary, const std::vector<std::vector<std::string>>& rows,
-                                   const std::string& what) {
-  if (summary) return parse_rows(summary_columns(), rows, what);
-  return summarize_trials(parse_rows(trial_columns(), rows, what));
+// Rows for the gate, validated as `attnprobe check` validates its files (report/check.h, gate_input).
+std::vector<SummaryRow> gate_rows(bool summary, const std::vector<std::vector<std::string>>& rows,
+                                  const std::string& what, bool baseline) {
+  CsvContents contents;
+  contents.summary = summary;
+  if (summary)
+    contents.summaries = parse_rows(summary_columns(), rows, what);
+  else
+    contents.trials = parse_rows(trial_columns(), rows, what);
+  return gate_input(contents, what, baseline);
+}
+
+// Rows handed over from pandas, validated like the CSV readers' (read_csv's check of a DataFrame).
+void validate_rows(bool summary, const std::vector<std::vector<std::string>>& rows) {
+  if (summary)
+    parse_rows(summary_columns(), rows, "summary");
+  else
+    parse_rows(trial_columns(), rows, "trial");
 }
 
 std::string summarize(bool summary, const std::vector<std::vector<std::string>>& rows,
@@ -750,8 +769,9 @@ std::string check(bool new_summary, const std::vector<std::vector<std::string>>&
   require_usage(z >= 0 && atol >= 0 && rtol >= 0, "z, atol and rtol must be >= 0");
   CheckOptions options{z, atol, rtol, metric_names};
   py::gil_scoped_release release;
-  const CheckReport report = check_regressions(summary_of(base_summary, base_rows, "baseline"),
-                                               summary_of(new_summary, new_rows, "new"), options);
+  validate_check_options(options);
+  const CheckReport report = check_regressions(gate_rows(base_summary, base_rows, "baseline", true),
+                                               gate_rows(new_summary, new_rows, "new", false), options);
   return check_report_json(report, options);
 }
 
@@ -874,6 +894,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("sweep", &sweep);
   m.def("summarize", &summarize);
   m.def("check", &check);
+  m.def("validate_rows", &validate_rows);
   m.def("hardware_threads", &hardware_threads);
   m.def("parse_int_list", [](const std::string& text, const std::string& what) { return parse_int_list(text, what); });
 }

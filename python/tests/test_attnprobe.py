@@ -588,3 +588,30 @@ def test_help_teaches_with_an_example():
     doc = attnprobe.sweep.__doc__
     assert "Example" in doc and "custom=" in doc and "attnprobe.check" in doc
     assert "case" in attnprobe.estimate.__doc__
+
+
+def test_python_readers_and_check_validate_as_the_cli(tmp_path):
+    # The Python readers took a negative error the CLI refuses, and Python's check gated topk_recall
+    # (larger is better) as an error.
+    rows = attnprobe.sweep(DUMP, ["vmean", "performer(M=16)"], metrics="fro_rel,case,weights", trials=4, seed=3,
+                           **SLICE)
+    path = tmp_path / "rows.csv"
+    attnprobe.write_csv(rows, path)
+    report = attnprobe.check(path, path)  # case rows (trial -1) and weight metrics gate
+    assert report.passed and report.compared > 0, report
+    assert {"bias_fro_rel", "topk_recall", "row_kl"} <= set(report.comparisons["metric"])
+    broken = rows.copy()
+    broken.loc[broken.index[0], "value"] = -0.5
+    attnprobe.write_csv(broken, tmp_path / "broken.csv")
+    for read in (attnprobe.read_csv, attnprobe.summarize, lambda p: attnprobe.check(p, path)):
+        with pytest.raises(attnprobe.InputError, match="is never negative"):
+            read(tmp_path / "broken.csv")
+    base = attnprobe.summarize(rows)
+    better = base.copy()
+    recall = better["metric"] == "topk_recall"
+    better.loc[recall, "mean"] = np.minimum(better.loc[recall, "mean"] + 0.2, 1.0)
+    better.loc[recall, ["std", "stderr"]] = 0.0
+    report = attnprobe.check(better, base, metrics="topk_recall")
+    assert report.regressions == 0 and report.passed, report
+    report = attnprobe.check(base, better, metrics="topk_recall")
+    assert report.regressions > 0, report

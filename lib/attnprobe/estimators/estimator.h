@@ -70,6 +70,12 @@ class Estimator {
   virtual double memory_bytes(int64_t n, int64_t p, int64_t pv) const {
     return 4.0 * 8.0 * static_cast<double>(n) * static_cast<double>(p + pv);
   }
+
+  /// The same for backward() (asked when a plan has gradient metrics), its gradients included; the
+  /// default is memory_bytes() plus the two float64 gradients.
+  virtual double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const {
+    return memory_bytes(n, p, pv) + 8.0 * static_cast<double>(n) * static_cast<double>(p + pv);
+  }
 };
 
 }  // namespace attnprobe

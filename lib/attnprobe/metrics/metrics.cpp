@@ -102,6 +102,8 @@ std::vector<Metric> known_metrics() {
   return known;
 }
 
+bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall; }
+
 std::optional<Metric> find_metric(std::string_view name) {
   for (Metric m : known_metrics())
     if (name == metric_name(m)) return m;
@@ -292,23 +294,25 @@ namespace {
 // Over the rows where the reference gradient is nonzero: a zero reference row has no direction to
 // compare with (a causal row 0, whose one key takes weight 1 whatever q_0 is, has ∇_Q row 0 = 0 for
 // every estimator and counted π/2 against all of them). An estimate's zero row against a nonzero one
-// counts π/2, as in `angle`. NaN when every reference row is zero.
+// counts π/2, as in `angle`. NaN when every reference row is zero. Norms by stableNorm and the cosine of
+// unit rows: an upstream G of 1e160 (a dump's dy) overflowed the squared norms to NaN, one of 1e-200
+// underflowed them to 0, and the metrics do not depend on G's scale.
 double mean_row_angle(const MatrixD& reference, const MatrixD& estimate) {
   double total = 0;
   int64_t rows = 0;
   for (int64_t i = 0; i < reference.rows(); ++i) {
-    const double nr = reference.row(i).norm(), ne = estimate.row(i).norm();
+    const double nr = reference.row(i).stableNorm(), ne = estimate.row(i).stableNorm();
     if (nr == 0) continue;
     ++rows;
     total += ne == 0 ? std::numbers::pi / 2
-                     : std::acos(std::clamp(reference.row(i).dot(estimate.row(i)) / (nr * ne), -1.0, 1.0));
+                     : std::acos(std::clamp((reference.row(i) / nr).dot(estimate.row(i) / ne), -1.0, 1.0));
   }
   return rows > 0 ? total / static_cast<double>(rows) : std::numeric_limits<double>::quiet_NaN();
 }
 
 double relative_fro(const MatrixD& reference, const MatrixD& estimate) {
-  const double norm = reference.norm();
-  return norm > 0 ? (estimate - reference).norm() / norm : std::numeric_limits<double>::quiet_NaN();
+  const double norm = reference.stableNorm();
+  return norm > 0 ? (estimate - reference).stableNorm() / norm : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace

@@ -51,6 +51,9 @@ const char* metric_name(Metric metric);
 std::vector<Metric> known_metrics();
 /// The metric called `name`, or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
+/// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall` are errors, larger is worse; topk_recall
+/// (a fraction of the right keys found) is larger is better. `check` reads its direction from here.
+bool larger_is_better(Metric metric);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
 /// attention-weight ones) or a mix such as "all,case"; throws UsageError listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);

@@ -61,20 +61,24 @@ void TrialCsvWriter::write_text(const std::string& block) {
     throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
 }
 
-namespace {
-// Every metric attnprobe computes is ≥ 0 (an error, a fraction, an angle: larger is worse, which `check`
-// relies on), or NaN/+inf. A negative value of one of them is a damaged or hand-edited file, refused
-// here so that merge, summarize, check and --resume never carry it on. Other metric names (a team's
-// own, written by another tool) are left as they are.
-void require_possible(const std::string& where, const std::string& metric, std::string_view column, double value) {
+void require_possible_value(const std::string& where, const std::string& metric, std::string_view column,
+                            double value) {
   if (!(value < 0) || !find_metric(metric)) return;
-  throw InputError(
-      fmt::format("{}: {} of metric {} is {}, but {} is never negative (larger is worse). The file is "
-                  "damaged or was edited by hand: rerun the sweep that wrote it (--resume keeps the "
-                  "other rows) or restore it.",
-                  where, column, metric, format_real(value), metric));
+  throw InputError(fmt::format(
+      "{}: {} of metric {} is {}, but {} is never negative. The file is damaged or was edited by hand: restore it, "
+      "or delete that line and rerun the sweep that wrote it with --resume (it recomputes the missing row).",
+      where, column, metric, format_real(value), metric));
 }
-}  // namespace
+
+void require_possible_values(const std::string& where, const TrialRow& row) {
+  require_possible_value(where, row.metric, "value", row.value);
+}
+
+void require_possible_values(const std::string& where, const SummaryRow& row) {
+  for (const auto& [column, value] : {std::pair{"mean", row.mean}, std::pair{"median", row.median},
+                                      std::pair{"min", row.min}, std::pair{"max", row.max}})
+    require_possible_value(where, row.metric, column, value);
+}
 
 CsvContents read_csv(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -123,15 +127,11 @@ CsvContents read_csv(const std::string& path) {
       throw InputError(fmt::format("{}: {}", where, e.what()));
     }
     if (out.summary) {
-      SummaryRow& row = out.summaries.emplace_back();
-      parse_row(*summary_layout, fields, where, row);
-      for (const auto& [column, value] : {std::pair{"mean", row.mean}, std::pair{"median", row.median},
-                                          std::pair{"min", row.min}, std::pair{"max", row.max}})
-        require_possible(where, row.metric, column, value);
+      parse_row(*summary_layout, fields, where, out.summaries.emplace_back());
+      require_possible_values(where, out.summaries.back());
     } else {
-      TrialRow& row = out.trials.emplace_back();
-      parse_row(*trial_layout, fields, where, row);
-      require_possible(where, row.metric, "value", row.value);
+      parse_row(*trial_layout, fields, where, out.trials.emplace_back());
+      require_possible_values(where, out.trials.back());
     }
   }
   if (line_no == 0)

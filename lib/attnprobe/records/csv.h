@@ -38,8 +38,16 @@ struct CsvContents {
   bool truncated_tail = false;  ///< the file ended in an unterminated (partial) line, ignored
 };
 
-/// Reads a trial or summary CSV. Throws InputError naming the file and line on malformed rows.
+/// Reads a trial or summary CSV. Throws InputError naming the file and line on malformed rows, and on a
+/// negative value of a metric attnprobe computes (require_possible_values).
 CsvContents read_csv(const std::string& path);
+
+/// Every metric attnprobe computes is ≥ 0 (an error, a fraction, an angle), or NaN/+inf: a negative value
+/// of one (a trial's value; a summary's mean, median, min or max) is a damaged or hand-edited file, refused
+/// (InputError naming `where`) so that merge, summarize, check and --resume never carry it on, in the CLI
+/// and the Python package alike. A metric name attnprobe does not compute (a team's own) is not checked.
+void require_possible_values(const std::string& where, const TrialRow& row);
+void require_possible_values(const std::string& where, const SummaryRow& row);
 
 /// The text of a whole trial or summary CSV, header included.
 std::string trial_csv_text(const std::vector<TrialRow>& rows);

@@ -21,13 +21,49 @@ namespace attnprobe {
 
 namespace {
 
-bool known_metric(const std::string& name) {
-  for (Metric m : all_metrics())
-    if (name == metric_name(m)) return true;
-  return false;
-}
+bool known_metric(const std::string& name) { return find_metric(name).has_value(); }
 
 }  // namespace
+
+std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::string& source, bool baseline) {
+  const char* role = baseline ? "baseline" : "new run";
+  std::vector<SummaryRow> summaries;
+  if (contents.summary) {
+    summaries = contents.summaries;
+  } else {
+    for (const TrialRow& r : contents.trials) {
+      const std::string what = case_label(r.key, r.metric);
+      require_input(known_metric(r.metric), "'{}' ({}): unknown metric '{}' in {}.", source, role, r.metric, what);
+      // A case-level metric's row is trial −1 (kCaseTrial); every other row is a trial ≥ 0.
+      const bool case_row = is_case_metric(*find_metric(r.metric));
+      require_input(case_row ? r.trial == kCaseTrial : r.trial >= 0, "'{}' ({}): trial {} of {} is not {}.", source,
+                    role, r.trial, what, case_row ? "-1, the trial of a case-level metric" : "a trial number >= 0");
+      require_possible_values(fmt::format("'{}' ({}): {}", source, role, what), r);
+    }
+    summaries = summarize_trials(contents.trials, fmt::format("'{}' ({})", source, role));  // refuses a trial twice
+  }
+  require_input(!summaries.empty(),
+                "'{}' ({}) has a header but no rows: an empty {} would let every run pass. Did the run fail?", source,
+                role, role);
+  std::set<std::pair<CaseKey, std::string>> seen;
+  for (const SummaryRow& s : summaries) {
+    const std::string what = case_label(s.key, s.metric);
+    require_input(known_metric(s.metric), "'{}' ({}): unknown metric '{}' in {}.", source, role, s.metric, what);
+    require_input(seen.emplace(s.key, s.metric).second, "'{}' ({}): {} appears twice.", source, role, what);
+    require_input(s.count >= 1, "'{}' ({}): {} has count {}; a summary row needs at least one trial.", source, role,
+                  what, s.count);
+    require_possible_values(fmt::format("'{}' ({}): {}", source, role, what), s);
+    require_input(std::isnan(s.mean) || (s.std >= 0 && s.stderr_ >= 0),
+                  "'{}' ({}): {} has std {} and stderr {}; both must be >= 0.", source, role, what, format_real(s.std),
+                  format_real(s.stderr_));
+    if (baseline)
+      require_input(std::isfinite(s.mean) && std::isfinite(s.stderr_),
+                    "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
+                    "from a sound run.",
+                    source, what, format_real(s.mean), format_real(s.stderr_));
+  }
+  return summaries;
+}
 
 std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline) {
   const CsvContents c = read_csv(path);
@@ -35,43 +71,7 @@ std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline) 
                 "'{}' ends in a line without its newline (an interrupted write?); the gate does not guess whether "
                 "that row is whole. Finish the run (--resume), or add the newline if the file is complete.",
                 path);
-  const char* role = baseline ? "baseline" : "new run";
-  std::vector<SummaryRow> summaries;
-  if (c.summary) {
-    summaries = c.summaries;
-  } else {
-    for (const TrialRow& r : c.trials) {
-      const std::string what = case_label(r.key, r.metric);
-      require_input(known_metric(r.metric), "'{}' ({}): unknown metric '{}' in {}.", path, role, r.metric, what);
-      require_input(r.trial >= 0, "'{}' ({}): trial {} of {} is negative.", path, role, r.trial, what);
-      require_input(std::isnan(r.value) || r.value >= 0,
-                    "'{}' ({}): {} has the value {} in trial {}; every metric is an error, never negative.", path, role,
-                    what, format_real(r.value), r.trial);
-    }
-    summaries = summarize_trials(c.trials, fmt::format("'{}' ({})", path, role));  // refuses a trial given twice
-  }
-  require_input(!summaries.empty(),
-                "'{}' ({}) has a header but no rows: an empty {} would let every run pass. Did the run fail?", path,
-                role, role);
-  std::set<std::pair<CaseKey, std::string>> seen;
-  for (const SummaryRow& s : summaries) {
-    const std::string what = case_label(s.key, s.metric);
-    require_input(known_metric(s.metric), "'{}' ({}): unknown metric '{}' in {}.", path, role, s.metric, what);
-    require_input(seen.emplace(s.key, s.metric).second, "'{}' ({}): {} appears twice.", path, role, what);
-    require_input(s.count >= 1, "'{}' ({}): {} has count {}; a summary row needs at least one trial.", path, role, what,
-                  s.count);
-    require_input(std::isnan(s.mean) || s.mean >= 0, "'{}' ({}): {} has the mean {}; errors are never negative.", path,
-                  role, what, format_real(s.mean));
-    require_input(std::isnan(s.mean) || (s.std >= 0 && s.stderr_ >= 0),
-                  "'{}' ({}): {} has std {} and stderr {}; both must be >= 0.", path, role, what, format_real(s.std),
-                  format_real(s.stderr_));
-    if (baseline)
-      require_input(std::isfinite(s.mean) && std::isfinite(s.stderr_),
-                    "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
-                    "from a sound run.",
-                    path, what, format_real(s.mean), format_real(s.stderr_));
-  }
-  return summaries;
+  return gate_input(c, path, baseline);
 }
 
 void validate_check_options(const CheckOptions& options) {
@@ -79,7 +79,7 @@ void validate_check_options(const CheckOptions& options) {
     require_usage(std::isfinite(value) && value >= 0, "{} must be a finite number >= 0 (got {})", name,
                   format_real(value));
   std::vector<std::string> names;
-  for (Metric m : all_metrics()) names.push_back(metric_name(m));
+  for (Metric m : known_metrics()) names.push_back(metric_name(m));
   for (const std::string& m : options.metrics)
     require_usage(known_metric(m), "--metrics: unknown metric '{}'; use a list of {}", m, join(names, ","));
 }
@@ -131,7 +131,9 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
     c.new_mean = it->second->mean;
     c.new_se = it->second->stderr_;
     const double se = std::sqrt(c.base_se * c.base_se + c.new_se * c.new_se);
-    const double diff = c.new_mean - c.base_mean;
+    // How much worse the new run is: larger is worse for every metric but topk_recall.
+    const std::optional<Metric> metric = find_metric(base.metric);
+    const double diff = metric && larger_is_better(*metric) ? c.base_mean - c.new_mean : c.new_mean - c.base_mean;
     c.threshold = options.z * se + options.atol + options.rtol * std::abs(c.base_mean);
     c.z = se > 0 ? diff / se : diff == 0 ? 0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
     if (std::isnan(c.new_mean) && !std::isnan(c.base_mean)) {

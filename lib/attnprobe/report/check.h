@@ -1,8 +1,9 @@
 #pragma once
 // The regression gate (`attnprobe check`, docs/csv.md "check", docs/cli.md "Exit codes"): compares per-case statistics
-// of a new run with a baseline. For every (case, metric) of the baseline, larger is worse (every metric is an error),
-// and a regression is
-//   mean_new − mean_base > z·sqrt(se_new² + se_base²) + atol + rtol·|mean_base|,
+// of a new run with a baseline. For every (case, metric) of the baseline a regression is
+//   worse_by > z·sqrt(se_new² + se_base²) + atol + rtol·|mean_base|,
+// with worse_by = mean_new − mean_base for the errors (larger is worse: every metric but topk_recall) and
+// mean_base − mean_new for topk_recall (larger is better; larger_is_better in metrics.h),
 // a case of the baseline missing from the new run is a failure, and a value that became NaN is one.
 // The gate fails closed: inputs are validated before comparing (load_gate_input: exit 3 for an
 // empty, truncated, duplicated, negative or non-finite file), options too (validate_check_options:
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/records/csv.h"
 #include "attnprobe/records/record.h"
 
 namespace attnprobe {
@@ -28,7 +30,8 @@ struct Comparison {
   std::string metric;
   Verdict verdict = Verdict::kOk;
   double base_mean = 0, base_se = 0, new_mean = 0, new_se = 0;
-  double z = 0;          ///< (new − base) / sqrt(se² + se²); ±inf when both se are 0 and means differ
+  double z = 0;  ///< how much worse, (new − base) / sqrt(se² + se²) (sign flipped for topk_recall); ±inf when both se
+                 ///< are 0 and means differ
   double threshold = 0;  ///< the allowed increase
 };
 
@@ -44,6 +47,10 @@ struct CheckReport {
 /// trial), has an unknown metric, a negative or −inf error, a count < 1 or a negative or NaN spread;
 /// and, for the baseline (`baseline` true), a mean that is not finite (nothing to hold a run to).
 std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline);
+/// The same validation and summary of rows already parsed (the Python package's check() of DataFrames);
+/// `source` names them in the errors. Every metric attnprobe computes can be gated: per trial, per case
+/// (rows of trial −1), attention weights and gradients.
+std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::string& source, bool baseline);
 
 /// Throws UsageError unless z, atol and rtol are finite and >= 0 and every gated metric is a known one.
 void validate_check_options(const CheckOptions& options);

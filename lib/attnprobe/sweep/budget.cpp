@@ -54,6 +54,12 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     if (!references.count(s.reference)) references[s.reference] = parse_spec(s.reference).make();
 
   const double workers = std::min<double>(budget.threads, std::max(per_slice, 1.0));
+  // With gradient metrics each trial also runs its estimator's backward pass, and each slice its reference's.
+  const bool gradients = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
+  const auto call_bytes = [&](const Estimator& e, const SliceRef& s, const LayerInfo& info) {
+    const double forward = e.memory_bytes(s.n, info.dim, info.value_dim);
+    return gradients ? std::max(forward, e.backward_memory_bytes(s.n, info.dim, info.value_dim)) : forward;
+  };
   std::map<std::tuple<int, int, int>, int64_t> longest;
   for (const SliceRef& s : plan.slices) {
     auto& n = longest[{s.layer, s.head, s.batch}];
@@ -75,13 +81,13 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     if (s.n != n0) bytes += 12.0 * n * (2 * p + pv);
     double slice_flops = 0;
     for (const auto& [name, ref] : references) {
-      bytes += 8.0 * n * pv + ref->memory_bytes(s.n, info.dim, info.value_dim);
+      bytes += 8.0 * n * pv + call_bytes(*ref, s, info);
       slice_flops += ref->flops(s.n, info.dim, info.value_dim);
     }
     double largest = 0;
     size_t largest_setting = 0;
     for (size_t i = 0; i < estimators.size(); ++i) {
-      const double mem = estimators[i]->memory_bytes(s.n, info.dim, info.value_dim);
+      const double mem = call_bytes(*estimators[i], s, info);
       if (mem > largest) largest = mem, largest_setting = i;
       slice_flops += plan.settings[i].trials * estimators[i]->flops(s.n, info.dim, info.value_dim);
     }

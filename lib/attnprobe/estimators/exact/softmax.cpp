@@ -46,6 +46,10 @@ class SoftmaxEstimator final : public Estimator {
       return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
     };
   }
+  // backward(): A and dS of a 256-row block (256 × n each) and the gradients, float64.
+  double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    return 8.0 * (2.0 * 256.0 * n + static_cast<double>(n) * (p + pv));
+  }
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
 };

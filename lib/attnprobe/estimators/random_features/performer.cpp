@@ -128,6 +128,11 @@ class Performer final : public Estimator {
   double memory_bytes(int64_t, int64_t p, int64_t pv) const override {
     return 8.0 * features_ * p + positive_feature_attention_bytes(features_, p, pv);
   }
+  // backward(), either form: four n × M float64 matrices (features or log-features of both sides and the
+  // coefficients), the M × pv sums, ω and the gradients.
+  double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    return 8.0 * (4.0 * n * features_ + 2.0 * features_ * (p + pv) + static_cast<double>(n) * (p + pv));
+  }
 
   // The causal form (mask = causal): S_i = Σ_{j≤i} φ(k_j)ᵀv_j and z_i = Σ_{j≤i} φ(k_j), one token at a
   // time in float64. Each feature keeps the running maximum c_m of the key log-features seen so far

@@ -218,6 +218,13 @@ class YosoSampling final : public Estimator {
         buckets <= std::max(4096.0, 8.0 * n) ? std::max(buckets * pv, double(kTableBudgetFloats)) : 2.0 * n * pv;
     return 2.0 * 4.0 * n * m_ + 4.0 * tables + 4.0 * 8.0 * n * (p + pv);
   }
+  // backward(): the codes, q̂ and k̂ (p + 2 columns with input=lift), and the gradients; grad=lsh one hash's
+  // occupied buckets × p′·pv tables (at most min(2^τ, n) buckets), grad=sparse the m sorted bucket lists.
+  double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double dims = static_cast<double>(p + 2), rows = static_cast<double>(n);
+    const double tables = sparse_gradient_ ? 16.0 * m_ * rows : 8.0 * std::min(std::ldexp(1.0, tau_), rows) * dims * pv;
+    return 2.0 * 4.0 * rows * m_ + 8.0 * rows * (3.0 * dims + 2.0 * pv) + tables;
+  }
 
  private:
   // The codes of q̂ and k̂. Codes of x and of ℓ2(x) are the same (a projection's sign ignores the
