@@ -60,8 +60,11 @@ TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
   const std::string recorded = nlohmann::json::parse(info).at("git_hash").get<std::string>();
   if (head.empty())
     CHECK(recorded == "unknown");
-  else
+  else {
+    INFO("run.json says the binary was built from " << recorded << ", the tree is at " << head
+                                                    << ": rebuild after committing");
     CHECK(recorded.substr(0, recorded.find('-')) == head);  // "-dirty" when tracked files had changes
+  }
 }
 
 TEST_CASE("the CSV is identical for --threads 1 and --threads 2", "[cli][determinism]") {
