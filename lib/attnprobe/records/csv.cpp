@@ -61,6 +61,7 @@ void TrialCsvWriter::write_text(const std::string& block) {
     throw InputError(fmt::format("writing '{}' failed: {} (disk full?)", path_, std::strerror(errno)));
 }
 
+namespace {
 void require_possible_value(const std::string& where, const std::string& metric, std::string_view column,
                             double value) {
   if (!(value < 0) || !find_metric(metric)) return;
@@ -69,6 +70,7 @@ void require_possible_value(const std::string& where, const std::string& metric,
       "or delete that line and rerun the sweep that wrote it with --resume (it recomputes the missing row).",
       where, column, metric, format_real(value), metric));
 }
+}  // namespace
 
 void require_possible_values(const std::string& where, const TrialRow& row) {
   require_possible_value(where, row.metric, "value", row.value);
