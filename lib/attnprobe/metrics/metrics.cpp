@@ -94,12 +94,16 @@ const char* metric_name(Metric metric) {
   return "?";
 }
 
-std::vector<Metric> known_metrics() {
-  std::vector<Metric> known = all_metrics();
-  known.insert(known.end(), case_metrics().begin(), case_metrics().end());
-  known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
-  known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
-  return known;
+// Built once: find_metric runs for every row the CSV readers parse.
+const std::vector<Metric>& known_metrics() {
+  static const std::vector<Metric> kKnown = [] {
+    std::vector<Metric> known = all_metrics();
+    known.insert(known.end(), case_metrics().begin(), case_metrics().end());
+    known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
+    known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
+    return known;
+  }();
+  return kKnown;
 }
 
 bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall; }
@@ -111,7 +115,7 @@ std::optional<Metric> find_metric(std::string_view name) {
 }
 
 std::vector<Metric> parse_metrics(const std::string& text) {
-  const std::vector<Metric> known = known_metrics();
+  const std::vector<Metric>& known = known_metrics();
   std::vector<std::string> names;
   for (Metric m : known) names.push_back(metric_name(m));
   std::vector<Metric> out;

@@ -48,7 +48,7 @@ const std::vector<Metric>& weight_metrics();
 bool is_weight_metric(Metric metric);
 const char* metric_name(Metric metric);
 /// Every metric attnprobe computes (per trial, per case, weights, gradients), in that order.
-std::vector<Metric> known_metrics();
+const std::vector<Metric>& known_metrics();
 /// The metric called `name`, or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
 /// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall` are errors, larger is worse; topk_recall

@@ -19,12 +19,6 @@
 
 namespace attnprobe {
 
-namespace {
-
-bool known_metric(const std::string& name) { return find_metric(name).has_value(); }
-
-}  // namespace
-
 std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::string& source, bool baseline) {
   const char* role = baseline ? "baseline" : "new run";
   std::vector<SummaryRow> summaries;
@@ -33,9 +27,10 @@ std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::strin
   } else {
     for (const TrialRow& r : contents.trials) {
       const std::string what = case_label(r.key, r.metric);
-      require_input(known_metric(r.metric), "'{}' ({}): unknown metric '{}' in {}.", source, role, r.metric, what);
+      const std::optional<Metric> metric = find_metric(r.metric);
+      require_input(metric.has_value(), "'{}' ({}): unknown metric '{}' in {}.", source, role, r.metric, what);
       // A case-level metric's row is trial −1 (kCaseTrial); every other row is a trial ≥ 0.
-      const bool case_row = is_case_metric(*find_metric(r.metric));
+      const bool case_row = is_case_metric(*metric);
       require_input(case_row ? r.trial == kCaseTrial : r.trial >= 0, "'{}' ({}): trial {} of {} is not {}.", source,
                     role, r.trial, what, case_row ? "-1, the trial of a case-level metric" : "a trial number >= 0");
       require_possible_values(fmt::format("'{}' ({}): {}", source, role, what), r);
@@ -48,7 +43,8 @@ std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::strin
   std::set<std::pair<CaseKey, std::string>> seen;
   for (const SummaryRow& s : summaries) {
     const std::string what = case_label(s.key, s.metric);
-    require_input(known_metric(s.metric), "'{}' ({}): unknown metric '{}' in {}.", source, role, s.metric, what);
+    require_input(find_metric(s.metric).has_value(), "'{}' ({}): unknown metric '{}' in {}.", source, role, s.metric,
+                  what);
     require_input(seen.emplace(s.key, s.metric).second, "'{}' ({}): {} appears twice.", source, role, what);
     require_input(s.count >= 1, "'{}' ({}): {} has count {}; a summary row needs at least one trial.", source, role,
                   what, s.count);
@@ -81,7 +77,7 @@ void validate_check_options(const CheckOptions& options) {
   std::vector<std::string> names;
   for (Metric m : known_metrics()) names.push_back(metric_name(m));
   for (const std::string& m : options.metrics)
-    require_usage(known_metric(m), "--metrics: unknown metric '{}'; use a list of {}", m, join(names, ","));
+    require_usage(find_metric(m).has_value(), "--metrics: unknown metric '{}'; use a list of {}", m, join(names, ","));
 }
 
 const char* verdict_name(Verdict verdict) {
