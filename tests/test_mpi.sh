@@ -52,9 +52,10 @@ grid=(big.h5 -e 'yoso(m=16)' -e 'performer(M=64)' -e softmax --lengths 96,768,25
 "$bin" sweep "${grid[@]}" --threads 2 -o single-big.csv
 "${run_mpi[@]}" "$bin" sweep "${grid[@]}" --threads 1 -o killed.csv >mpirun.log 2>&1 &
 launcher=$!
-# Wait until rank 0 has written a unit (more than the header), then kill rank 1 by its id.
+# Wait until rank 0 has written a unit (more than the header), then kill rank 1 by its id. Up to 2 min: with
+# the other tests on both cores (ctest -j2), 3 spinning MPI ranks wrote nothing in the first 30 s once.
 victim=""
-for _ in $(seq 1 600); do
+for _ in $(seq 1 2400); do
   if [ -s killed.csv ] && [ "$(wc -l <killed.csv)" -gt 1 ]; then
     for pid in $(ps -o pid= --ppid "$launcher"); do
       if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
