@@ -72,6 +72,23 @@ TEST_CASE("angle of nearly parallel rows is finite (cosine clamped)", "[metrics]
   CHECK(angle < 1e-3);  // float32 rounding of the estimate: angle ~1e-8
 }
 
+TEST_CASE("angle is exact for identical rows and keeps its precision near 0 and pi", "[metrics]") {
+  // arccos(â·b̂) holds θ² only to 1.1e-16 near θ = 0: it gave 0.988e-7 for the 1e-7 angle (1.2% off),
+  // π − 1.01e-7 for the one near π, and 2.1e-8 for identical rows. The atan2 form is good to a few ulps.
+  const double tiny = std::atan(static_cast<double>(1e-7f));
+  MatrixD ref(3, 2);
+  ref << 1, 0, 1, 0, 0.5, 0.25;
+  MatrixF est(3, 2);
+  est << 1, 1e-7f, -1, 1e-7f, 0.5f, 0.25f;
+  const std::vector<double> each = {tiny, std::numbers::pi - tiny, 0.0};
+  for (int64_t row = 0; row < 3; ++row) {
+    INFO("row " << row);
+    CHECK(metric(ref.middleRows(row, 1), est.middleRows(row, 1), Metric::kAngle) ==
+          Approx(each[row]).epsilon(1e-12).margin(0));
+  }
+  CHECK(metric(ref.bottomRows(1), est.bottomRows(1), Metric::kAngle) == 0.0);
+}
+
 TEST_CASE("relative metrics are NaN when the reference is zero", "[metrics]") {
   MatrixD ref = MatrixD::Zero(3, 2);
   MatrixF est = MatrixF::Ones(3, 2);
