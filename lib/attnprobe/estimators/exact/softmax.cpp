@@ -23,7 +23,7 @@ class SoftmaxEstimator final : public Estimator {
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
-    const int64_t n = view.n(), block = 256;
+    const int64_t n = view.n(), block = kBackwardRows;
     Gradients out;
     out.q.resize(n, view.p());
     out.v = MatrixD::Zero(view.k.rows(), view.pv());
@@ -46,12 +46,15 @@ class SoftmaxEstimator final : public Estimator {
       return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
     };
   }
-  // backward(): A and dS of a 256-row block (256 × n each) and the gradients, float64.
+  // backward(): A and dS of a row block (kBackwardRows × n each) and the gradients, float64.
   double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    return 8.0 * (2.0 * 256.0 * n + static_cast<double>(n) * (p + pv));
+    return 8.0 * (2.0 * static_cast<double>(kBackwardRows) * n + static_cast<double>(n) * (p + pv));
   }
   // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
+
+ private:
+  static constexpr int64_t kBackwardRows = 256;  ///< query rows per block of backward()
 };
 
 [[maybe_unused]] const bool kRegistered = register_estimator({

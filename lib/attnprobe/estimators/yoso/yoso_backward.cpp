@@ -13,8 +13,6 @@
 namespace attnprobe {
 namespace {
 
-constexpr int64_t kRowBlock = 256;
-
 double collision_weight(double x, int tau) {  // (1 − θ/π)^τ
   return std::pow(1.0 - std::acos(std::clamp(x, -1.0, 1.0)) / std::numbers::pi, tau);
 }
@@ -54,8 +52,8 @@ Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, 
   out.q.resize(n, q_hat.cols());
   out.v = MatrixD::Zero(keys, v.cols());
   out.pair_fraction = 1.0;
-  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-    const int64_t rows = std::min(kRowBlock, n - r0);
+  for (int64_t r0 = 0; r0 < n; r0 += kExpectationGradientRows) {
+    const int64_t rows = std::min(kExpectationGradientRows, n - r0);
     const int64_t cols = visible_keys(r0 + rows - 1, keys, mask);                    // causal: no later key is touched
     const MatrixD x = q_hat.middleRows(r0, rows) * k_hat.topRows(cols).transpose();  // rows × cols
     MatrixD coefficient = g.middleRows(r0, rows) * v.topRows(cols).transpose();      // G·Vᵀ, then ⊙ dW/dx

@@ -25,8 +25,12 @@ namespace attnprobe {
 /// vanishes, i.e. x = −1 with τ > 1), never NaN.
 inline constexpr double kMinSine = 1e-6;
 
+/// The query rows yoso_expectation_gradient handles at a time (its memory is a few of these × keys).
+inline constexpr int64_t kExpectationGradientRows = 256;
+
 /// Exact gradient (lower_bound = false) or the lower bound (true) of YOSO-E; ∇_V = Wᵀ·G either way.
-/// Row blocks of 256 queries: O(n·keys·(p′ + pv)) time, O(256·keys) memory. pair_fraction = 1.
+/// Row blocks of kExpectationGradientRows queries: O(n·keys·(p′ + pv)) time, O(rows·keys) memory.
+/// pair_fraction = 1.
 Gradients yoso_expectation_gradient(const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, const MatrixD& g,
                                     int tau, bool lower_bound, Mask mask = Mask::kFull);
 

@@ -135,10 +135,11 @@ class YosoExpectation final : public Estimator {
   }
 
   double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
-  // backward(): x, the coefficients and W of a 256-row block (256 × n each), q̂ and k̂ (p + 2 columns with
-  // input=lift) and the gradients, float64.
+  // backward(): x, the coefficients and W of a row block (kExpectationGradientRows × n each), q̂ and k̂
+  // (p + 2 columns with input=lift) and the gradients, float64.
   double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    return 8.0 * (3.0 * 256.0 * n + static_cast<double>(n) * (3.0 * (p + 2) + pv));
+    constexpr double kRows = kExpectationGradientRows;
+    return 8.0 * (3.0 * kRows * n + static_cast<double>(n) * (3.0 * (p + 2) + pv));
   }
 
  private:
