@@ -117,6 +117,12 @@ def _trial(trial: int) -> int:
     return _integer(trial, "trial", 0, _UINT32)
 
 
+def _device(device: str) -> str:
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: use 'cpu' or 'cuda'")
+    return device
+
+
 class Slice(_core.Slice):
     """One slice (q, k, v, scale) converted once into what estimators read (float64 and float32
     copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
@@ -250,11 +256,11 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
         _slice_causal(causal)
         layer, head, batch = _case_fields(case, q.n)
         return _core.estimate_slice(str(spec), q, _seed(seed), _trial(trial), layer, head, batch, _threads(threads),
-                                    str(device))
+                                    _device(device))
     q, k, v = _matrices(q, k, v)
     layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
     return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal), _seed(seed),
-                          _trial(trial), layer, head, batch, _threads(threads), str(device))
+                          _trial(trial), layer, head, batch, _threads(threads), _device(device))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
@@ -325,10 +331,13 @@ def read_csv(path: Union[str, os.PathLike]):
     Refused, as by the CLI's readers: a negative value of a metric attnprobe computes (a damaged or
     hand-edited file; raises ``attnprobe.InputError`` with the row)."""
     with open(os.fspath(path), encoding="utf-8") as f:
-        df = _frame(f.read())
+        text = f.read()
+    if not text.strip():
+        raise InputError(f"'{os.fspath(path)}' is empty: it has no CSV header")
+    df = _frame(text)
     if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
         df.insert(list(df.columns).index("p") + 1, "mask", "full")
-    _core.validate_rows(*_rows(df))
+    _core.validate_rows(*_rows(df, f"'{os.fspath(path)}'"))
     return df
 
 
@@ -348,14 +357,15 @@ def write_csv(table, path: Union[str, os.PathLike]) -> None:
         writer.writerows(fields)
 
 
-def _layout(df) -> bool:
-    """True for a summary DataFrame, False for trial rows; ValueError naming missing columns otherwise."""
+def _layout(df, what: str = "the DataFrame") -> bool:
+    """True for a summary DataFrame, False for trial rows; ValueError naming missing columns otherwise
+    (``what`` names the table in the message: the DataFrame, or the CSV it was read from)."""
     columns = set(df.columns)
     summary = "mean" in columns and "value" not in columns
     missing = [c for c in _core.column_names(summary) if c not in columns]
     if missing:
-        raise ValueError(f"the DataFrame is not an attnprobe {'summary' if summary else 'trial'} table: "
-                         f"it lacks the column(s) {', '.join(missing)} (columns: {', '.join(_core.column_names(summary))})")
+        raise ValueError(f"{what} is not an attnprobe {'summary' if summary else 'trial'} table: it lacks the "
+                         f"column(s) {', '.join(missing)} (its columns: {', '.join(map(str, df.columns))})")
     return summary
 
 
@@ -378,7 +388,7 @@ def _field(column: str):
     return str
 
 
-def _rows(table) -> tuple:
+def _rows(table, what: str = "the DataFrame") -> tuple:
     """(is_summary, rows as lists of text fields in the schema's column order) of a DataFrame or a CSV path."""
     import pandas as pd
 
@@ -386,7 +396,7 @@ def _rows(table) -> tuple:
         table = read_csv(table)
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame or a CSV path, got {type(table).__name__}")
-    summary = _layout(table)
+    summary = _layout(table, what)
     columns = [table[c].map(_field(c)).tolist() for c in _core.column_names(summary)]
     return summary, [list(r) for r in zip(*columns)]
 
@@ -574,7 +584,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     args.trials = _integer(trials, "trials", 1, _INT31)
     args.seed = _seed(seed)
     args.threads = _threads(threads)
-    args.device = str(device)
+    args.device = _device(device)
     args.reference = str(reference)
     args.metrics = metrics if isinstance(metrics, str) else ",".join(metrics)
     args.output = "" if output is None else os.fspath(output)

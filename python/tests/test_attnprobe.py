@@ -615,3 +615,27 @@ def test_python_readers_and_check_validate_as_the_cli(tmp_path):
     assert report.regressions == 0 and report.passed, report
     report = attnprobe.check(base, better, metrics="topk_recall")
     assert report.regressions > 0, report
+
+
+def test_read_csv_names_the_file_it_refuses(tmp_path):
+    # An empty file raised pandas' EmptyDataError, and a CSV of other columns listed the expected columns twice
+    # instead of the file's own.
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(attnprobe.InputError, match="empty.csv' is empty: it has no CSV header"):
+        attnprobe.read_csv(empty)
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"other.csv' is not an attnprobe trial table: .*\(its columns: a, b\)"):
+        attnprobe.read_csv(other)
+    with pytest.raises(ValueError, match=r"the DataFrame is not an attnprobe trial table: .*\(its columns: a, b\)"):
+        attnprobe.summarize(pd.DataFrame({"a": [1], "b": [2]}))
+
+
+def test_device_is_checked_in_python_terms():
+    # The core's message named the CLI's option (--device tpu) to a Python caller.
+    q = np.random.default_rng(1).standard_normal((8, 4))
+    with pytest.raises(ValueError, match="device='tpu': use 'cpu' or 'cuda'"):
+        attnprobe.estimate("vmean", q, q, q, device="tpu")
+    with pytest.raises(ValueError, match="device='gpu'"):
+        attnprobe.sweep(DUMP, "vmean", device="gpu", **SLICE)
