@@ -5,6 +5,7 @@ variant of every registered estimator; sweep()'s DataFrame and CSV equal the CLI
 a numpy softmax; custom Python estimators are measured, summarised and gated like the built-ins, and
 their failures name the case; torch tensors work without a copy. Fixed seeds throughout.
 """
+import ast
 import json
 import math
 import os
@@ -639,3 +640,14 @@ def test_device_is_checked_in_python_terms():
         attnprobe.estimate("vmean", q, q, q, device="tpu")
     with pytest.raises(ValueError, match="device='gpu'"):
         attnprobe.sweep(DUMP, "vmean", device="gpu", **SLICE)
+
+
+def test_metrics_docstring_example_prints_what_it_computes():
+    # The example's printed dict had gone stale (spec_rel 1.1594110 against 1.1594108 computed) as the
+    # draws' rounding changed; this keeps it true.
+    doc = attnprobe.metrics.__doc__
+    shown = ast.literal_eval(doc.split('["spec_rel", "angle"])')[1].strip().splitlines()[0])
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 1, 0, length=128)
+    est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0)
+    got = attnprobe.metrics(attnprobe.exact(q, k, v, scale), est, ["spec_rel", "angle"])
+    assert got == pytest.approx(shown, rel=1e-12), (got, shown)
