@@ -633,9 +633,12 @@ def test_read_csv_names_the_file_it_refuses(tmp_path):
         attnprobe.summarize(pd.DataFrame({"a": [1], "b": [2]}))
 
 
-def test_device_is_checked_in_python_terms():
-    # The core's message named the CLI's option (--device tpu) to a Python caller.
+def test_device_and_metric_names_are_refused_in_python_terms():
+    # The core's messages named the CLI's options (--device tpu, "in --metrics") to a Python caller.
     q = np.random.default_rng(1).standard_normal((8, 4))
+    with pytest.raises(ValueError, match="unknown metric 'angel': use 'all'") as refused:
+        attnprobe.metrics(q, q, "angel")
+    assert "--" not in str(refused.value)
     with pytest.raises(ValueError, match="device='tpu': use 'cpu' or 'cuda'"):
         attnprobe.estimate("vmean", q, q, q, device="tpu")
     with pytest.raises(ValueError, match="device='gpu'"):

@@ -144,7 +144,7 @@ std::vector<Metric> parse_metrics(const std::string& text) {
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
       throw UsageError(
-          fmt::format("unknown metric '{}' in --metrics: use 'all' (per trial), 'case' (per case), 'weights' "
+          fmt::format("unknown metric '{}': use 'all' (per trial), 'case' (per case), 'weights' "
                       "(attention weights), or a list of {}",
                       name, join(names, ",")));
     add(known[it - names.begin()]);
