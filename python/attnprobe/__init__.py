@@ -328,8 +328,9 @@ def _frame(text: str):
 def read_csv(path: Union[str, os.PathLike]):
     """A trial or summary CSV (from the CLI or :func:`sweep`) as a DataFrame, read exactly as
     :func:`sweep` builds its own (text columns as str, empty ``samples`` as NaN, ``nan`` values as NaN).
-    Refused, as by the CLI's readers: a negative value of a metric attnprobe computes (a damaged or
-    hand-edited file; raises ``attnprobe.InputError`` with the row)."""
+    Refused, as by the CLI's readers: an empty file (``attnprobe.InputError``), a CSV without the
+    schema's columns (``ValueError`` naming them and the file's own), and a negative value of a metric
+    attnprobe computes (a damaged or hand-edited file; ``attnprobe.InputError`` with the row)."""
     with open(os.fspath(path), encoding="utf-8") as f:
         text = f.read()
     if not text.strip():
