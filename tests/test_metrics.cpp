@@ -63,13 +63,15 @@ TEST_CASE("angle counts zero rows as pi/2 and reports their fraction", "[metrics
   CHECK(metric(ref, est, Metric::kZeroRows) == Approx(0.5));
 }
 
-TEST_CASE("angle of nearly parallel rows is finite (cosine clamped)", "[metrics]") {
+TEST_CASE("angle of nearly parallel rows is finite", "[metrics]") {
+  // The arccos form needed its cosine clamped to [-1, 1] here; the atan2 form has no domain to leave.
   MatrixD ref(1, 3);
   ref << 0.1, 0.2, 0.3;
   MatrixF est = ref.cast<float>();
   const double angle = metric(ref, est, Metric::kAngle);
+  INFO("angle " << angle);
   CHECK(std::isfinite(angle));
-  CHECK(angle < 1e-3);  // float32 rounding of the estimate: angle ~1e-8
+  CHECK(angle < 1e-3);  // float32 rounding of the estimate: observed 1.19e-8
 }
 
 TEST_CASE("angle is exact for identical rows and keeps its precision near 0 and pi", "[metrics]") {
@@ -84,9 +86,8 @@ TEST_CASE("angle is exact for identical rows and keeps its precision near 0 and 
   for (int64_t row = 0; row < 3; ++row) {
     INFO("row " << row);
     CHECK(metric(ref.middleRows(row, 1), est.middleRows(row, 1), Metric::kAngle) ==
-          Approx(each[row]).epsilon(1e-12).margin(0));
+          Approx(each[row]).epsilon(1e-12).margin(0));  // row 2: exactly 0 (no margin, relative to 0)
   }
-  CHECK(metric(ref.bottomRows(1), est.bottomRows(1), Metric::kAngle) == 0.0);
 }
 
 TEST_CASE("relative metrics are NaN when the reference is zero", "[metrics]") {

@@ -23,13 +23,13 @@ class SoftmaxEstimator final : public Estimator {
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
-    const int64_t n = view.n(), block = kBackwardRows;
+    const int64_t n = view.n();
     Gradients out;
     out.q.resize(n, view.p());
     out.v = MatrixD::Zero(view.k.rows(), view.pv());
     out.pair_fraction = 1.0;
-    for (int64_t r0 = 0; r0 < n; r0 += block) {
-      const int64_t rows = std::min(block, n - r0);
+    for (int64_t r0 = 0; r0 < n; r0 += kBackwardRows) {
+      const int64_t rows = std::min(kBackwardRows, n - r0);
       const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);  // rows × keys
       const auto g = upstream.middleRows(r0, rows);
       MatrixD ds = g * view.v.transpose();  // dA, then dS
