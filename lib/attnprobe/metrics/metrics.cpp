@@ -18,6 +18,8 @@ namespace {
 // same angle as arccos(â·b̂) without its loss near 0 and π, where cos θ = 1 − θ²/2 holds θ² only to
 // 1.1e-16: with arccos an angle of 1e-7 (an estimate within float32 rounding of the reference) came out
 // 1.2% off, and identical rows 2e-8 instead of 0 (tests/test_metrics.cpp). Here both keep a few ulps.
+// The divisions stay: with reciprocals taken once (1.24 → 0.74 ms for 16384 rows of 64; arccos 0.49) the
+// compiler fuses a·x − b·y into one FMA, and identical rows no longer give exactly 0.
 template <class RowA, class RowB>
 double angle_between(const RowA& a, double norm_a, const RowB& b, double norm_b) {
   return 2.0 * std::atan2((a / norm_a - b / norm_b).norm(), (a / norm_a + b / norm_b).norm());
