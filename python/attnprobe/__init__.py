@@ -331,14 +331,15 @@ def read_csv(path: Union[str, os.PathLike]):
     Refused, as by the CLI's readers: an empty file (``attnprobe.InputError``), a CSV without the
     schema's columns (``ValueError`` naming them and the file's own), and a negative value of a metric
     attnprobe computes (a damaged or hand-edited file; ``attnprobe.InputError`` with the row)."""
-    with open(os.fspath(path), encoding="utf-8") as f:
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
         text = f.read()
     if not text.strip():
-        raise InputError(f"'{os.fspath(path)}' is empty: it has no CSV header")
+        raise InputError(f"'{path}' is empty: it has no CSV header")
     df = _frame(text)
     if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
         df.insert(list(df.columns).index("p") + 1, "mask", "full")
-    _core.validate_rows(*_rows(df, f"'{os.fspath(path)}'"))
+    _core.validate_rows(*_rows(df, f"'{path}'"))
     return df
 
 
