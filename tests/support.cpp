@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -76,6 +77,20 @@ HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed, int pv
   o.seed = seed;
   const std::string path = write_synth(fmt::format("slice-{}-{}-{}-{}-{}.h5", n, p, pv, temperature, seed), o);
   return Dump::open(path).read_slice(0, 0, 0, n);
+}
+
+HeadView with_tokens_replaced(const HeadView& view, int64_t row, uint64_t seed) {
+  const HeadView other = synth_slice(view.n(), static_cast<int>(view.p()), 0.3, seed, static_cast<int>(view.pv()));
+  MatrixD q = view.q, k = view.k, v = view.v;
+  const int64_t tail = view.n() - row;
+  q.bottomRows(tail) = 3.0 * other.q.bottomRows(tail);
+  k.bottomRows(tail) = -2.0 * other.k.bottomRows(tail);
+  v.bottomRows(tail) = 5.0 * other.v.bottomRows(tail);
+  return make_head_view(view.id, view.scale, q, k, v, view.mask);
+}
+
+bool rows_identical(const MatrixF& a, const MatrixF& b, int64_t rows) {
+  return std::memcmp(a.data(), b.data(), sizeof(float) * rows * a.cols()) == 0;
 }
 
 MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial, uint64_t key_seed) {

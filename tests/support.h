@@ -44,6 +44,12 @@ SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int
 /// pv, 0 meaning p).
 HeadView synth_slice(int64_t n, int p, double temperature, uint64_t seed = 0, int pv = 0);
 
+/// `view` with its tokens from `row` on replaced by other data (seeded): what a later token may not
+/// influence under a causal mask (the leak harnesses).
+HeadView with_tokens_replaced(const HeadView& view, int64_t row, uint64_t seed);
+/// Whether the first `rows` rows of a and b are equal bit for bit.
+bool rows_identical(const MatrixF& a, const MatrixF& b, int64_t rows);
+
 /// One run of `spec` on `view`, keyed by (key_seed, spec, trial).
 MatrixF run_estimator(const std::string& spec, const HeadView& view, uint32_t trial = 0, uint64_t key_seed = 8);
 

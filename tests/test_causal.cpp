@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <numbers>
 #include <tuple>
@@ -20,8 +19,10 @@
 namespace attnprobe {
 namespace {
 
+using test::rows_identical;
 using test::run_estimator;
 using test::synth_slice;
+using test::with_tokens_replaced;
 
 HeadView causal(HeadView view) {
   view.mask = Mask::kCausal;
@@ -42,21 +43,6 @@ MatrixD naive_causal_softmax(const HeadView& view) {
     for (int64_t j = 0; j <= i; ++j) out.row(i) += std::exp(logits[j] - top) / total * view.v.row(j);
   }
   return out;
-}
-
-// Rows from `row` on replaced by other data: what a later token may not influence.
-HeadView with_tokens_replaced(const HeadView& view, int64_t row, uint64_t seed) {
-  const HeadView other = synth_slice(view.n(), static_cast<int>(view.p()), 0.3, seed, static_cast<int>(view.pv()));
-  MatrixD q = view.q, k = view.k, v = view.v;
-  const int64_t tail = view.n() - row;
-  q.bottomRows(tail) = 3.0 * other.q.bottomRows(tail);
-  k.bottomRows(tail) = -2.0 * other.k.bottomRows(tail);
-  v.bottomRows(tail) = 5.0 * other.v.bottomRows(tail);
-  return make_head_view(view.id, view.scale, q, k, v, view.mask);
-}
-
-bool rows_identical(const MatrixF& a, const MatrixF& b, int64_t rows) {
-  return std::memcmp(a.data(), b.data(), sizeof(float) * rows * a.cols()) == 0;
 }
 
 }  // namespace
@@ -234,7 +220,23 @@ TEST_CASE("an estimator without a causal form is refused under a causal mask, na
   CHECK_THROWS_AS(require_mask_support(parse_spec("yoso(input=lift)"), Mask::kCausal), UsageError);
   CHECK_NOTHROW(require_mask_support(parse_spec("yoso"), Mask::kCausal));
   CHECK_NOTHROW(require_mask_support(parse_spec("linformer"), Mask::kFull));
+  // On a device, only the versions registered with their causal form (none in a build without CUDA).
+  try {
+    require_mask_support(parse_spec("performer"), Mask::kCausal, Device::kCuda);
+    FAIL("performer's CUDA version accepted a causal mask");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).find("no causal form on cuda") != std::string::npos);
+    CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
+  }
+  CHECK_FALSE(causal_on(parse_spec("yoso-e(input=lift)"), Device::kCuda));
+#ifdef ATTNPROBE_HAVE_CUDA
+  CHECK(causal_estimators(Device::kCuda) == std::vector<std::string>{"softmax", "yoso-e", "vmean"});
+  CHECK_NOTHROW(require_mask_support(parse_spec("softmax"), Mask::kCausal, Device::kCuda));
+  CHECK_NOTHROW(require_mask_support(parse_spec("vmean"), Mask::kCausal, Device::kCuda));
+#else
+  CHECK(causal_estimators(Device::kCuda).empty());
   CHECK_THROWS_AS(require_mask_support(parse_spec("softmax"), Mask::kCausal, Device::kCuda), UsageError);
+#endif
 }
 
 TEST_CASE("sweep --mask: auto follows the dump's attribute, the CSV says the mask, old CSVs read as full",

@@ -3,7 +3,7 @@
 # tools/gpu_pack.sh packed .devrun here; `bash .devrun/tools/gpu_session.sh`): the device's ceilings, the [gpu] parity tests, the
 # kernel-level bench (device-resident, CUDA events), `attnprobe bench --device cuda` (per call,
 # with transfers) and a sweep of the bundled dumps on the GPU against 2 CPU threads. Logs go to
-# $OUT (default ./out/gpu): session.log (all of the console), tests.log, kbench.csv, bench.csv,
+# $OUT (default ./out/gpu): session.log (all of the console), tests.log, kbench.csv, bench.csv, bench_causal.csv,
 # sweep.txt (few files: the device tool brings back at most 8). STEPS picks steps (default all):
 #   STEPS="info ceilings tests kbench bench sweep" tools/gpu_session.sh
 set -uo pipefail
@@ -47,6 +47,9 @@ if has bench; then
   timeout 240 "$run/bin/attnprobe" bench --device cuda --no-sgemm --threads 1 --repeat 3 \
     --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean -e "yoso-e" -e yoso -e performer -e linformer -e informer -e skeinformer \
     --csv "$out/bench.csv"
+  # The causal forms on the device (the rows go to the same CSV's mask column).
+  timeout 120 "$run/bin/attnprobe" bench --device cuda --mask causal --no-sgemm --threads 1 --repeat 3 \
+    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean --csv "$out/bench_causal.csv"
 fi
 if has sweep; then
   stamp sweep
@@ -64,5 +67,17 @@ if has sweep; then
     done
     python3 "$here/compare_sweeps.py" "/tmp/sweep_${name}_cuda.csv" "/tmp/sweep_${name}_cpu.csv"
   done | tee "$out/sweep.txt"
+  # The causal forms on the device, on our causal model's dump: the float64 causal reference from the
+  # device's fp64 kernel with --device cuda.
+  for dump in data/*.safetensors; do
+    name=$(basename "$dump" .safetensors)
+    for device in cuda cpu; do
+      start=$(date +%s.%N)
+      timeout 240 "$run/bin/attnprobe" sweep "$dump" -e softmax -e vmean -e yoso-e --mask causal \
+        --trials "${SWEEP_TRIALS:-4}" --threads 2 --device "$device" -q --overwrite -o "/tmp/sweep_${name}_$device.csv" >/dev/null
+      echo "causal sweep $name $device rc $? seconds $(awk "BEGIN{print $(date +%s.%N) - $start}")"
+    done
+    python3 "$here/compare_sweeps.py" "/tmp/sweep_${name}_cuda.csv" "/tmp/sweep_${name}_cpu.csv"
+  done | tee -a "$out/sweep.txt"
 fi
 stamp done

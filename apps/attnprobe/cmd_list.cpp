@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "commands.h"
@@ -37,14 +39,22 @@ Action add_list(CLI::App& app) {
         fmt::print("== {} ==\n", family);
       }
       const Spec spec = parse_spec(def->name);
-      std::vector<std::string> devices;
-      for (Device device : devices_of(*def)) devices.push_back(device_name(device));
+      std::vector<std::string> devices, causal_devices;
+      for (Device device : devices_of(*def)) {
+        devices.push_back(device_name(device));
+        const std::vector<std::string> causal = causal_estimators(device);
+        if (std::find(causal.begin(), causal.end(), def->name) != causal.end())
+          causal_devices.push_back(device_name(device));
+      }
+      const std::string causal_form =
+          !def->causal ? "no"
+                       : fmt::format("{} on {}", def->causal_for ? "yes (not every setting: see its keys)" : "yes",
+                                     join(causal_devices, ", "));
       fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
                  spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
                  spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
       fmt::print("    devices: {}   causal form: {}   attention weights: {}   backward: {}\n", join(devices, ", "),
-                 def->causal ? (def->causal_for ? "yes (not every setting: see its keys)" : "yes") : "no",
-                 def->weights ? (def->causal_weights ? "yes (causal form too)" : "yes") : "no",
+                 causal_form, def->weights ? (def->causal_weights ? "yes (causal form too)" : "yes") : "no",
                  def->backward.empty() ? "no" : def->backward + (def->causal_backward ? " (causal form too)" : ""));
       for (const ParamDef& p : def->params) {
         std::string domain;

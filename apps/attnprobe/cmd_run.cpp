@@ -25,6 +25,16 @@ namespace attnprobe::cli {
 
 namespace {
 
+// "; with --device cuda: a, b" where a device backend is built and has causal forms, else "".
+std::string causal_on_devices() {
+  std::string text;
+  for (Device device : kAllDevices)
+    if (device != Device::kCpu && device_compiled(device))
+      if (const auto names = causal_estimators(device); !names.empty())
+        text += fmt::format("; with --device {}: {}", device_name(device), join(names, ", "));
+  return text;
+}
+
 struct RunCommandOptions {
   std::string dump;
   DumpOptions dump_options;
@@ -85,8 +95,8 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--mask", o.mask,
                  fmt::format("auto (each layer's causal attribute), full (bidirectional) or causal (query i sees keys "
                              "j <= i: decoders). Under causal the reference is the masked softmax and only estimators "
-                             "with a causal form run: {}",
-                             join(causal_estimators(), ", ")))
+                             "with a causal form run: {}{}",
+                             join(causal_estimators(), ", "), causal_on_devices()))
       ->capture_default_str();
   cmd.add_option(
          "--metrics", o.metrics,

@@ -157,7 +157,8 @@ def estimators() -> list:
     reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
     ``weights``, ``causal_weights`` (its causal form states its weights too), ``backward`` (its
     backward form for the gradient metrics: "out", "yoso" or "" for none), ``causal_backward`` (that
-    backward covers its causal form too), ``devices`` and
+    backward covers its causal form too), ``devices``, ``causal_devices`` (the devices whose
+    version has the causal form: ``device="cuda"`` with ``causal=True`` needs "cuda" here) and
     ``variants`` (the settings the baseline gate runs).
 
         >>> [e["spec"] for e in attnprobe.estimators() if e["family"] == "random-features"]

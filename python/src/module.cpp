@@ -386,8 +386,12 @@ py::list estimators_list() {
       params.append(param);
       defaults[py::str(p.name)] = p.default_value;
     }
-    std::vector<std::string> devices;
-    for (Device d : devices_of(*def)) devices.push_back(device_name(d));
+    std::vector<std::string> devices, causal_devices;
+    for (Device d : devices_of(*def)) {
+      devices.push_back(device_name(d));
+      const std::vector<std::string> causal = causal_estimators(d);
+      if (std::find(causal.begin(), causal.end(), def->name) != causal.end()) causal_devices.push_back(device_name(d));
+    }
     py::dict e;
     e["name"] = def->name;
     e["family"] = def->family;
@@ -404,6 +408,7 @@ py::list estimators_list() {
     e["backward"] = def->backward;
     e["causal_backward"] = def->causal_backward;
     e["devices"] = devices;
+    e["causal_devices"] = causal_devices;
     e["variants"] = variants(*def);
     out.append(e);
   }

@@ -30,10 +30,16 @@ std::shared_mutex& registry_mutex() {
   return mutex;
 }
 
+// A version for a device other than the CPU.
+struct Implementation {
+  EstimatorFactory make;
+  CausalForm causal = CausalForm::kNo;
+};
+
 // Versions for devices other than the CPU, by (estimator name, device).
-std::map<std::pair<std::string, Device>, EstimatorFactory>& implementations() {
-  static std::map<std::pair<std::string, Device>, EstimatorFactory> factories;
-  return factories;
+std::map<std::pair<std::string, Device>, Implementation>& implementations() {
+  static std::map<std::pair<std::string, Device>, Implementation> versions;
+  return versions;
 }
 
 std::map<Device, std::function<std::string()>>& device_probes() {
@@ -46,7 +52,7 @@ std::map<Device, std::function<std::string()>>& device_probes() {
 void check_implementations() {
   static const bool kChecked = [] {
     const std::shared_lock lock(registry_mutex());
-    for (const auto& [key, factory] : implementations())
+    for (const auto& [key, implementation] : implementations())
       if (!registry().count(key.first)) {
         std::fprintf(stderr, "attnprobe: a %s version of '%s' is registered, but no estimator has that name\n",
                      device_name(key.second), key.first.c_str());
@@ -126,8 +132,9 @@ bool register_estimator(EstimatorDef def) {
   return true;
 }
 
-bool register_implementation(const std::string& name, Device device, EstimatorFactory make) {
-  if (device == Device::kCpu || !implementations().emplace(std::pair(name, device), std::move(make)).second) {
+bool register_implementation(const std::string& name, Device device, EstimatorFactory make, CausalForm causal) {
+  if (device == Device::kCpu ||
+      !implementations().emplace(std::pair(name, device), Implementation{std::move(make), causal}).second) {
     std::fprintf(stderr, "attnprobe: the %s version of '%s' is registered twice\n", device_name(device), name.c_str());
     std::abort();
   }
@@ -155,12 +162,25 @@ std::vector<Device> devices_of(const EstimatorDef& def) {
   return devices;
 }
 
-std::vector<std::string> causal_estimators() {
+namespace {
+// Whether the estimator named `name` has a causal form on `device` for the settings that have one.
+bool causal_form_on(const EstimatorDef& def, Device device) {
+  if (!def.causal) return false;
+  if (device == Device::kCpu) return true;
+  check_implementations();
+  const auto it = implementations().find({def.name, device});
+  return it != implementations().end() && it->second.causal == CausalForm::kYes;
+}
+}  // namespace
+
+std::vector<std::string> causal_estimators(Device device) {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators())
-    if (def->causal) names.push_back(def->name);
+    if (causal_form_on(*def, device)) names.push_back(def->name);
   return names;
 }
+
+bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal_form_on(spec.def(), device); }
 
 void require_mask_support(const Spec& spec, Mask mask, Device device) {
   if (mask != Mask::kCausal) return;
@@ -175,10 +195,11 @@ void require_mask_support(const Spec& spec, Mask mask, Device device) {
         "that have one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, scatterbrain's "
         "sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or --mask full.",
         spec.canonical()));
-  if (device != Device::kCpu)
-    throw UsageError(
-        fmt::format("'{}' has no causal form on {} yet; run causal cases on the CPU (--device cpu) or use --mask full.",
-                    spec.name(), device_name(device)));
+  if (!causal_on(spec, device))
+    throw UsageError(fmt::format(
+        "'{}' has no causal form on {} yet (estimators with one there: {}); run its causal cases on the CPU "
+        "(--device cpu), or use --mask full.",
+        spec.name(), device_name(device), join(causal_estimators(device), ", ")));
 }
 
 std::vector<std::string> estimators_on(Device device) {
@@ -208,7 +229,7 @@ std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
   if (const std::string why = device_probes().at(device)(); !why.empty())
     throw InputError(
         fmt::format("--device {}: {}. Use --device cpu, or run where a GPU is visible.", device_name(device), why));
-  return it->second(spec);
+  return it->second.make(spec);
 }
 
 std::vector<std::string> variants(const EstimatorDef& def) {

@@ -11,6 +11,8 @@
 // list of estimators. Each estimator file registers itself at static-initialisation time:
 //   [[maybe_unused]] const bool kRegistered = register_estimator({...});           // the CPU version
 //   [[maybe_unused]] const bool kOnCuda = register_implementation("name", Device::kCuda, factory);  // a .cu
+//   (or register_implementation("name", Device::kCuda, factory, CausalForm::kYes) where the device
+//   version computes the causal form too, from HeadView::mask)
 // (the libraries are OBJECT libraries so the linker keeps those files). Both versions decode the
 // spec through the same `XParams::from_spec`, so a key means the same thing on every device.
 #include <functional>
@@ -110,10 +112,13 @@ class Spec {
 
 /// Adds an estimator with its CPU version; duplicate names abort (a programming error). Returns true.
 bool register_estimator(EstimatorDef def);
+/// Whether a device version computes the estimator's causal form (for every spec whose Spec::causal() holds).
+enum class CausalForm { kNo, kYes };
 /// Adds the version of estimator `name` for a device other than the CPU (a `.cu` file calls this
 /// beside its kernels). Registration order across files is unspecified, so a name that no
 /// register_estimator() ever adds is reported when the registry is first read.
-bool register_implementation(const std::string& name, Device device, EstimatorFactory make);
+bool register_implementation(const std::string& name, Device device, EstimatorFactory make,
+                             CausalForm causal = CausalForm::kNo);
 /// Tells the registry how to ask whether `device` is usable: the probe returns "" when it is, else why not.
 bool register_device_probe(Device device, std::function<std::string()> probe);
 /// The devices that implement `def`, CPU first.
@@ -127,11 +132,13 @@ bool device_compiled(Device device);
 /// estimator has no version for the device (naming those that do); InputError when no such device
 /// is visible on this machine.
 std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device);
-/// The names of the estimators registered with a causal form, in `list` order.
-std::vector<std::string> causal_estimators();
+/// The names of the estimators with a causal form on `device`, in `list` order.
+std::vector<std::string> causal_estimators(Device device = Device::kCpu);
+/// Whether this configuration has a causal form on `device`: Spec::causal(), and on a device other
+/// than the CPU, a version there registered with CausalForm::kYes.
+bool causal_on(const Spec& spec, Device device);
 /// UsageError (exit 2) unless `spec` can run under `mask` on `device`: under a causal mask only
-/// estimators registered with a causal form (for this spec), and on the CPU (no device version has
-/// a causal form yet). The message names the estimators that can.
+/// configurations with a causal form on that device (causal_on). The message names the estimators that can.
 void require_mask_support(const Spec& spec, Mask mask, Device device = Device::kCpu);
 
 /// All registered estimators, by family then name.

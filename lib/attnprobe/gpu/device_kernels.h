@@ -40,6 +40,9 @@ void exact_attention_device(const float* q, const float* k, const float* v, int6
 /// `scratch` holds the per-block partial sums.
 void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& scratch, float* out,
                   cudaStream_t stream = nullptr);
+/// The causal form: out row i = the mean of v's rows 0..i (v: n × pv), running sums in double.
+void vmean_causal_device(const float* v, int64_t n, int64_t pv, Scratch& scratch, float* out,
+                         cudaStream_t stream = nullptr);
 
 /// performer (kernels.h) on device arrays: q_scaled n × p, k_scaled keys × p, v keys × pv, omegas
 /// features × p (float64), out n × pv. `scratch` holds the features and the key summary.

@@ -24,12 +24,14 @@ const char* precision_name(AttentionPrecision precision);
 void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
                      float scale, AttentionPrecision precision, bool causal, float* out);
 
-/// out (n × pv): every row the column mean of v (keys × pv), accumulated in double.
-void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, float* out);
+/// out (n × pv): every row the column mean of v (keys × pv), accumulated in double; causal (keys ==
+/// n): row i the mean of rows 0..i.
+void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, bool causal, float* out);
 
-/// YOSO-E: out_i = ℓ2(Σ_j (1 − acos(clamp(q̂_i·k̂_j))/π)^τ v_j) for ℓ2-normalised rows q̂, k̂.
+/// YOSO-E: out_i = ℓ2(Σ_j (1 − acos(clamp(q̂_i·k̂_j))/π)^τ v_j) for ℓ2-normalised rows q̂, k̂;
+/// causal: keys j ≤ i only.
 void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, int64_t n, int64_t keys, int64_t p,
-                      int64_t pv, int tau, float* out);
+                      int64_t pv, int tau, bool causal, float* out);
 
 /// The codes of estimators/yoso/lsh.h, on the device: codes[i·m + f] for rows of x (n × p, float64).
 void lsh_codes(const double* x, int64_t n, int64_t p, int m, int tau, bool hadamard, RandomKey key, uint32_t* codes);

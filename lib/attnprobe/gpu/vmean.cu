@@ -1,8 +1,10 @@
-// V-Mean on the GPU (mirrors estimators/sketching/vmean.cpp): column means in double, broadcast.
+// V-Mean on the GPU (mirrors estimators/sketching/vmean.cpp): column means in double, broadcast;
+// causal: running means (chunk sums, their prefix, then each chunk's rows in order).
 // Memory-bound: the fewest bytes are keys·pv·4 read + n·pv·4 written. Three launches: per-block
 // partial column sums (16-byte loads when pv % 4 == 0), their total, and the broadcast (16-byte
 // stores). Device pointers must be 16-byte aligned (cudaMalloc's are).
 #include <algorithm>
+#include <stdexcept>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/cuda_check.cuh"
@@ -91,6 +93,43 @@ __global__ void broadcast_kernel(const float* mean, int64_t n, int pv, float* ou
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx < n * pv) out[idx] = mean[idx % pv];
 }
+
+// Causal form: partial[b][c] (the chunk sums above) becomes Σ_{b' < b} partial[b'][c], the sum of
+// every row before chunk b; one thread per column (≤ 512 chunks at n = 65536).
+__global__ void exclusive_prefix_kernel(double* partial, int blocks, int pv) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= pv) return;
+  double before = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const double chunk = partial[static_cast<int64_t>(b) * pv + c];
+    partial[static_cast<int64_t>(b) * pv + c] = before;
+    before += chunk;
+  }
+}
+
+// out[i][c] = (Σ_{j ≤ i} v[j][c]) / (i + 1): chunk b's rows from the sum of every row before them,
+// one thread per column walking the chunk's rows in order (a running sum in double, as on the CPU).
+__global__ void running_mean_kernel(const float* v, const double* before, int64_t n, int pv, float* out) {
+  const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t row_end = min(n, row_begin + kRowsPerBlock);
+  for (int c = threadIdx.x; c < pv; c += blockDim.x) {
+    double sum = before[static_cast<int64_t>(blockIdx.x) * pv + c];
+    for (int64_t j = row_begin; j < row_end; ++j) {
+      sum += v[j * pv + c];
+      out[j * pv + c] = static_cast<float>(sum / static_cast<double>(j + 1));
+    }
+  }
+}
+}  // namespace
+
+namespace {
+// partial (blocks × pv): each chunk of kRowsPerBlock rows' column sums, in double.
+void chunk_sums(const float* v, int64_t keys, int pv, int blocks, bool vectors, double* partial, cudaStream_t stream) {
+  if (vectors)
+    column_partial4_kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<const float4*>(v), keys, pv / 4, partial);
+  else
+    column_partial_kernel<<<blocks, dim3(32, 8), 0, stream>>>(v, keys, pv, partial);
+}
 }  // namespace
 
 void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& scratch, float* out,
@@ -101,10 +140,7 @@ void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& 
   auto* mean = reinterpret_cast<float*>(partial + static_cast<size_t>(blocks) * pv);
   const int pvi = static_cast<int>(pv);
   const bool vectors = pv % 4 == 0 && pv <= 4 * kThreads && n * pv / 4 < (int64_t{1} << 31);
-  if (vectors)
-    column_partial4_kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<const float4*>(v), keys, pvi / 4, partial);
-  else
-    column_partial_kernel<<<blocks, dim3(32, 8), 0, stream>>>(v, keys, pvi, partial);
+  chunk_sums(v, keys, pvi, blocks, vectors, partial, stream);
   column_mean_kernel<<<pvi, kThreads, 0, stream>>>(partial, blocks, keys, pvi, mean);
   if (vectors)
     broadcast4_kernel<<<blocks_for(n * pv / 4, 256), 256, 0, stream>>>(
@@ -114,17 +150,31 @@ void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& 
   check_cuda(cudaGetLastError(), "vmean kernels");
 }
 
-void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, float* out) {
+void vmean_causal_device(const float* v, int64_t n, int64_t pv, Scratch& scratch, float* out, cudaStream_t stream) {
+  const int blocks = static_cast<int>((n + kRowsPerBlock - 1) / kRowsPerBlock);
+  auto* partial = static_cast<double*>(scratch.get(static_cast<size_t>(blocks) * pv * sizeof(double)));
+  const int pvi = static_cast<int>(pv);
+  chunk_sums(v, n, pvi, blocks, pv % 4 == 0 && pv <= 4 * kThreads, partial, stream);
+  exclusive_prefix_kernel<<<blocks_for(pv, 64), 64, 0, stream>>>(partial, blocks, pvi);
+  running_mean_kernel<<<blocks, std::min(pvi, kThreads), 0, stream>>>(v, partial, n, pvi, out);
+  check_cuda(cudaGetLastError(), "causal vmean kernels");
+}
+
+void vmean(const float* v, int64_t n, int64_t keys, int64_t pv, bool causal, float* out) {
+  if (causal && keys != n) throw std::runtime_error("causal vmean needs as many keys as queries");
   DeviceBuffer<float> dv(v, keys * pv), dout(n * pv);
   thread_local Scratch scratch;
-  vmean_device(dv.get(), n, keys, pv, scratch, dout.get(), nullptr);
+  if (causal)
+    vmean_causal_device(dv.get(), n, pv, scratch, dout.get(), nullptr);
+  else
+    vmean_device(dv.get(), n, keys, pv, scratch, dout.get(), nullptr);
   check_launch("vmean");
   dout.download(out);
 }
 
 }  // namespace attnprobe::gpu
 
-// The CUDA version of `vmean` (estimators/sketching/vmean.cpp).
+// The CUDA version of `vmean` (estimators/sketching/vmean.cpp), with its causal form (running means).
 namespace attnprobe::gpu {
 namespace {
 
@@ -132,12 +182,12 @@ class CudaVMean final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
     out.resize(view.n(), view.pv());
-    vmean(view.vf.data(), view.n(), view.vf.rows(), view.pv(), out.data());
+    vmean(view.vf.data(), view.n(), view.vf.rows(), view.pv(), view.mask == Mask::kCausal, out.data());
   }
 };
 
-[[maybe_unused]] const bool kOnCuda =
-    register_implementation("vmean", Device::kCuda, [](const Spec&) { return std::make_unique<CudaVMean>(); });
+[[maybe_unused]] const bool kOnCuda = register_implementation(
+    "vmean", Device::kCuda, [](const Spec&) { return std::make_unique<CudaVMean>(); }, CausalForm::kYes);
 
 }  // namespace
 }  // namespace attnprobe::gpu

@@ -12,12 +12,13 @@ namespace {
 constexpr int kMaxDim = 128;
 
 __global__ void yoso_expectation_kernel(const float* q_hat, const float* k_hat, const float* v, int n, int keys, int p,
-                                        int pv, int tau, float* out) {
+                                        int pv, int tau, bool causal, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float acc[kMaxDim];
   for (int c = 0; c < pv; ++c) acc[c] = 0;
-  for (int j = 0; j < keys; ++j) {
+  const int last = causal ? min(keys, i + 1) : keys;  // causal: W_ij = 0 for j > i
+  for (int j = 0; j < last; ++j) {
     float cosine = 0;
     for (int c = 0; c < p; ++c)
       cosine += q_hat[static_cast<int64_t>(i) * p + c] * k_hat[static_cast<int64_t>(j) * p + c];
@@ -57,12 +58,12 @@ __global__ void read_tables_kernel(const uint32_t* query_codes, const float* tab
 }  // namespace
 
 void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, int64_t n, int64_t keys, int64_t p,
-                      int64_t pv, int tau, float* out) {
+                      int64_t pv, int tau, bool causal, float* out) {
   if (pv > kMaxDim) throw InputError("CUDA yoso-e supports value dims up to 128");
   DeviceBuffer<float> dq(q_hat, n * p), dk(k_hat, keys * p), dv(v, keys * pv), dout(n * pv);
   yoso_expectation_kernel<<<blocks_for(n, 128), 128>>>(dq.get(), dk.get(), dv.get(), static_cast<int>(n),
                                                        static_cast<int>(keys), static_cast<int>(p),
-                                                       static_cast<int>(pv), tau, dout.get());
+                                                       static_cast<int>(pv), tau, causal, dout.get());
   check_launch("yoso_expectation_kernel");
   dout.download(out);
 }
@@ -104,7 +105,7 @@ class CudaYosoExpectation final : public Estimator {
     const MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
     out.resize(view.n(), view.pv());
     yoso_expectation(q.data(), k.data(), view.vf.data(), view.n(), k.rows(), q.cols(), view.pv(), params_.tau,
-                     out.data());
+                     view.mask == Mask::kCausal, out.data());
   }
 
  private:
@@ -140,9 +141,11 @@ class CudaYoso final : public Estimator {
   YosoParams params_;
 };
 
-[[maybe_unused]] const bool kYosoEOnCuda = register_implementation("yoso-e", Device::kCuda, [](const Spec& spec) {
-  return std::make_unique<CudaYosoExpectation>(YosoExpectationParams::from_spec(spec));
-});
+// yoso-e's causal form (input=l2; the registry refuses input=lift under a causal mask): keys j ≤ i.
+[[maybe_unused]] const bool kYosoEOnCuda = register_implementation(
+    "yoso-e", Device::kCuda,
+    [](const Spec& spec) { return std::make_unique<CudaYosoExpectation>(YosoExpectationParams::from_spec(spec)); },
+    CausalForm::kYes);
 [[maybe_unused]] const bool kYosoOnCuda = register_implementation(
     "yoso", Device::kCuda, [](const Spec& spec) { return std::make_unique<CudaYoso>(YosoParams::from_spec(spec)); });
 

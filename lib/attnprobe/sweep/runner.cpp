@@ -192,7 +192,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (references.count(ref)) continue;
       const Estimator& estimator = *reference_estimators.at(ref);
       std::optional<MatrixD> output;
-      if (const auto device = device_references.find(ref); device != device_references.end())
+      if (const auto device = device_references.find(ref);
+          device != device_references.end() && (view.mask == Mask::kFull || causal_on(parse_spec(ref), options.device)))
         output = device->second->reference(view, &pool);
       if (!output) output = estimator.reference(view, &pool);
       if (!output) {  // a deterministic estimator without a float64 path: its float32 result
