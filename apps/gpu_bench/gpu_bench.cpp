@@ -189,7 +189,11 @@ int main(int argc, char** argv) try {
                                        {"tf32x3", AttentionPrecision::kTf32x3, false},
                                        {"tf32-causal", AttentionPrecision::kTf32, true},
                                        {"tf32x3-causal", AttentionPrecision::kTf32x3, true}};
-      if (n <= 16384) variants.push_back({"fp32-simple", AttentionPrecision::kFp32, false});
+      if (n <= 16384) {  // the CUDA-core kernel: fp64 is `sweep --device cuda`'s reference
+        variants.push_back({"fp32-cores", AttentionPrecision::kFp32, false});
+        variants.push_back({"fp64-cores", AttentionPrecision::kFp64, false});
+        variants.push_back({"fp64-cores-causal", AttentionPrecision::kFp64, true});
+      }
       if (o.tiles) {
         const std::vector<std::array<int, 3>> shapes =
             p <= 64 ? std::vector<std::array<int, 3>>{{4, 1, 64}, {8, 1, 64}, {4, 2, 32}}

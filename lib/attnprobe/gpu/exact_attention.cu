@@ -1,10 +1,12 @@
 // Exact attention on the GPU (mirrors exact/exact_attention.cpp), in four precisions
 // (AttentionPrecision): the tensor-core kernels of flash_attention_tc.cu (TF32, and 3×TF32 for
-// fp32-level error), and here the simple flash-style kernel, one thread per query row, keys and
-// values staged through shared memory in tiles, online softmax (running max m, sum l, output
-// rescaled by exp(m_old − m_new)), so the n × keys matrix is never formed. Acc = double is the
-// fp64-accumulation reference mode; Acc = float sums every key in sequence, so its error grows with
-// the number of keys (1.3e-6 at n = 4096 on the H100 against 1.4e-7 for the CPU's blocked float32).
+// fp32-level error), and here the CUDA-core kernel: one warp per query row, keys in tiles of 32
+// (one per lane: each lane forms its key's logit), online softmax per tile (running max m, sum l,
+// output rescaled by exp(m_old − m_new)), so the n × keys matrix is never formed. Acc = double is
+// the fp64-accumulation reference mode (`sweep --device cuda`'s reference), Acc = float the fp32 one.
+// Before (PERF.md, runs 10 and 11) it was one thread per row with its query and output in local memory:
+// 32 blocks at n = 4096 for 132 SMs left most of the GPU idle.
+#include <algorithm>
 #include <cmath>
 
 #include "attnprobe/estimators/registry.h"
@@ -16,50 +18,95 @@
 namespace attnprobe::gpu {
 
 namespace {
-constexpr int kMaxDim = 128;   // per-thread query and accumulator arrays
-constexpr int kKeyTile = 32;   // keys per shared-memory tile: 32 × (128 + 128) floats = 32 KiB
-constexpr int kThreads = 128;  // query rows per block
+constexpr int kMaxDim = 128;  // head dims the kernels take
+constexpr int kKeyTile = 32;  // keys per shared-memory tile: one per lane
+constexpr int kWarps = 8;     // query rows per block (one per warp), sharing each K/V tile
 
-template <typename Acc>
-__global__ void flash_attention_kernel(const float* q, const float* k, const float* v, int n, int keys, int p, int pv,
-                                       float scale, bool causal, float* out) {
-  extern __shared__ float tile[];
-  float* k_tile = tile;
-  float* v_tile = tile + kKeyTile * p;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool active = i < n;
-  Acc query[kMaxDim], acc[kMaxDim];
+// out (n × pv) = softmax(scale·q·kᵀ [causal: keys j ≤ i])·v with D ≥ max(p, pv) a multiple of 32.
+// Lane j of a warp forms the logit of the tile's key j (q·k over D columns, accumulated in Acc, then
+// scaled in Acc), the warp takes the tile's max and sum by shuffles, and lane c accumulates output
+// columns c, c + 32, ... from the staged values with the lanes' weights read back from shared memory.
+template <typename Acc, int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    warp_row_attention_kernel(const float* q, const float* k, const float* v, int n, int keys, int p, int pv,
+                              float scale, bool causal, float* out) {
+  constexpr int kStride = D + 1;  // lane j reads key row j: an odd stride puts the lanes in 32 banks
+  constexpr int kCols = D / 32;   // output columns per lane
+  __shared__ float k_tile[kKeyTile * kStride];
+  __shared__ float v_tile[kKeyTile * D];
+  __shared__ float q_rows[kWarps][D];
+  __shared__ Acc weights[kWarps][kKeyTile];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = blockIdx.x * kWarps, i = row0 + warp;
+  for (int idx = threadIdx.x; idx < kWarps * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    q_rows[r][c] = row0 + r < n && c < p ? q[static_cast<int64_t>(row0 + r) * p + c] : 0.0f;
+  }
+  Acc acc[kCols];
+#pragma unroll
+  for (int s = 0; s < kCols; ++s) acc[s] = 0;
   Acc running_max = -INFINITY, running_sum = 0;
-  for (int c = 0; c < pv; ++c) acc[c] = 0;
-  if (active)
-    for (int c = 0; c < p; ++c)
-      query[c] = static_cast<Acc>(q[static_cast<int64_t>(i) * p + c]) * static_cast<Acc>(scale);
-  for (int t0 = 0; t0 < keys; t0 += kKeyTile) {
-    const int rows = min(kKeyTile, keys - t0);
-    for (int idx = threadIdx.x; idx < rows * p; idx += blockDim.x) k_tile[idx] = k[static_cast<int64_t>(t0) * p + idx];
-    for (int idx = threadIdx.x; idx < rows * pv; idx += blockDim.x)
-      v_tile[idx] = v[static_cast<int64_t>(t0) * pv + idx];
-    __syncthreads();
-    if (active) {
-      const int last = causal ? min(rows, i - t0 + 1) : rows;  // causal: keys j ≤ i only
-      for (int j = 0; j < last; ++j) {
-        Acc logit = 0;
-        for (int c = 0; c < p; ++c) logit += query[c] * static_cast<Acc>(k_tile[j * p + c]);
-        if (logit > running_max) {
-          const Acc correction = exp(running_max - logit);  // 0 on the first key
-          running_sum *= correction;
-          for (int c = 0; c < pv; ++c) acc[c] *= correction;
-          running_max = logit;
-        }
-        const Acc weight = exp(logit - running_max);
-        running_sum += weight;
-        for (int c = 0; c < pv; ++c) acc[c] += weight * static_cast<Acc>(v_tile[j * pv + c]);
-      }
+  const int key_end = causal ? min(keys, min(n, row0 + kWarps)) : keys;  // causal: the block's last row
+  for (int t0 = 0; t0 < key_end; t0 += kKeyTile) {
+    __syncthreads();  // the previous tile is consumed (and, the first time, q is staged)
+    for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+      const int j = idx / D, c = idx % D;
+      const bool in = t0 + j < keys;
+      k_tile[j * kStride + c] = in && c < p ? k[static_cast<int64_t>(t0 + j) * p + c] : 0.0f;
+      v_tile[j * D + c] = in && c < pv ? v[static_cast<int64_t>(t0 + j) * pv + c] : 0.0f;
     }
     __syncthreads();
+    const int key = t0 + lane;
+    const bool valid = key < keys && (!causal || key <= i);
+    Acc logit = 0;
+#pragma unroll 16
+    for (int c = 0; c < D; ++c)
+      logit += static_cast<Acc>(q_rows[warp][c]) * static_cast<Acc>(k_tile[lane * kStride + c]);
+    logit = valid ? logit * static_cast<Acc>(scale) : static_cast<Acc>(-INFINITY);
+    Acc tile_max = logit;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+    const Acc new_max = max(running_max, tile_max);
+    // Key 0 is valid for every row, so new_max is finite from the first tile on; the guard keeps a
+    // fully masked tile from computing −inf − (−inf).
+    const Acc shift = new_max == static_cast<Acc>(-INFINITY) ? static_cast<Acc>(0) : new_max;
+    const Acc weight = valid ? exp(logit - shift) : static_cast<Acc>(0);
+    Acc tile_sum = weight;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, offset);
+    const Acc correction = exp(running_max - shift);  // 0 on the first tile
+    running_sum = running_sum * correction + tile_sum;
+    running_max = new_max;
+    weights[warp][lane] = weight;
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < kCols; ++s) acc[s] *= correction;
+#pragma unroll 8
+    for (int j = 0; j < kKeyTile; ++j) {
+      const Acc w = weights[warp][j];
+#pragma unroll
+      for (int s = 0; s < kCols; ++s) acc[s] += w * static_cast<Acc>(v_tile[j * D + lane + 32 * s]);
+    }
+    __syncwarp();  // the weights are read before the next tile overwrites them
   }
-  if (active)
-    for (int c = 0; c < pv; ++c) out[static_cast<int64_t>(i) * pv + c] = static_cast<float>(acc[c] / running_sum);
+  if (i < n)
+#pragma unroll
+    for (int s = 0; s < kCols; ++s)
+      if (lane + 32 * s < pv)
+        out[static_cast<int64_t>(i) * pv + lane + 32 * s] = static_cast<float>(acc[s] / running_sum);
+}
+
+template <typename Acc>
+void launch_warp_rows(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,
+                      float scale, bool causal, float* out, cudaStream_t stream) {
+  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
+  if (std::max(p, pv) <= 64)
+    warp_row_attention_kernel<Acc, 64>
+        <<<blocks_for(n, kWarps), kWarps * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
+  else
+    warp_row_attention_kernel<Acc, 128>
+        <<<blocks_for(n, kWarps), kWarps * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
 }
 }  // namespace
 
@@ -104,15 +151,11 @@ void exact_attention_device(const float* q, const float* k, const float* v, int6
                        stream);
     return;
   }
-  const size_t shared = static_cast<size_t>(kKeyTile) * (p + pv) * sizeof(float);
-  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
   if (precision == AttentionPrecision::kFp64)
-    flash_attention_kernel<double>
-        <<<blocks_for(n, kThreads), kThreads, shared, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
+    launch_warp_rows<double>(q, k, v, n, keys, p, pv, scale, causal, out, stream);
   else
-    flash_attention_kernel<float>
-        <<<blocks_for(n, kThreads), kThreads, shared, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
-  check_cuda(cudaGetLastError(), "flash_attention_kernel");
+    launch_warp_rows<float>(q, k, v, n, keys, p, pv, scale, causal, out, stream);
+  check_cuda(cudaGetLastError(), "warp_row_attention_kernel");
 }
 
 void exact_attention(const float* q, const float* k, const float* v, int64_t n, int64_t keys, int64_t p, int64_t pv,

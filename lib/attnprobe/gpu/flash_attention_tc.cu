@@ -11,7 +11,8 @@
 // (Q·Kᵀ: three parts, 6 products; P·V: two parts, 3 products; mma_split), 1e-6 error at 5× the time.
 // Each key tile's P·V goes to a fresh accumulator added to O on the CUDA cores (the tensor cores'
 // fp32 accumulation truncates). Measured versions and their speeds: PERF.md.
-// Causal: key tiles wholly above the diagonal are skipped, the diagonal tiles masked per element.
+// Causal: key tiles wholly above the diagonal are skipped, the diagonal tiles masked per element; the
+// row tiles run longest first, and the keys are split over blocks as in the full case.
 // Cost: 4·n·keys·p flops (half when causal), (n + 2·keys)·p·4 bytes from memory plus L2 re-reads of K, V.
 #include <algorithm>
 #include <cmath>
@@ -128,7 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row_tile = blockIdx.x, split = blockIdx.y;
+  // Causal: the last row tiles have the most keys, so they start first (blocks are issued in order;
+  // the cheap tiles fill the tail instead of the dearest ones).
+  const int row_tile = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x, split = blockIdx.y;
   const int warp_row0 = row_tile * kBlockM + warp * kWarpRows;  // this warp's first row
   const int block_last_row = min(n - 1, row_tile * kBlockM + kBlockM - 1);
 
@@ -356,9 +359,10 @@ void launch(const float* q, const float* k, const float* v, int64_t n, int64_t k
   const int64_t row_tiles = (n + kBlockM - 1) / kBlockM, key_tiles = (keys + kBlockN - 1) / kBlockN;
   const int64_t rows_padded = row_tiles * kBlockM, keys_padded = key_tiles * kBlockN;
   // Split the keys when the row tiles alone leave SMs idle, keeping at least 8 tiles per split.
+  // Causal too: a row tile stops at its diagonal, so a split wholly above it does no work and
+  // leaves l = 0 (weight 0 in the combine), and the longest row tile's keys are shared out.
   const int64_t resident = static_cast<int64_t>(sms) * blocks_per_sm;
-  int64_t splits = kCausal ? 1 : std::clamp<int64_t>((resident + row_tiles - 1) / row_tiles, 1, key_tiles / 8);
-  splits = std::max<int64_t>(splits, 1);
+  int64_t splits = std::max<int64_t>(1, std::min((resident + row_tiles - 1) / row_tiles, key_tiles / 8));
   const int64_t tiles_per_split = (key_tiles + splits - 1) / splits;
   splits = (key_tiles + tiles_per_split - 1) / tiles_per_split;
 

@@ -11,8 +11,8 @@ namespace attnprobe::gpu {
 
 /// How exact attention computes on the device.
 enum class AttentionPrecision {
-  kFp64,    ///< one thread per row, float64 accumulation (the reference mode; slow)
-  kFp32,    ///< one thread per row, float32 on CUDA cores (sequential sums: error grows with keys)
+  kFp64,    ///< CUDA cores, one warp per row, float64 accumulation (the reference mode)
+  kFp32,    ///< the same kernel in float32
   kTf32x3,  ///< tensor cores, each product split into three TF32 ones (hi·hi + hi·lo + lo·hi): fp32-level error
   kTf32,    ///< tensor cores, TF32 inputs (10-bit mantissa), fp32 accumulation (error: PERF.md)
 };
