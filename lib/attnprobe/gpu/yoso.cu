@@ -1,6 +1,8 @@
-// YOSO on the GPU (mirrors estimators/yoso/yoso_e.cpp and yoso.cpp): the expectation, one thread
+// YOSO on the GPU (mirrors estimators/yoso/yoso_e.cpp and yoso.cpp): the expectation, one warp
 // per query row; and YOSO-m's bucket tables, filled with atomics and read per (query, column).
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "attnprobe/estimators/yoso/yoso_params.h"
 #include "attnprobe/gpu/cuda_check.cuh"
@@ -9,29 +11,71 @@
 namespace attnprobe::gpu {
 
 namespace {
-constexpr int kMaxDim = 128;
+constexpr int kKeyTile = 32;  // keys per shared-memory tile: one per lane
+constexpr int kWarps = 8;     // query rows per block (one per warp), sharing each K/V tile
 
-__global__ void yoso_expectation_kernel(const float* q_hat, const float* k_hat, const float* v, int n, int keys, int p,
-                                        int pv, int tau, bool causal, float* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float acc[kMaxDim];
-  for (int c = 0; c < pv; ++c) acc[c] = 0;
-  const int last = causal ? min(keys, i + 1) : keys;  // causal: W_ij = 0 for j > i
-  for (int j = 0; j < last; ++j) {
+// YOSO-E, one warp per query row (the layout of exact_attention.cu's CUDA-core kernel): lane j forms
+// the weight (1 − acos(q̂_i·k̂_j)/π)^τ of the tile's key j, lane c accumulates output columns c,
+// c + 32, ... over the tile's keys in order (so each column sums its keys in sequence, as the old
+// one-thread-per-row kernel did), then the row is ℓ2-normalised by a warp reduction. D ≥ max(p, pv),
+// a multiple of 32 (input=lift hashes p + 2 dimensions, so 160 covers p = 128).
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    yoso_expectation_kernel(const float* q_hat, const float* k_hat, const float* v, int n, int keys, int p, int pv,
+                            int tau, bool causal, float* out) {
+  constexpr int kStride = D + 1;  // lane j reads key row j: an odd stride puts the lanes in 32 banks
+  constexpr int kCols = D / 32;   // output columns per lane
+  __shared__ float k_tile[kKeyTile * kStride];
+  __shared__ float v_tile[kKeyTile * D];
+  __shared__ float q_rows[kWarps][D];
+  __shared__ float weights[kWarps][kKeyTile];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = blockIdx.x * kWarps, i = row0 + warp;
+  for (int idx = threadIdx.x; idx < kWarps * D; idx += blockDim.x) {
+    const int r = idx / D, c = idx % D;
+    q_rows[r][c] = row0 + r < n && c < p ? q_hat[static_cast<int64_t>(row0 + r) * p + c] : 0.0f;
+  }
+  float acc[kCols];
+#pragma unroll
+  for (int s = 0; s < kCols; ++s) acc[s] = 0;
+  const int key_end = causal ? min(keys, min(n, row0 + kWarps)) : keys;  // causal: W_ij = 0 for j > i
+  for (int t0 = 0; t0 < key_end; t0 += kKeyTile) {
+    __syncthreads();  // the previous tile is consumed (and, the first time, q̂ is staged)
+    for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+      const int j = idx / D, c = idx % D;
+      const bool in = t0 + j < keys;
+      k_tile[j * kStride + c] = in && c < p ? k_hat[static_cast<int64_t>(t0 + j) * p + c] : 0.0f;
+      v_tile[j * D + c] = in && c < pv ? v[static_cast<int64_t>(t0 + j) * pv + c] : 0.0f;
+    }
+    __syncthreads();
+    const int key = t0 + lane;
     float cosine = 0;
-    for (int c = 0; c < p; ++c)
-      cosine += q_hat[static_cast<int64_t>(i) * p + c] * k_hat[static_cast<int64_t>(j) * p + c];
+#pragma unroll 16
+    for (int c = 0; c < D; ++c) cosine += q_rows[warp][c] * k_tile[lane * kStride + c];
     cosine = fminf(1.0f, fmaxf(-1.0f, cosine));  // clamp before acos: q̂·q̂ can round above 1
     const float base = 1.0f - acosf(cosine) * 0.318309886183790671538f;
     float weight = 1.0f;
     for (int t = 0; t < tau; ++t) weight *= base;
-    for (int c = 0; c < pv; ++c) acc[c] += weight * v[static_cast<int64_t>(j) * pv + c];
+    weights[warp][lane] = key < keys && (!causal || key <= i) ? weight : 0.0f;
+    __syncwarp();
+#pragma unroll 8
+    for (int j = 0; j < kKeyTile; ++j) {
+      const float w = weights[warp][j];
+#pragma unroll
+      for (int s = 0; s < kCols; ++s) acc[s] += w * v_tile[j * D + lane + 32 * s];
+    }
+    __syncwarp();  // the weights are read before the next tile overwrites them
   }
-  float norm = 0;
-  for (int c = 0; c < pv; ++c) norm += acc[c] * acc[c];
-  norm = sqrtf(norm);
-  for (int c = 0; c < pv; ++c) out[static_cast<int64_t>(i) * pv + c] = norm > 0 ? acc[c] / norm : 0.0f;
+  float squares = 0;  // columns past pv hold 0 (zero-padded values)
+#pragma unroll
+  for (int s = 0; s < kCols; ++s) squares += acc[s] * acc[s];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  const float norm = sqrtf(squares);
+  if (i < n)
+#pragma unroll
+    for (int s = 0; s < kCols; ++s)
+      if (lane + 32 * s < pv) out[static_cast<int64_t>(i) * pv + lane + 32 * s] = norm > 0 ? acc[s] / norm : 0.0f;
 }
 
 __global__ void fill_tables_kernel(const uint32_t* key_codes, const float* v, int keys, int pv, int m, int64_t buckets,
@@ -59,11 +103,22 @@ __global__ void read_tables_kernel(const uint32_t* query_codes, const float* tab
 
 void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, int64_t n, int64_t keys, int64_t p,
                       int64_t pv, int tau, bool causal, float* out) {
-  if (pv > kMaxDim) throw InputError("CUDA yoso-e supports value dims up to 128");
+  const int64_t d = std::max(p, pv);
+  if (d > 160)
+    throw InputError("CUDA yoso-e supports query, key and value dims up to 160 (got " + std::to_string(p) + ", " +
+                     std::to_string(pv) + "); use --device cpu");
   DeviceBuffer<float> dq(q_hat, n * p), dk(k_hat, keys * p), dv(v, keys * pv), dout(n * pv);
-  yoso_expectation_kernel<<<blocks_for(n, 128), 128>>>(dq.get(), dk.get(), dv.get(), static_cast<int>(n),
-                                                       static_cast<int>(keys), static_cast<int>(p),
-                                                       static_cast<int>(pv), tau, causal, dout.get());
+  const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
+  const int blocks = blocks_for(n, kWarps), threads = kWarps * 32;
+  if (d <= 64)
+    yoso_expectation_kernel<64>
+        <<<blocks, threads>>>(dq.get(), dk.get(), dv.get(), ni, ki, pi, pvi, tau, causal, dout.get());
+  else if (d <= 128)
+    yoso_expectation_kernel<128>
+        <<<blocks, threads>>>(dq.get(), dk.get(), dv.get(), ni, ki, pi, pvi, tau, causal, dout.get());
+  else
+    yoso_expectation_kernel<160>
+        <<<blocks, threads>>>(dq.get(), dk.get(), dv.get(), ni, ki, pi, pvi, tau, causal, dout.get());
   check_launch("yoso_expectation_kernel");
   dout.download(out);
 }
