@@ -17,16 +17,23 @@ inline void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
 }
 
+/// Device memory from the calling thread's pool (device_memory.cu): blocks released by a thread are
+/// kept for its next requests, so repeated calls skip cudaMalloc and cudaFree (which waits for the
+/// device). Work queued on the legacy default stream that still uses a released block finishes
+/// before anything later on that stream reuses it.
+void* acquire_device_memory(size_t bytes);
+void release_device_memory(void* data, size_t bytes);
+
 /// A device array of n elements; upload() and download() copy from/to host memory.
 template <typename T>
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t count) : count_(count) {
-    if (count_) check_cuda(cudaMalloc(&data_, count_ * sizeof(T)), "cudaMalloc");
+    if (count_) data_ = static_cast<T*>(acquire_device_memory(count_ * sizeof(T)));
   }
   DeviceBuffer(const T* host, size_t count) : DeviceBuffer(count) { upload(host); }
   ~DeviceBuffer() {
-    if (data_) cudaFree(data_);
+    if (data_) release_device_memory(data_, count_ * sizeof(T));
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
