@@ -39,15 +39,15 @@ class DevicePool {
   }
 
   void release(void* data, size_t bytes) {
-    // Keep the newest blocks: make room by freeing the smallest kept ones first.
-    while (kept_bytes_ + bytes > kKeptBytes && !kept_.empty()) {
-      cudaFree(kept_.begin()->second);
-      kept_bytes_ -= kept_.begin()->first;
-      kept_.erase(kept_.begin());
-    }
     if (bytes > kKeptBytes) {
       cudaFree(data);
       return;
+    }
+    // Keep the newest blocks: make room by freeing the smallest kept ones first.
+    while (kept_bytes_ + bytes > kKeptBytes) {
+      cudaFree(kept_.begin()->second);
+      kept_bytes_ -= kept_.begin()->first;
+      kept_.erase(kept_.begin());
     }
     kept_.emplace(bytes, data);
     kept_bytes_ += bytes;
