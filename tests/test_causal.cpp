@@ -229,11 +229,15 @@ TEST_CASE("an estimator without a causal form is refused under a causal mask, na
     CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
   }
   CHECK_FALSE(causal_on(parse_spec("yoso-e(input=lift)"), Device::kCuda));
+  CHECK(causal_devices_of(*find_estimator("linformer")).empty());
+  CHECK(causal_devices_of(*find_estimator("performer")) == std::vector<Device>{Device::kCpu});
 #ifdef ATTNPROBE_HAVE_CUDA
+  CHECK(causal_devices_of(*find_estimator("vmean")) == std::vector<Device>{Device::kCpu, Device::kCuda});
   CHECK(causal_estimators(Device::kCuda) == std::vector<std::string>{"softmax", "yoso-e", "vmean"});
   CHECK_NOTHROW(require_mask_support(parse_spec("softmax"), Mask::kCausal, Device::kCuda));
   CHECK_NOTHROW(require_mask_support(parse_spec("vmean"), Mask::kCausal, Device::kCuda));
 #else
+  CHECK(causal_devices_of(*find_estimator("vmean")) == std::vector<Device>{Device::kCpu});
   CHECK(causal_estimators(Device::kCuda).empty());
   CHECK_THROWS_AS(require_mask_support(parse_spec("softmax"), Mask::kCausal, Device::kCuda), UsageError);
 #endif

@@ -1,7 +1,5 @@
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "commands.h"
@@ -40,12 +38,8 @@ Action add_list(CLI::App& app) {
       }
       const Spec spec = parse_spec(def->name);
       std::vector<std::string> devices, causal_devices;
-      for (Device device : devices_of(*def)) {
-        devices.push_back(device_name(device));
-        const std::vector<std::string> causal = causal_estimators(device);
-        if (std::find(causal.begin(), causal.end(), def->name) != causal.end())
-          causal_devices.push_back(device_name(device));
-      }
+      for (Device device : devices_of(*def)) devices.push_back(device_name(device));
+      for (Device device : causal_devices_of(*def)) causal_devices.push_back(device_name(device));
       const std::string causal_form =
           !def->causal ? "no"
                        : fmt::format("{} on {}", def->causal_for ? "yes (not every setting: see its keys)" : "yes",

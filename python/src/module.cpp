@@ -387,11 +387,8 @@ py::list estimators_list() {
       defaults[py::str(p.name)] = p.default_value;
     }
     std::vector<std::string> devices, causal_devices;
-    for (Device d : devices_of(*def)) {
-      devices.push_back(device_name(d));
-      const std::vector<std::string> causal = causal_estimators(d);
-      if (std::find(causal.begin(), causal.end(), def->name) != causal.end()) causal_devices.push_back(device_name(d));
-    }
+    for (Device d : devices_of(*def)) devices.push_back(device_name(d));
+    for (Device d : causal_devices_of(*def)) causal_devices.push_back(device_name(d));
     py::dict e;
     e["name"] = def->name;
     e["family"] = def->family;

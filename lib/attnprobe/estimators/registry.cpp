@@ -163,7 +163,7 @@ std::vector<Device> devices_of(const EstimatorDef& def) {
 }
 
 namespace {
-// Whether the estimator named `name` has a causal form on `device` for the settings that have one.
+// Whether `def` has a causal form on `device` (for the settings that have one).
 bool causal_form_on(const EstimatorDef& def, Device device) {
   if (!def.causal) return false;
   if (device == Device::kCpu) return true;
@@ -178,6 +178,13 @@ std::vector<std::string> causal_estimators(Device device) {
   for (const EstimatorDef* def : registered_estimators())
     if (causal_form_on(*def, device)) names.push_back(def->name);
   return names;
+}
+
+std::vector<Device> causal_devices_of(const EstimatorDef& def) {
+  std::vector<Device> devices;
+  for (Device device : devices_of(def))
+    if (causal_form_on(def, device)) devices.push_back(device);
+  return devices;
 }
 
 bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal_form_on(spec.def(), device); }

@@ -132,6 +132,8 @@ bool device_compiled(Device device);
 /// estimator has no version for the device (naming those that do); InputError when no such device
 /// is visible on this machine.
 std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device);
+/// The devices whose version of `def` has its causal form, CPU first (none if it has no causal form).
+std::vector<Device> causal_devices_of(const EstimatorDef& def);
 /// The names of the estimators with a causal form on `device`, in `list` order.
 std::vector<std::string> causal_estimators(Device device = Device::kCpu);
 /// Whether this configuration has a causal form on `device`: Spec::causal(), and on a device other
