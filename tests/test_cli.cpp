@@ -283,6 +283,21 @@ TEST_CASE("an estimator without a CUDA version is a usage error naming those wit
     CHECK_THAT(r.output, Catch::Contains("no cuda backend"));
 }
 
+TEST_CASE("a causal case on a device without its causal form is exit 2, before any GPU is looked for",
+          "[causal][cli][gpu]") {
+  // Exit 2 in every build: a usage error that needs no GPU to find (a missing GPU would be exit 3).
+  for (const std::string command : {"sweep", "bench"}) {
+    const std::string args = command == "sweep"
+                                 ? fmt::format("{} -q -o {} --overwrite", demo_dump(), temp_path("c.csv"))
+                                 : std::string("--lengths 64 --repeat 1 --no-sgemm");
+    const auto r = run_attnprobe(command + " " + args + " -e performer --mask causal --device cuda");
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("--device cpu"));
+    if (device_compiled(Device::kCuda)) CHECK_THAT(r.output, Catch::Contains("no causal form on cuda"));
+  }
+}
+
 TEST_CASE("info prints the structure and checks values", "[cli]") {
   const auto r = run_attnprobe("info " + demo_dump() + " --entropy");
   INFO(r.output);

@@ -109,8 +109,8 @@ void check_bench_request(const BenchRequest& request) {
                     kMaxThreads, pooled));
   const Device device = parse_device(request.device);
   for (const Spec& spec : bench_specs(request)) {
-    make_estimator(spec, device);  // an estimator without a version for the device: UsageError
-    require_mask_support(spec, request.mask, device);
+    require_mask_support(spec, request.mask, device);  // before a missing GPU (exit 3) can hide it
+    make_estimator(spec, device);                      // an estimator without a version for the device: UsageError
     if (!request.backward) continue;
     // Backward passes are float64 host code (sweeps take them from the CPU version too).
     if (device != Device::kCpu) throw UsageError("--backward times the CPU backward passes: leave --device cpu");

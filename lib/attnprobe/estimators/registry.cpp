@@ -202,7 +202,8 @@ void require_mask_support(const Spec& spec, Mask mask, Device device) {
         "that have one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, scatterbrain's "
         "sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or --mask full.",
         spec.canonical()));
-  if (!causal_on(spec, device))
+  // A build without the device's backend: make_estimator says so (the more useful message).
+  if (device_compiled(device) && !causal_on(spec, device))
     throw UsageError(fmt::format(
         "'{}' has no causal form on {} yet (estimators with one there: {}); run its causal cases on the CPU "
         "(--device cpu), or use --mask full.",

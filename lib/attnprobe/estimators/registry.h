@@ -141,6 +141,7 @@ std::vector<std::string> causal_estimators(Device device = Device::kCpu);
 bool causal_on(const Spec& spec, Device device);
 /// UsageError (exit 2) unless `spec` can run under `mask` on `device`: under a causal mask only
 /// configurations with a causal form on that device (causal_on). The message names the estimators that can.
+/// A device whose backend this build lacks is left to make_estimator's message.
 void require_mask_support(const Spec& spec, Mask mask, Device device = Device::kCpu);
 
 /// All registered estimators, by family then name.

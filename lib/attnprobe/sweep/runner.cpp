@@ -81,10 +81,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   RunStats stats;
   const std::string label = dump_label(dump.path());
 
+  // The planner checked the CPU; a device may lack the causal form. Checked before the estimators
+  // are made, so this usage error (exit 2) comes before a missing GPU (exit 3).
+  for (const SliceRef& slice : plan.slices)
+    for (const EstimatorSetting& s : plan.settings) require_mask_support(s.spec, slice.mask, options.device);
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
-  for (const SliceRef& slice : plan.slices)  // the planner checked the CPU; a device may lack the causal form
-    for (const EstimatorSetting& s : plan.settings) require_mask_support(s.spec, slice.mask, options.device);
   // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come
   // from the CPU versions whatever the device.
   const bool gradients = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
