@@ -290,7 +290,7 @@ TEST_CASE("a causal case on a device without its causal form is exit 2, before a
     const std::string args = command == "sweep"
                                  ? fmt::format("{} -q -o {} --overwrite", demo_dump(), temp_path("c.csv"))
                                  : std::string("--lengths 64 --repeat 1 --no-sgemm");
-    const auto r = run_attnprobe(command + " " + args + " -e performer --mask causal --device cuda");
+    const auto r = run_attnprobe(command + " " + args + " -e yoso --mask causal --device cuda");
     INFO(r.output);
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Catch::Contains("--device cpu"));

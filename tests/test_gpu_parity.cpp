@@ -140,7 +140,7 @@ TEST_CASE("every CUDA estimator agrees with its CPU version", "[gpu]") {
       view.mask = mask;
       for (const std::string& text : specs) {
         const Spec spec = parse_spec(text);
-        // The causal forms the registry says the device has (softmax, vmean, yoso-e), against the CPU's.
+        // The causal forms the registry says the device has (softmax, vmean, yoso-e, performer), against the CPU's.
         if (mask == Mask::kCausal && !causal_on(spec, Device::kCuda)) continue;
         INFO("seed 12345, n " << shape.n << " p " << shape.p << ", " << mask_name(mask) << ", " << spec.canonical());
         const MatrixF cpu = run_on(spec.canonical(), view, Device::kCpu);
@@ -168,7 +168,7 @@ TEST_CASE("every CUDA estimator agrees with its CPU version", "[gpu]") {
       }
     }
   // The registry's causal forms on the device are the ones walked above.
-  CHECK(causal_estimators(Device::kCuda) == std::vector<std::string>{"softmax", "yoso-e", "vmean"});
+  CHECK(causal_estimators(Device::kCuda) == std::vector<std::string>{"softmax", "yoso-e", "vmean", "performer"});
 #endif
 }
 
@@ -197,7 +197,8 @@ TEST_CASE("no CUDA causal form lets a later token change an earlier row (leak ha
       }
     }
   }
-  CHECK(checked >= 3 * 9 * 4);  // softmax, vmean, yoso-e (input=l2) × 9 shapes × 4 positions
+  // softmax, vmean, yoso-e (input=l2), performer (ortho=1 and 0) × 9 shapes × 4 positions
+  CHECK(checked >= 5 * 9 * 4);
   // The harness can fail: without the mask the same replacement changes row 0.
   const HeadView full = parity_slice({1025, 64});
   CHECK_FALSE(rows_identical(run_on("softmax", full, Device::kCuda),

@@ -49,7 +49,7 @@ if has bench; then
     --csv "$out/bench.csv"
   # The causal forms on the device (the rows go to the same CSV's mask column).
   timeout 120 "$run/bin/attnprobe" bench --device cuda --mask causal --no-sgemm --threads 1 --repeat 3 \
-    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean --csv "$out/bench_causal.csv"
+    --lengths "${BENCH_LENGTHS:-4096,16384,65536}" -e softmax -e vmean -e performer --csv "$out/bench_causal.csv"
 fi
 if has sweep; then
   stamp sweep
@@ -73,7 +73,7 @@ if has sweep; then
     name=$(basename "$dump" .safetensors)
     for device in cuda cpu; do
       start=$(date +%s.%N)
-      timeout 240 "$run/bin/attnprobe" sweep "$dump" -e softmax -e vmean -e yoso-e --mask causal \
+      timeout 240 "$run/bin/attnprobe" sweep "$dump" -e softmax -e vmean -e yoso-e -e performer --mask causal \
         --trials "${SWEEP_TRIALS:-4}" --threads 2 --device "$device" -q --overwrite -o "/tmp/sweep_${name}_$device.csv" >/dev/null
       echo "causal sweep $name $device rc $? seconds $(awk "BEGIN{print $(date +%s.%N) - $start}")"
     done

@@ -49,5 +49,10 @@ void vmean_causal_device(const float* v, int64_t n, int64_t pv, Scratch& scratch
 void performer_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
                       int64_t keys, int64_t p, int64_t pv, int64_t features, Scratch& scratch, float* out,
                       cudaStream_t stream = nullptr);
+/// Its causal form (n × n, pv ≤ 128): chunk sums, their prefix, then each row from its chunk's prefix
+/// and the chunk's keys up to itself.
+void performer_causal_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas,
+                             int64_t n, int64_t p, int64_t pv, int64_t features, Scratch& scratch, float* out,
+                             cudaStream_t stream = nullptr);
 
 }  // namespace attnprobe::gpu

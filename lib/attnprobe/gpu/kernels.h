@@ -43,7 +43,8 @@ void yoso_tables(const uint32_t* query_codes, const uint32_t* key_codes, const f
 
 /// Performer with the given features ω (features × p) in float64: the ratio of (shifted) positive
 /// feature products, as estimators/random_features/performer.cpp. q_scaled, k_scaled: √s·Q, √s·K.
+/// causal (keys == n, pv ≤ 128): its causal form, row i from keys 0..i under running maxima.
 void performer(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
-               int64_t keys, int64_t p, int64_t pv, int64_t features, float* out);
+               int64_t keys, int64_t p, int64_t pv, int64_t features, bool causal, float* out);
 
 }  // namespace attnprobe::gpu

@@ -4,6 +4,8 @@
 // the CPU estimator and uploaded, so both use identical random features.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "attnprobe/estimators/random_features/features.h"
@@ -136,6 +138,112 @@ __global__ void sum_partials_kernel(const double* partial, int chunks, int entri
   }
 }
 
+// The causal form (estimators/random_features/performer.cpp, estimate_causal): the CPU adds one key
+// at a time to per-feature sums under each feature's running maximum c_m of the key log-features. Here
+// the tokens come in chunks of kCausalChunk: (1) each chunk's own sums under its own maximum, (2) in
+// place, each chunk's prefix (the sums of every earlier chunk, combined in order, one warp per
+// feature), (3) each row from its chunk's prefix and the chunk's keys up to itself. So row i reads
+// tokens 0..i only, and its sums are the CPU's up to rounding. Summary layout per (chunk, feature):
+// c, z, kv[0..pv).
+constexpr int kCausalChunk = 32;
+constexpr int kCausalMaxDim = 128;  // value columns: 4 per lane
+
+__global__ void chunk_summary_kernel(const double* kl, const double* v, int n, int features, int pv, double* summary) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  const int chunks = (n + kCausalChunk - 1) / kCausalChunk;
+  if (warp >= static_cast<int64_t>(chunks) * features) return;
+  const int b = static_cast<int>(warp / features), m = static_cast<int>(warp % features);
+  const int j0 = b * kCausalChunk, j1 = min(n, j0 + kCausalChunk);
+  double c = -INFINITY;
+  for (int j = j0; j < j1; ++j) c = fmax(c, kl[static_cast<int64_t>(j) * features + m]);
+  double z = 0, kv[4] = {0, 0, 0, 0};
+  for (int j = j0; j < j1; ++j) {
+    const double w = exp(kl[static_cast<int64_t>(j) * features + m] - c);
+    z += w;
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      if (lane + 32 * s < pv) kv[s] += w * v[static_cast<int64_t>(j) * pv + lane + 32 * s];
+  }
+  double* out = summary + warp * (pv + 2);
+  if (lane == 0) out[0] = c, out[1] = z;
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+    if (lane + 32 * s < pv) out[2 + lane + 32 * s] = kv[s];
+}
+
+__global__ void chunk_prefix_kernel(double* summary, int chunks, int features, int pv) {
+  const int m = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  const int lane = threadIdx.x % 32;
+  if (m >= features) return;
+  double c = -INFINITY, z = 0, kv[4] = {0, 0, 0, 0};  // the sums of the chunks before b
+  for (int b = 0; b < chunks; ++b) {
+    double* entry = summary + (static_cast<int64_t>(b) * features + m) * (pv + 2);
+    const double chunk_c = entry[0], chunk_z = entry[1];
+    double chunk_kv[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) chunk_kv[s] = lane + 32 * s < pv ? entry[2 + lane + 32 * s] : 0.0;
+    __syncwarp();  // every lane has read the chunk's c and z before lane 0 overwrites them
+    if (lane == 0) entry[0] = c, entry[1] = z;
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      if (lane + 32 * s < pv) entry[2 + lane + 32 * s] = kv[s];
+    const double top = fmax(c, chunk_c);                             // finite: a chunk's own maximum is
+    const double before = exp(c - top), after = exp(chunk_c - top);  // before = 0 while c = −∞
+    z = z * before + chunk_z * after;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) kv[s] = kv[s] * before + chunk_kv[s] * after;
+    c = top;
+  }
+}
+
+// One warp per row i: pass 1 takes the row's maximum over features of ql(i, m) + c_im, where c_im is
+// feature m's running maximum after key i (its chunk prefix's and the chunk's keys j ≤ i); pass 2
+// forms, per feature, S_im = e^{c_prefix − c_im}·kv_prefix + Σ_{j in chunk, j ≤ i} e^{kl(j, m) − c_im}·v_j
+// and z_im likewise, and out_i = Σ_m a_im·S_im / Σ_m a_im·z_im with a_im = exp(ql + c_im − maximum)
+// (the CPU's weights; the denominator is ≥ 1).
+__global__ void causal_rows_kernel(const double* ql, const double* kl, const double* v, const double* prefix, int n,
+                                   int features, int pv, float* out) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n) return;
+  const int b = static_cast<int>(i / kCausalChunk), j0 = b * kCausalChunk;
+  auto running_max = [&](int m, double prefix_c) {
+    double c = prefix_c;
+    for (int64_t j = j0; j <= i; ++j) c = fmax(c, kl[j * features + m]);
+    return c;
+  };
+  double top = -INFINITY;
+  for (int m = lane; m < features; m += 32) {
+    const double prefix_c = prefix[(static_cast<int64_t>(b) * features + m) * (pv + 2)];
+    top = fmax(top, ql[i * features + m] + running_max(m, prefix_c));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, offset));
+  double numerator[4] = {0, 0, 0, 0}, denominator = 0;
+  for (int m = 0; m < features; ++m) {
+    const double* entry = prefix + (static_cast<int64_t>(b) * features + m) * (pv + 2);
+    const double c = running_max(m, entry[0]);
+    const double scale_prefix = exp(entry[0] - c);  // 0 for the first chunk (c = −∞ there)
+    double z = entry[1] * scale_prefix, sums[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) sums[s] = lane + 32 * s < pv ? entry[2 + lane + 32 * s] * scale_prefix : 0.0;
+    for (int64_t j = j0; j <= i; ++j) {
+      const double w = exp(kl[j * features + m] - c);
+      z += w;
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        if (lane + 32 * s < pv) sums[s] += w * v[j * pv + lane + 32 * s];
+    }
+    const double a = exp(ql[i * features + m] + c - top);
+    denominator += a * z;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) numerator[s] += a * sums[s];
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+    if (lane + 32 * s < pv) out[i * pv + lane + 32 * s] = static_cast<float>(numerator[s] / denominator);
+}
+
 // out(i, c) = Σ_m qf(i, m)·kv(m, c) / Σ_m qf(i, m)·kv(m, pv)
 __global__ void ratio_kernel(const double* qf, const double* kv, int n, int features, int pv, float* out) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -190,20 +298,54 @@ void performer_device(const double* q_scaled, const double* k_scaled, const doub
   check_cuda(cudaGetLastError(), "performer kernels");
 }
 
+void performer_causal_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas,
+                             int64_t n, int64_t p, int64_t pv, int64_t features, Scratch& scratch, float* out,
+                             cudaStream_t stream) {
+  if (pv > kCausalMaxDim)
+    throw InputError("CUDA performer's causal form supports value dims up to " + std::to_string(kCausalMaxDim) +
+                     " (got " + std::to_string(pv) + "); use --device cpu");
+  const int ni = static_cast<int>(n), pi = static_cast<int>(p), pvi = static_cast<int>(pv),
+            mi = static_cast<int>(features);
+  const size_t omega_shared = static_cast<size_t>(p) * features * sizeof(double);
+  if (omega_shared > 200 * 1024)
+    throw InputError("CUDA performer: M·p = " + std::to_string(features * p) + " exceeds its shared memory");
+  check_cuda(cudaFuncSetAttribute(features_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+             "cudaFuncSetAttribute(features_kernel)");
+  const int chunks = static_cast<int>((n + kCausalChunk - 1) / kCausalChunk);
+  // scratch: query and key log-features (n × M each), their row maxima (unused), the chunk summaries
+  const size_t doubles = 2 * n * features + n + static_cast<size_t>(chunks) * features * (pv + 2);
+  double* ql = static_cast<double*>(scratch.get(doubles * sizeof(double)));
+  double *kl = ql + n * features, *row_max = kl + n * features, *summary = row_max + n;
+  // Both sides' log-features log ξ = ω·x̃ − ‖x̃‖²/2 (the CPU's log_features).
+  features_kernel<<<blocks_for(n, kRowsPerBlock), kWarps * 32, omega_shared, stream>>>(q_scaled, omegas, ni, pi, mi,
+                                                                                       true, ql, row_max);
+  features_kernel<<<blocks_for(n, kRowsPerBlock), kWarps * 32, omega_shared, stream>>>(k_scaled, omegas, ni, pi, mi,
+                                                                                       true, kl, row_max);
+  const int64_t warps = static_cast<int64_t>(chunks) * features;
+  chunk_summary_kernel<<<blocks_for(warps * 32, 256), 256, 0, stream>>>(kl, v, ni, mi, pvi, summary);
+  chunk_prefix_kernel<<<blocks_for(features * 32, 256), 256, 0, stream>>>(summary, chunks, mi, pvi);
+  causal_rows_kernel<<<blocks_for(n * 32, 256), 256, 0, stream>>>(ql, kl, v, summary, ni, mi, pvi, out);
+  check_cuda(cudaGetLastError(), "causal performer kernels");
+}
+
 void performer(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
-               int64_t keys, int64_t p, int64_t pv, int64_t features, float* out) {
+               int64_t keys, int64_t p, int64_t pv, int64_t features, bool causal, float* out) {
+  if (causal && keys != n) throw std::runtime_error("causal performer needs as many keys as queries");
   DeviceBuffer<double> dq(q_scaled, n * p), dk(k_scaled, keys * p), dv(v, keys * pv), dw(omegas, features * p);
   DeviceBuffer<float> dout(n * pv);
   thread_local Scratch scratch;
-  performer_device(dq.get(), dk.get(), dv.get(), dw.get(), n, keys, p, pv, features, scratch, dout.get(), nullptr);
+  if (causal)
+    performer_causal_device(dq.get(), dk.get(), dv.get(), dw.get(), n, p, pv, features, scratch, dout.get(), nullptr);
+  else
+    performer_device(dq.get(), dk.get(), dv.get(), dw.get(), n, keys, p, pv, features, scratch, dout.get(), nullptr);
   check_launch("performer");
   dout.download(out);
 }
 
 }  // namespace attnprobe::gpu
 
-// The CUDA version of `performer` (estimators/random_features/performer.cpp): the features are drawn
-// on the host by the CPU's own function, so both devices use the same ω.
+// The CUDA version of `performer` (estimators/random_features/performer.cpp), with its causal form:
+// the features are drawn on the host by the CPU's own function, so both devices use the same ω.
 namespace attnprobe::gpu {
 namespace {
 
@@ -216,16 +358,17 @@ class CudaPerformer final : public Estimator {
     const MatrixD q = root_scale * view.q, k = root_scale * view.k;
     out.resize(view.n(), view.pv());
     performer(q.data(), k.data(), view.v.data(), omegas.data(), view.n(), k.rows(), view.p(), view.pv(),
-              params_.features, out.data());
+              params_.features, view.mask == Mask::kCausal, out.data());
   }
 
  private:
   PerformerParams params_;
 };
 
-[[maybe_unused]] const bool kOnCuda = register_implementation("performer", Device::kCuda, [](const Spec& spec) {
-  return std::make_unique<CudaPerformer>(PerformerParams::from_spec(spec));
-});
+[[maybe_unused]] const bool kOnCuda = register_implementation(
+    "performer", Device::kCuda,
+    [](const Spec& spec) { return std::make_unique<CudaPerformer>(PerformerParams::from_spec(spec)); },
+    CausalForm::kYes);
 
 }  // namespace
 }  // namespace attnprobe::gpu
