@@ -14,55 +14,40 @@
 #include "attnprobe/gpu/device_kernels.h"
 #include "attnprobe/gpu/flash_attention_tc.h"
 #include "attnprobe/gpu/kernels.h"
+#include "attnprobe/gpu/warp_rows.cuh"
 
 namespace attnprobe::gpu {
 
 namespace {
 constexpr int kMaxDim = 128;  // head dims the kernels take
-constexpr int kKeyTile = 32;  // keys per shared-memory tile: one per lane
-constexpr int kWarps = 8;     // query rows per block (one per warp), sharing each K/V tile
 
 // out (n × pv) = softmax(scale·q·kᵀ [causal: keys j ≤ i])·v with D ≥ max(p, pv) a multiple of 32.
 // Lane j of a warp forms the logit of the tile's key j (q·k over D columns, accumulated in Acc, then
 // scaled in Acc), the warp takes the tile's max and sum by shuffles, and lane c accumulates output
 // columns c, c + 32, ... from the staged values with the lanes' weights read back from shared memory.
 template <typename Acc, int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarpRows * 32)
     warp_row_attention_kernel(const float* q, const float* k, const float* v, int n, int keys, int p, int pv,
                               float scale, bool causal, float* out) {
-  constexpr int kStride = D + 1;  // lane j reads key row j: an odd stride puts the lanes in 32 banks
-  constexpr int kCols = D / 32;   // output columns per lane
-  __shared__ float k_tile[kKeyTile * kStride];
-  __shared__ float v_tile[kKeyTile * D];
-  __shared__ float q_rows[kWarps][D];
-  __shared__ Acc weights[kWarps][kKeyTile];
+  constexpr int kCols = D / 32;  // output columns per lane
+  __shared__ WarpRowTiles<D> tiles;
+  __shared__ Acc weights[kWarpRows][kWarpRowKeys];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kWarps, i = row0 + warp;
-  for (int idx = threadIdx.x; idx < kWarps * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    q_rows[r][c] = row0 + r < n && c < p ? q[static_cast<int64_t>(row0 + r) * p + c] : 0.0f;
-  }
+  const int row0 = blockIdx.x * kWarpRows, i = row0 + warp;
+  tiles.stage_queries(q, row0, n, p);
   Acc acc[kCols];
 #pragma unroll
   for (int s = 0; s < kCols; ++s) acc[s] = 0;
   Acc running_max = -INFINITY, running_sum = 0;
-  const int key_end = causal ? min(keys, min(n, row0 + kWarps)) : keys;  // causal: the block's last row
-  for (int t0 = 0; t0 < key_end; t0 += kKeyTile) {
+  const int key_end = causal ? min(keys, min(n, row0 + kWarpRows)) : keys;  // causal: the block's last row
+  for (int t0 = 0; t0 < key_end; t0 += kWarpRowKeys) {
     __syncthreads();  // the previous tile is consumed (and, the first time, q is staged)
-    for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
-      const int j = idx / D, c = idx % D;
-      const bool in = t0 + j < keys;
-      k_tile[j * kStride + c] = in && c < p ? k[static_cast<int64_t>(t0 + j) * p + c] : 0.0f;
-      v_tile[j * D + c] = in && c < pv ? v[static_cast<int64_t>(t0 + j) * pv + c] : 0.0f;
-    }
+    tiles.stage_keys(k, v, t0, keys, p, pv);
     __syncthreads();
     const int key = t0 + lane;
     const bool valid = key < keys && (!causal || key <= i);
-    Acc logit = 0;
-#pragma unroll 16
-    for (int c = 0; c < D; ++c)
-      logit += static_cast<Acc>(q_rows[warp][c]) * static_cast<Acc>(k_tile[lane * kStride + c]);
-    logit = valid ? logit * static_cast<Acc>(scale) : static_cast<Acc>(-INFINITY);
+    const Acc logit =
+        valid ? tiles.template dot<Acc>(warp, lane) * static_cast<Acc>(scale) : static_cast<Acc>(-INFINITY);
     Acc tile_max = logit;
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
@@ -83,10 +68,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int s = 0; s < kCols; ++s) acc[s] *= correction;
 #pragma unroll 8
-    for (int j = 0; j < kKeyTile; ++j) {
+    for (int j = 0; j < kWarpRowKeys; ++j) {
       const Acc w = weights[warp][j];
 #pragma unroll
-      for (int s = 0; s < kCols; ++s) acc[s] += w * static_cast<Acc>(v_tile[j * D + lane + 32 * s]);
+      for (int s = 0; s < kCols; ++s) acc[s] += w * static_cast<Acc>(tiles.values[j * D + lane + 32 * s]);
     }
     __syncwarp();  // the weights are read before the next tile overwrites them
   }
@@ -103,10 +88,10 @@ void launch_warp_rows(const float* q, const float* k, const float* v, int64_t n,
   const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
   if (std::max(p, pv) <= 64)
     warp_row_attention_kernel<Acc, 64>
-        <<<blocks_for(n, kWarps), kWarps * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
+        <<<blocks_for(n, kWarpRows), kWarpRows * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
   else
     warp_row_attention_kernel<Acc, 128>
-        <<<blocks_for(n, kWarps), kWarps * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
+        <<<blocks_for(n, kWarpRows), kWarpRows * 32, 0, stream>>>(q, k, v, ni, ki, pi, pvi, scale, causal, out);
 }
 }  // namespace
 

@@ -7,12 +7,11 @@
 #include "attnprobe/estimators/yoso/yoso_params.h"
 #include "attnprobe/gpu/cuda_check.cuh"
 #include "attnprobe/gpu/kernels.h"
+#include "attnprobe/gpu/warp_rows.cuh"
 
 namespace attnprobe::gpu {
 
 namespace {
-constexpr int kKeyTile = 32;  // keys per shared-memory tile: one per lane
-constexpr int kWarps = 8;     // query rows per block (one per warp), sharing each K/V tile
 
 // YOSO-E, one warp per query row (the layout of exact_attention.cu's CUDA-core kernel): lane j forms
 // the weight (1 − acos(q̂_i·k̂_j)/π)^τ of the tile's key j, lane c accumulates output columns c,
@@ -20,49 +19,36 @@ constexpr int kWarps = 8;     // query rows per block (one per warp), sharing ea
 // one-thread-per-row kernel did), then the row is ℓ2-normalised by a warp reduction. D ≥ max(p, pv),
 // a multiple of 32 (input=lift hashes p + 2 dimensions, so 160 covers p = 128).
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarpRows * 32)
     yoso_expectation_kernel(const float* q_hat, const float* k_hat, const float* v, int n, int keys, int p, int pv,
                             int tau, bool causal, float* out) {
-  constexpr int kStride = D + 1;  // lane j reads key row j: an odd stride puts the lanes in 32 banks
-  constexpr int kCols = D / 32;   // output columns per lane
-  __shared__ float k_tile[kKeyTile * kStride];
-  __shared__ float v_tile[kKeyTile * D];
-  __shared__ float q_rows[kWarps][D];
-  __shared__ float weights[kWarps][kKeyTile];
+  constexpr int kCols = D / 32;  // output columns per lane
+  __shared__ WarpRowTiles<D> tiles;
+  __shared__ float weights[kWarpRows][kWarpRowKeys];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kWarps, i = row0 + warp;
-  for (int idx = threadIdx.x; idx < kWarps * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    q_rows[r][c] = row0 + r < n && c < p ? q_hat[static_cast<int64_t>(row0 + r) * p + c] : 0.0f;
-  }
+  const int row0 = blockIdx.x * kWarpRows, i = row0 + warp;
+  tiles.stage_queries(q_hat, row0, n, p);
   float acc[kCols];
 #pragma unroll
   for (int s = 0; s < kCols; ++s) acc[s] = 0;
-  const int key_end = causal ? min(keys, min(n, row0 + kWarps)) : keys;  // causal: W_ij = 0 for j > i
-  for (int t0 = 0; t0 < key_end; t0 += kKeyTile) {
+  const int key_end = causal ? min(keys, min(n, row0 + kWarpRows)) : keys;  // causal: W_ij = 0 for j > i
+  for (int t0 = 0; t0 < key_end; t0 += kWarpRowKeys) {
     __syncthreads();  // the previous tile is consumed (and, the first time, q̂ is staged)
-    for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
-      const int j = idx / D, c = idx % D;
-      const bool in = t0 + j < keys;
-      k_tile[j * kStride + c] = in && c < p ? k_hat[static_cast<int64_t>(t0 + j) * p + c] : 0.0f;
-      v_tile[j * D + c] = in && c < pv ? v[static_cast<int64_t>(t0 + j) * pv + c] : 0.0f;
-    }
+    tiles.stage_keys(k_hat, v, t0, keys, p, pv);
     __syncthreads();
     const int key = t0 + lane;
-    float cosine = 0;
-#pragma unroll 16
-    for (int c = 0; c < D; ++c) cosine += q_rows[warp][c] * k_tile[lane * kStride + c];
-    cosine = fminf(1.0f, fmaxf(-1.0f, cosine));  // clamp before acos: q̂·q̂ can round above 1
+    const float cosine =
+        fminf(1.0f, fmaxf(-1.0f, tiles.template dot<float>(warp, lane)));  // clamp before acos: q̂·q̂ can round above 1
     const float base = 1.0f - acosf(cosine) * 0.318309886183790671538f;
     float weight = 1.0f;
     for (int t = 0; t < tau; ++t) weight *= base;
     weights[warp][lane] = key < keys && (!causal || key <= i) ? weight : 0.0f;
     __syncwarp();
 #pragma unroll 8
-    for (int j = 0; j < kKeyTile; ++j) {
+    for (int j = 0; j < kWarpRowKeys; ++j) {
       const float w = weights[warp][j];
 #pragma unroll
-      for (int s = 0; s < kCols; ++s) acc[s] += w * v_tile[j * D + lane + 32 * s];
+      for (int s = 0; s < kCols; ++s) acc[s] += w * tiles.values[j * D + lane + 32 * s];
     }
     __syncwarp();  // the weights are read before the next tile overwrites them
   }
@@ -109,7 +95,7 @@ void yoso_expectation(const float* q_hat, const float* k_hat, const float* v, in
                      std::to_string(pv) + "); use --device cpu");
   DeviceBuffer<float> dq(q_hat, n * p), dk(k_hat, keys * p), dv(v, keys * pv), dout(n * pv);
   const int ni = static_cast<int>(n), ki = static_cast<int>(keys), pi = static_cast<int>(p), pvi = static_cast<int>(pv);
-  const int blocks = blocks_for(n, kWarps), threads = kWarps * 32;
+  const int blocks = blocks_for(n, kWarpRows), threads = kWarpRows * 32;
   if (d <= 64)
     yoso_expectation_kernel<64>
         <<<blocks, threads>>>(dq.get(), dk.get(), dv.get(), ni, ki, pi, pvi, tau, causal, dout.get());
