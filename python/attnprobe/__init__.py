@@ -120,6 +120,13 @@ def _trial(trial: int) -> int:
 def _device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: use 'cpu' or 'cuda'")
+    if device != "cpu":  # refused here in Python's words; the core's messages name --device
+        built, problem = _core.device_status(device)
+        if not built:
+            raise ValueError(f"device={device!r}: this build of attnprobe has no {device} backend (rebuild "
+                             "with -DATTNPROBE_CUDA=ON where nvcc is installed); use device='cpu'")
+        if problem:
+            raise InputError(f"device={device!r}: {problem}; use device='cpu', or run where a GPU is visible")
     return device
 
 

@@ -809,6 +809,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("stop_sweeps_at_exit", &stop_sweeps_at_exit);
 
   m.def("estimators", &estimators_list);
+  // (built, why not usable): the Python package words its own refusal (device='cuda', not --device cuda).
+  m.def("device_status", [](const std::string& name) {
+    const Device device = parse_device(name);
+    const bool built = device_compiled(device);
+    return py::make_tuple(built, built ? device_problem(device) : std::string());
+  });
   m.def("canonical", [](const std::string& spec) { return parse_spec(spec).canonical(); });
   m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, bool causal) {
     // A custom estimator's spec is its name, registered only once a sweep has run it.

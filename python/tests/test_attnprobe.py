@@ -645,6 +645,20 @@ def test_device_and_metric_names_are_refused_in_python_terms():
         attnprobe.sweep(DUMP, "vmean", device="gpu", **SLICE)
 
 
+def test_cuda_without_a_gpu_is_refused_in_python_terms():
+    # The core's message said "--device cuda: ... Use --device cpu" to a Python caller.
+    built, problem = attnprobe._core.device_status("cuda")
+    if built and not problem:
+        pytest.skip("a GPU is visible: device='cuda' runs (the C++ parity tests check it)")
+    q = np.random.default_rng(2).standard_normal((8, 4))
+    for call in (lambda: attnprobe.estimate("vmean", q, q, q, device="cuda"),
+                 lambda: attnprobe.sweep(DUMP, "vmean", device="cuda", **SLICE)):
+        with pytest.raises((ValueError, attnprobe.InputError), match="device='cuda'") as refused:
+            call()
+        assert "--device" not in str(refused.value)
+        assert "device='cpu'" in str(refused.value)
+
+
 def test_metrics_docstring_example_prints_what_it_computes():
     # The example's printed dict had gone stale (spec_rel 1.1594110 against 1.1594108 computed) as the
     # draws' rounding changed; this keeps it true.

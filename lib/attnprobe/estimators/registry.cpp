@@ -221,6 +221,8 @@ std::vector<std::string> estimators_on(Device device) {
 
 bool device_compiled(Device device) { return device == Device::kCpu || device_probes().count(device) > 0; }
 
+std::string device_problem(Device device) { return device == Device::kCpu ? "" : device_probes().at(device)(); }
+
 std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
   if (device == Device::kCpu) return spec.make();
   check_implementations();
@@ -234,7 +236,7 @@ std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
     throw UsageError(fmt::format("estimator '{}' has no {} version (estimators on {}: {}); run it with --device cpu",
                                  spec.name(), device_name(device), device_name(device),
                                  join(estimators_on(device), ", ")));
-  if (const std::string why = device_probes().at(device)(); !why.empty())
+  if (const std::string why = device_problem(device); !why.empty())
     throw InputError(
         fmt::format("--device {}: {}. Use --device cpu, or run where a GPU is visible.", device_name(device), why));
   return it->second.make(spec);

@@ -127,6 +127,9 @@ std::vector<Device> devices_of(const EstimatorDef& def);
 std::vector<std::string> estimators_on(Device device);
 /// Whether this build can run anything on `device` at all (its backend is linked in).
 bool device_compiled(Device device);
+/// Why `device` cannot run here ("" when it can): its backend is built but no such device is visible
+/// (the backend's own words, e.g. the CUDA runtime's). Only for a device_compiled() one.
+std::string device_problem(Device device);
 
 /// The estimator for `spec` on `device`. UsageError (exit 2) when the build lacks the backend or the
 /// estimator has no version for the device (naming those that do); InputError when no such device
