@@ -5,7 +5,6 @@
 // are freed), and an allocation that finds the device full frees the pool and tries once more.
 #include <cuda_runtime.h>
 
-#include <iterator>
 #include <map>
 
 #include "attnprobe/gpu/cuda_check.cuh"

@@ -258,6 +258,18 @@ __global__ void ratio_kernel(const double* qf, const double* kv, int n, int feat
   }
   out[idx] = static_cast<float>(numerator / denominator);
 }
+// Once per process: the feature and key-summary kernels may take up to 200 KiB of shared memory
+// (both the full form and the causal one launch features_kernel).
+void allow_large_shared_memory() {
+  static const bool kSet = [] {
+    check_cuda(cudaFuncSetAttribute(features_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+               "cudaFuncSetAttribute(features_kernel)");
+    check_cuda(cudaFuncSetAttribute(key_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+               "cudaFuncSetAttribute(key_summary_kernel)");
+    return true;
+  }();
+  (void)kSet;
+}
 }  // namespace
 
 void performer_device(const double* q_scaled, const double* k_scaled, const double* v, const double* omegas, int64_t n,
@@ -269,14 +281,7 @@ void performer_device(const double* q_scaled, const double* k_scaled, const doub
   const size_t summary_shared = static_cast<size_t>(kSub) * (features + pv + 1) * sizeof(double);
   if (omega_shared > 200 * 1024 || summary_shared > 200 * 1024)
     throw InputError("CUDA performer: M·p = " + std::to_string(features * p) + " exceeds its shared memory");
-  static bool attributes_set = false;
-  if (!attributes_set) {
-    check_cuda(cudaFuncSetAttribute(features_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
-               "cudaFuncSetAttribute(features_kernel)");
-    check_cuda(cudaFuncSetAttribute(key_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
-               "cudaFuncSetAttribute(key_summary_kernel)");
-    attributes_set = true;
-  }
+  allow_large_shared_memory();
   const int chunks = static_cast<int>((keys + kChunk - 1) / kChunk);
   const int64_t entries = features * (pv + 1);
   // scratch: qf (n × M), key logits (keys × M), key row maxima, slice max, partials, kv
@@ -309,8 +314,7 @@ void performer_causal_device(const double* q_scaled, const double* k_scaled, con
   const size_t omega_shared = static_cast<size_t>(p) * features * sizeof(double);
   if (omega_shared > 200 * 1024)
     throw InputError("CUDA performer: M·p = " + std::to_string(features * p) + " exceeds its shared memory");
-  check_cuda(cudaFuncSetAttribute(features_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
-             "cudaFuncSetAttribute(features_kernel)");
+  allow_large_shared_memory();
   const int chunks = static_cast<int>((n + kCausalChunk - 1) / kCausalChunk);
   // scratch: query and key log-features (n × M each), their row maxima (unused), the chunk summaries
   const size_t doubles = 2 * n * features + n + static_cast<size_t>(chunks) * features * (pv + 2);
