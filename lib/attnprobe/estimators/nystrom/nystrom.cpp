@@ -20,6 +20,7 @@
 #include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
 namespace {
@@ -71,6 +72,40 @@ PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps, int64_t thin_cols
   };
 }
 
+// The same six steps written out, Z ← ¼·Z·(13I − A(15I − A(7I − A))) with A = K2·Z, in float32 on the
+// tile kernel: pinv(K2) = Z as an L × L matrix. For the estimate at L < 2·pv (L = 64, pv = 64), where the
+// float64 spectrum costs more than the 24 products: Eigen's eigensolver takes 113 µs at L = 64 (its
+// tridiagonal QR is a chain of dependent divisions and square roots), the products ~60 µs, a third of a
+// Nyström(64) call at n = 1024 before. Float32 is enough here although K2 is badly conditioned: the
+// polynomial stays bounded (r(y) ≤ 13/4 on its unconverged directions, so rounding grows by at most
+// (13/4)⁶ ≈ 1.2e3 relative to ‖Z‖), and against the float64 spectral form the whole estimate moved by
+// 3e-8 to 1.3e-6 relative on Gaussian heads and on the heads of all five dumps (charlm-hd32/64, stories260K
+// at cond(K2) up to 4e19, kwt1-speech, sasrec-ml1m), the size of the float32 passes' own rounding.
+MatrixF newton_schulz_f32(const MatrixD& k2, int steps) {
+  const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
+  const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();
+  const MatrixF k = k2.cast<float>();
+  MatrixF z = (k2.transpose() / (max_col * max_row)).cast<float>();
+  MatrixF a, t, next;
+  // t ← c·I − a·t, in place of t (a product into `next`, then swapped).
+  const auto shifted_product = [&](float c, const MatrixF& left, MatrixF& right) {
+    tile_product(left, right, next);
+    next = -next;
+    next.diagonal().array() += c;
+    std::swap(right, next);
+  };
+  for (int step = 0; step < steps; ++step) {
+    tile_product(k, z, a);
+    t = -a;
+    t.diagonal().array() += 7.0f;
+    shifted_product(15.0f, a, t);
+    shifted_product(13.0f, a, t);
+    tile_product(z, t, next);
+    z = 0.25f * next;
+  }
+  return z;
+}
+
 PseudoInverse svd_pinv(const MatrixD& k2) {
   Eigen::BDCSVD<MatrixD> svd(k2, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const auto& sigma = svd.singularValues();
@@ -104,11 +139,23 @@ class Nystrom final : public Estimator {
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
     // The L × L pseudo-inverse (a float64 eigensolver: most of the call at L = 256 and n ≤ 4096) is one
     // more item of the K3·V pass, so a second thread takes key chunks meanwhile instead of waiting.
+    // Below L = 2·pv the paper's iteration in float32 (newton_schulz_f32), from L = 2·pv the float64
+    // spectrum applied through its factors.
+    const bool literal = 2 * view.vf.cols() > q_bar.rows();
     MatrixF k3_v;  // L × pv
+    MatrixF z;     // pinv(K2), when literal
     PseudoInverse pinv;
-    key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool,
-                              [&] { pinv = pseudo_inverse(k2(view, marks), view.vf.cols()); });
-    const MatrixF values = apply_pinv(pinv, k3_v, ctx.pool);
+    key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool, [&] {
+      if (literal)
+        z = newton_schulz_f32(k2(view, marks), 6);
+      else
+        pinv = pseudo_inverse(k2(view, marks), view.vf.cols());
+    });
+    MatrixF values;
+    if (literal)
+      tile_product(z, k3_v, values);
+    else
+      values = apply_pinv(pinv, k3_v, ctx.pool);
     exact_attention_f32(view.qf, k_bar, values, scale, out, ctx.pool);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override { return compute(view); }
