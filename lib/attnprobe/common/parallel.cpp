@@ -87,7 +87,8 @@ void ThreadPool::run_items() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   while (true) {
-    spin_while([&] { return generation_ == seen; });
+    // A pool being destroyed ends the spin at once (its destructor joins this thread).
+    spin_while([&] { return generation_ == seen && !stop_; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });

@@ -36,10 +36,16 @@ class ThreadPool {
   /// Spins for at most kSpinMicroseconds while `busy()` holds, so that the next job (for a worker) or
   /// the last item (for the caller) is usually met awake: a futex wake-up costs tens of microseconds on
   /// these VMs, as much as a parallel region of a small slice, and one estimator call has several
-  /// regions back to back (key chunks, then query blocks).
+  /// regions back to back (key chunks, then query blocks) with serial work between them and between
+  /// calls (Performer's orthogonal draw, Nyström's pseudo-inverse, merges: 50–200 µs). 1 ms, not the
+  /// 50 µs it was: a worker that had gone to sleep during that serial work was woken late at the next
+  /// region. `attnprobe bench --threads 1,2`, one Zen 5 VM, t1/t2 at n = 4096 with a 50 / 200 / 1000 µs
+  /// spin: performer 1.51 / 1.77 / 1.82, lara 1.60 / 1.83 / 1.87, nystrom 1.63 / 1.81 / 1.88, vmean
+  /// 1.19 / 1.65 / 1.72. The cost is a core kept busy for at most 1 ms after a job ends (OpenMP
+  /// runtimes spin for 0.2–200 ms by default).
   template <typename Busy>
   static void spin_while(const Busy& busy);
-  static constexpr int kSpinMicroseconds = 50;
+  static constexpr int kSpinMicroseconds = 1000;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -52,7 +58,7 @@ class ThreadPool {
   std::atomic<int64_t> finished_items_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> busy_workers_{0};
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::exception_ptr error_;
 };
 
