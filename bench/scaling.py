@@ -6,7 +6,11 @@ What it measures: for every spec and length, one `attnprobe bench --threads 1 --
 median ms at each n, the growth t(n_last)/t(n_first) next to the linear growth n_last/n_first, and the
 peak RSS over the bytes of the slice bench holds (Q, K, V in float32 and float64 and the float32 output:
 n·p·(3·12 + 4) bytes at pv = p). A ratio that stays flat as n grows means memory O(n·p); a time ratio
-near the length ratio means time linear in n.
+near the length ratio means time linear in n. The last column gives the growth of each step on its own:
+an estimator that reads Q, K or V in several passes finds them in the last-level cache on the passes after
+the first while the float32 working set (Q, K, V and the output, 16·n·p bytes) fits there, and in memory
+once it does not. The line under the table says at which n that happens on this machine (on these 32 MiB
+Zen 5 VMs: between 16384 and 32768 at p = 64), so a step across it is steeper than the steps past it.
 
 Usage:
   /usr/bin/python3 bench/scaling.py                      # the linear estimators at n = 16384, 32768, 65536
@@ -60,15 +64,35 @@ def main():
         rows.append((spec, timings))
     print(f"load after: {os.getloadavg()}", file=sys.stderr)
     growth = lengths[-1] / lengths[0]
+    steps = ", ".join(f"{b / a:g}" for a, b in zip(lengths, lengths[1:]))
     print("| spec | " + " | ".join(f"n = {n}: ms (RSS / slice)" for n in lengths) +
-          f" | t({lengths[-1]}) / t({lengths[0]}) (linear: {growth:g}) |")
-    print("|---|" + "---|" * (len(lengths) + 1))
+          f" | t({lengths[-1]}) / t({lengths[0]}) (linear: {growth:g}) | each step (linear: {steps}) |")
+    print("|---|" + "---|" * (len(lengths) + 2))
     for spec, timings in rows:
         cells = []
         for n, (seconds, rss_kib) in zip(lengths, timings):
             slice_bytes = n * args.p * (3 * 12 + 4)
             cells.append(f"{1e3 * seconds:.2f} ({1024 * rss_kib / slice_bytes:.2f})")
-        print(f"| {spec} | " + " | ".join(cells) + f" | {timings[-1][0] / timings[0][0]:.2f} |")
+        step_ratios = ", ".join(f"{b[0] / a[0]:.2f}" for a, b in zip(timings, timings[1:]))
+        print(f"| {spec} | " + " | ".join(cells) + f" | {timings[-1][0] / timings[0][0]:.2f} | {step_ratios} |")
+    llc = last_level_cache_bytes()
+    if llc:
+        working = ", ".join(f"{n}: {16 * n * args.p / 2**20:.0f} MiB" for n in lengths)
+        print(f"\nLast-level cache {llc / 2**20:.0f} MiB; float32 working set (Q, K, V, output) at {working}.")
+
+
+def last_level_cache_bytes():
+    """The largest cache of CPU 0 from sysfs (Linux), or None."""
+    sizes = []
+    for index in range(8):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * unit)
+    return max(sizes) if sizes else None
 
 
 if __name__ == "__main__":
