@@ -3,15 +3,16 @@
 //   q̄, k̄ = means of L contiguous segments of Q and K (landmarks);
 //   K1 = softmax(s·Q k̄ᵀ) (n × L), K2 = softmax(s·q̄ k̄ᵀ) (L × L), K3 = softmax(s·q̄ Kᵀ) (L × n);
 //   out = K1 · pinv(K2) · (K3 · V).
-// pinv=iterative: 6 Newton–Schulz steps Z ← ¼·Z·(13I − K2Z(15I − K2Z(7I − K2Z))) (evaluated on the
-// spectrum of K2·K2ᵀ, newton_schulz_pinv below) from
+// pinv=iterative: 6 Newton–Schulz steps Z ← ¼·Z·(13I − K2Z(15I − K2Z(7I − K2Z))) (the float64 forms
+// evaluate them on the spectrum of K2·K2ᵀ, newton_schulz_pinv; the estimate writes them out in float32,
+// newton_schulz_f32) from
 // Z₀ = K2ᵀ / (max column sum · max row sum) of this slice's K2 (the reference code takes one max over
 // the whole batch, a reported bug). pinv=exact: SVD in float64 with a relative singular-value
 // cutoff (K2 reaches condition numbers of 1e18 on real dumps). With L = n the landmarks are the
 // tokens, K1 = K2 = K3 = B and B·B⁺·B = B: exact (pinv=exact). The estimate is float32 in two
-// softmax-attention passes on the exact kernels (K3·V, then K1·(pinv(K2)·K3·V)); K2 and its
-// pseudo-inverse are float64 (L × L); with pinv=exact everything is (see estimate()). reference() is
-// float64 throughout.
+// softmax-attention passes on the exact kernels (K3·V, then K1·(pinv(K2)·K3·V)); K2 is float64 (L × L)
+// and its pseudo-inverse the float32 iteration; with pinv=exact everything is float64 (see estimate()).
+// reference() and weights() are float64 throughout.
 #include <functional>
 #include <limits>
 #include <memory>
@@ -33,7 +34,8 @@ using PseudoInverse = std::function<MatrixD(const MatrixD&)>;
 // y(7 − y))), a scalar map on M's eigenvalues. So the steps are evaluated on the spectrum, M = U·Λ·Uᵀ,
 // Z·w = K2ᵀ·U·diag(g(Λ))·Uᵀ·w: equal to the literal iteration in exact arithmetic (tested against it
 // at cond(K2) ≈ 1e9: 3.0e-16 relative with Eigen's eigensolver, 3.3e-16 with SymmetricSpectrum), and
-// one symmetric eigensolver instead of 24 L × L products (40 → 11 ms at L = 256).
+// one symmetric eigensolver instead of 24 L × L float64 products (40 → 11 ms at L = 256). For the float64
+// forms, reference() and weights(); the estimate runs the float32 products (newton_schulz_f32).
 //
 // Two eigensolvers, by the width `thin_cols` of the block the result will be applied to (pv):
 // - thin_cols ≤ L/2 (L = 256, pv = 64): U stays in factored form (SymmetricSpectrum) and is applied to
@@ -72,38 +74,91 @@ PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps, int64_t thin_cols
   };
 }
 
-// The same six steps written out, Z ← ¼·Z·(13I − A(15I − A(7I − A))) with A = K2·Z, in float32 on the
-// tile kernel: pinv(K2) = Z as an L × L matrix. For the estimate at L < 2·pv (L = 64, pv = 64), where the
-// float64 spectrum costs more than the 24 products: Eigen's eigensolver takes 113 µs at L = 64 (its
-// tridiagonal QR is a chain of dependent divisions and square roots), the products ~60 µs, a third of a
-// Nyström(64) call at n = 1024 before. Float32 is enough here although K2 is badly conditioned: the
-// polynomial stays bounded (r(y) ≤ 13/4 on its unconverged directions, so rounding grows by at most
-// (13/4)⁶ ≈ 1.2e3 relative to ‖Z‖), and against the float64 spectral form the whole estimate moved by
-// 3e-8 to 1.3e-6 relative on Gaussian heads and on the heads of all five dumps (charlm-hd32/64, stories260K
-// at cond(K2) up to 4e19, kwt1-speech, sasrec-ml1m), the size of the float32 passes' own rounding.
-MatrixF newton_schulz_f32(const MatrixD& k2, int steps) {
+// out = a·b on the pool, in blocks of kProductRows rows of a (whole, on one thread), then finish(r0, rows)
+// on each block while it is in cache (on one thread, after the product). tile_product_assign computes each
+// row of out as the same FMA chains whichever rows it is computed with, and finish works element by
+// element, so the bits do not depend on the pool. 64 rows: L = 256 splits evenly over two threads (blocks
+// of 48 left one thread 144 rows, the other 112), and a multiple of 4 leaves no 2-row tile (blocks of 32
+// did: one thread ~5% slower).
+void pooled_product(const MatrixF& a, const MatrixF& b, MatrixF& out, ThreadPool* pool,
+                    const std::function<void(int64_t, int64_t)>& finish) {
+  constexpr int64_t kProductRows = 64;
+  if (pool == nullptr || pool->size() == 1) {
+    tile_product(a, b, out);
+    finish(0, out.rows());
+    return;
+  }
+  out.resize(a.rows(), b.cols());
+  for_each_index(pool, (a.rows() + kProductRows - 1) / kProductRows, [&](int64_t block) {
+    const int64_t r0 = block * kProductRows, rows = std::min(kProductRows, a.rows() - r0);
+    tile_product_assign(a.data() + r0 * a.cols(), a.cols(), rows, a.cols(), b.data(), b.cols(), b.cols(),
+                        out.data() + r0 * out.cols(), out.cols());
+    finish(r0, rows);
+  });
+}
+
+// The iterate before the last step, Z (L × L), and A = K2·Z: the last step is applied to the block it is
+// for (last_step), as 4 products with its pv columns instead of 3 L × L ones and a fourth with pv.
+struct NewtonSchulzF32 {
+  MatrixF z, a;
+};
+
+// Rows [r0, r0 + rows) of `to` ← c·I − those rows of `from` (which may be `to`).
+auto shifted_rows(const MatrixF& from, MatrixF& to, float c) {
+  return [&from, &to, c](int64_t r0, int64_t rows) {
+    to.middleRows(r0, rows) = -from.middleRows(r0, rows);
+    for (int64_t i = r0; i < r0 + rows; ++i) to(i, i) += c;
+  };
+}
+
+// The estimate's pseudo-inverse: the same six steps written out, Z ← ¼·Z·(13I − A(15I − A(7I − A))) with
+// A = K2·Z, in float32 on the tile kernel (on the pool: row blocks of each product): all but the last
+// step here, the last one applied to K3·V by last_step. Measured against the float64 spectrum (newton_schulz_pinv) on
+// one Zen 5 core: at L = 64 the 24 products take ~60 µs where Eigen's eigensolver alone took 113 µs (its tridiagonal QR
+// is a chain of dependent divisions and square roots; Nyström(64) at n = 1024 0.364 → 0.260 ms per call); at L = 256
+// the whole call took the same time either way (n = 1024: 4.29 / 4.25 ms, 4096: 6.54 / 6.31 ms), and the products,
+// unlike the eigensolver, split over the pool's threads. Float32 is enough although K2 is badly conditioned: the
+// polynomial stays bounded (r(y) ≤ 13/4 on its unconverged directions, so rounding grows by at most (13/4)⁶ ≈ 1.2e3
+// relative to ‖Z‖), and against the float64 spectral form the whole estimate moved by 3e-8 to 1.3e-6 relative on
+// Gaussian heads and on the heads of all five dumps (charlm-hd32/64, stories260K at cond(K2) up to 4e19, kwt1-speech,
+// sasrec-ml1m), L = 64 and 256: the size of the float32 passes' own rounding.
+NewtonSchulzF32 newton_schulz_f32(const MatrixD& k2, int steps, ThreadPool* pool) {
   const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
   const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();
   const MatrixF k = k2.cast<float>();
-  MatrixF z = (k2.transpose() / (max_col * max_row)).cast<float>();
-  MatrixF a, t, next;
-  // t ← c·I − a·t, in place of t (a product into `next`, then swapped).
-  const auto shifted_product = [&](float c, const MatrixF& left, MatrixF& right) {
-    tile_product(left, right, next);
-    next = -next;
-    next.diagonal().array() += c;
-    std::swap(right, next);
-  };
-  for (int step = 0; step < steps; ++step) {
-    tile_product(k, z, a);
-    t = -a;
-    t.diagonal().array() += 7.0f;
-    shifted_product(15.0f, a, t);
-    shifted_product(13.0f, a, t);
-    tile_product(z, t, next);
-    z = 0.25f * next;
+  NewtonSchulzF32 out{(k2.transpose() / (max_col * max_row)).cast<float>(), MatrixF()};
+  MatrixF& z = out.z;
+  MatrixF& a = out.a;
+  MatrixF t(k.rows(), k.rows()), next;
+  for (int step = 0; step + 1 < steps; ++step) {
+    pooled_product(k, z, a, pool, shifted_rows(a, t, 7.0f));  // a = K2·Z, t = 7I − a
+    pooled_product(a, t, next, pool, shifted_rows(next, next, 15.0f));
+    std::swap(t, next);
+    pooled_product(a, t, next, pool, shifted_rows(next, next, 13.0f));
+    std::swap(t, next);
+    pooled_product(z, t, next, pool, [&](int64_t r0, int64_t rows) { next.middleRows(r0, rows) *= 0.25f; });
+    std::swap(z, next);
   }
-  return z;
+  pooled_product(k, z, a, pool, [](int64_t, int64_t) {});
+  return out;
+}
+
+// The last step applied to w (L × pv): ¼·Z·(13w − A(15w − A(7w − A·w))), the six-step Z times w.
+MatrixF last_step(const NewtonSchulzF32& state, const MatrixF& w, ThreadPool* pool) {
+  MatrixF t, next;
+  // Rows of `inner` ← c·w − A·(previous inner) for the block's rows.
+  const auto minus_from = [&](MatrixF& inner, float c) {
+    return [&inner, &w, c](int64_t r0, int64_t rows) {
+      inner.middleRows(r0, rows) = c * w.middleRows(r0, rows) - inner.middleRows(r0, rows);
+    };
+  };
+  pooled_product(state.a, w, t, pool, minus_from(t, 7.0f));
+  pooled_product(state.a, t, next, pool, minus_from(next, 15.0f));
+  std::swap(t, next);
+  pooled_product(state.a, t, next, pool, minus_from(next, 13.0f));
+  std::swap(t, next);
+  pooled_product(state.z, t, next, pool, [&](int64_t r0, int64_t rows) { next.middleRows(r0, rows) *= 0.25f; });
+  return next;
 }
 
 PseudoInverse svd_pinv(const MatrixD& k2) {
@@ -119,6 +174,10 @@ PseudoInverse svd_pinv(const MatrixD& k2) {
 }
 
 class Nystrom final : public Estimator {
+  static constexpr int kSteps = 6;  ///< Newton–Schulz steps (the paper's)
+  /// Landmarks from which the estimate's iteration runs its products on the pool (see estimate()).
+  static constexpr int64_t kPooledIteration = 128;
+
  public:
   Nystrom(int64_t landmarks, bool exact_pinv) : landmarks_(landmarks), exact_pinv_(exact_pinv) {}
 
@@ -137,25 +196,21 @@ class Nystrom final : public Estimator {
     const Landmarks marks = landmarks(view.qf, view.kf, ctx.pool);
     const float scale = static_cast<float>(view.scale);
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
-    // The L × L pseudo-inverse (a float64 eigensolver: most of the call at L = 256 and n ≤ 4096) is one
-    // more item of the K3·V pass, so a second thread takes key chunks meanwhile instead of waiting.
-    // Below L = 2·pv the paper's iteration in float32 (newton_schulz_f32), from L = 2·pv the float64
-    // spectrum applied through its factors.
-    const bool literal = 2 * view.vf.cols() > q_bar.rows();
-    MatrixF k3_v;  // L × pv
-    MatrixF z;     // pinv(K2), when literal
-    PseudoInverse pinv;
-    key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool, [&] {
-      if (literal)
-        z = newton_schulz_f32(k2(view, marks), 6);
-      else
-        pinv = pseudo_inverse(k2(view, marks), view.vf.cols());
-    });
-    MatrixF values;
-    if (literal)
-      tile_product(z, k3_v, values);
-    else
-      values = apply_pinv(pinv, k3_v, ctx.pool);
+    // pinv(K2) by the float32 iteration (newton_schulz_f32). Small (L′ < kPooledIteration), or without a
+    // second thread, it is one more item of the K3·V pass, so a second thread takes key chunks meanwhile; from
+    // L′ = kPooledIteration on (L = 256: 21 products of ~0.15 ms) its products go on the pool first. The same
+    // bits either way.
+    const bool pooled = ctx.pool != nullptr && ctx.pool->size() > 1 && q_bar.rows() >= kPooledIteration;
+    NewtonSchulzF32 iteration;  // all but the last step
+    MatrixF k3_v;               // L × pv
+    if (pooled) {
+      iteration = newton_schulz_f32(k2(view, marks), kSteps, ctx.pool);
+      key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool);
+    } else {
+      key_chunked_attention_f32(q_bar, view.kf, view.vf, scale, nullptr, k3_v, nullptr, ctx.pool,
+                                [&] { iteration = newton_schulz_f32(k2(view, marks), kSteps, nullptr); });
+    }
+    const MatrixF values = last_step(iteration, k3_v, ctx.pool);  // pinv(K2)·(K3·V)
     exact_attention_f32(view.qf, k_bar, values, scale, out, ctx.pool);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override { return compute(view); }
@@ -168,11 +223,14 @@ class Nystrom final : public Estimator {
   }
 
   // The two attention passes (n queries over L′ landmark keys, L′ landmark queries over n keys: logits and
-  // P·V each), K2, and pinv(K2) applied to the L′ × pv block through its factors (three L′ × L′ by L′ × pv
-  // products); the eigensolver's O(L′³) is not counted.
+  // P·V each) and K2; with pinv=iterative the estimate's Newton–Schulz steps (21 L′ × L′ products, then
+  // the last step's four with K3·V's pv columns); with pinv=exact pinv(K2) applied through the SVD's factors (three L′
+  // × L′ by L′ × pv products), its O(L′³) not counted.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
     const double marks = static_cast<double>(std::min(landmarks_, n));
-    return 2.0 * 2.0 * n * marks * (p + pv) + 2.0 * marks * marks * p + 3.0 * 2.0 * marks * marks * pv;
+    const double passes = 2.0 * 2.0 * n * marks * (p + pv) + 2.0 * marks * marks * p;
+    if (exact_pinv_) return passes + 3.0 * 2.0 * marks * marks * pv;
+    return passes + (4.0 * (kSteps - 1) + 1.0) * 2.0 * marks * marks * marks + 4.0 * 2.0 * marks * marks * pv;
   }
 
  private:
@@ -190,30 +248,9 @@ class Nystrom final : public Estimator {
     softmax_rows(k2);
     return k2;
   }
-  // pinv(K2)·w for the L′ × pv float32 w. On a pool of two or more threads, with the factored eigenvectors
-  // (2·pv ≤ L′), the columns go in blocks of kApplyColumns, one pool item each: the reflections and rotations
-  // applied there are ~2 ms at L = 256, pv = 64, serial between two parallel passes (1.6 → 1.85× on two
-  // threads at n = 4096). Alone, the whole block at once: the per-block costs made one thread ~4% slower.
-  // Both give the same bits: every step treats each column on its own, the rotations and the diagonal
-  // element by element, and the products on Eigen's GEMM path, whose accumulation order along the depth
-  // does not depend on the number of columns as long as the blocks are whole multiples of its 4-column
-  // panels and none is a single column (a matrix–vector product); pv % kApplyColumns == 0 keeps them so.
-  static MatrixF apply_pinv(const PseudoInverse& pinv, const MatrixF& w, ThreadPool* pool) {
-    constexpr int64_t kApplyColumns = 32;
-    const int64_t size = w.rows(), cols = w.cols();
-    const bool blocks = pool != nullptr && pool->size() > 1 && 2 * cols <= size && cols % kApplyColumns == 0 &&
-                        cols >= 2 * kApplyColumns;
-    if (!blocks) return pinv(w.cast<double>()).cast<float>();
-    MatrixF out(size, cols);
-    for_each_index(pool, cols / kApplyColumns, [&](int64_t block) {
-      const int64_t j0 = block * kApplyColumns;
-      out.middleCols(j0, kApplyColumns) = pinv(w.middleCols(j0, kApplyColumns).cast<double>()).cast<float>();
-    });
-    return out;
-  }
   // thin_cols: the width of the block the pseudo-inverse will be applied to (pv).
   PseudoInverse pseudo_inverse(const MatrixD& k2, int64_t thin_cols) const {
-    return exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, 6, thin_cols);
+    return exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, kSteps, thin_cols);
   }
 
   struct Factors {
