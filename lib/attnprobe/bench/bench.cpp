@@ -170,7 +170,7 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
         else
           calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
         // An empty parallel region before each timed call: the pool's threads went to sleep during the other
-        // thread counts' calls (they spin only 50 µs), and the call's first region would pay their futex
+        // thread counts' calls (they spin only 1 ms), and the call's first region would pay their futex
         // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
         // on one pool, as a sweep makes them, find them awake.
         ThreadPool* pool = pools[t].get();
