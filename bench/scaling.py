@@ -12,8 +12,12 @@ the first while the float32 working set (Q, K, V and the output, 16·n·p bytes)
 once it does not. The line under the table says at which n that happens on this machine (on these 32 MiB
 Zen 5 VMs: between 16384 and 32768 at p = 64), so a step across it is steeper than the steps past it.
 
+With --rounds R every (spec, n) is timed R times in alternating rounds, and the table keeps each one's
+lowest median (and highest peak RSS).
+
 Usage:
   /usr/bin/python3 bench/scaling.py                      # the linear estimators at n = 16384, 32768, 65536
+  /usr/bin/python3 bench/scaling.py --rounds 3           # the same, each point the best of three rounds
   /usr/bin/python3 bench/scaling.py -e lara -e 'nystrom(L=256)' --lengths 4096,65536 --repeat 3
 
 Run it on a quiet machine (it prints the load average before and after): timings under load are noise.
@@ -50,7 +54,12 @@ def main():
     parser.add_argument("--lengths", default="16384,32768,65536")
     parser.add_argument("--p", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every (spec, n) this many times, in alternating rounds; keep the lowest median "
+                             "and the highest RSS (load from another tenant then rarely falls on one n alone)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     specs = args.specs or DEFAULT_SPECS
     lengths = [int(x) for x in args.lengths.split(",")]
     if len(lengths) < 2:
@@ -58,10 +67,14 @@ def main():
     if not os.path.exists("/usr/bin/time"):
         sys.exit("bench/scaling.py needs GNU time (/usr/bin/time; Debian package `time`)")
     print(f"load before: {os.getloadavg()}", file=sys.stderr)
-    rows = []
-    for spec in specs:
-        timings = [run_one(args.attnprobe, spec, n, args.p, args.repeat) for n in lengths]
-        rows.append((spec, timings))
+    best = {}
+    for _ in range(args.rounds):
+        for spec in specs:
+            for n in lengths:
+                seconds, rss = run_one(args.attnprobe, spec, n, args.p, args.repeat)
+                old = best.get((spec, n))
+                best[(spec, n)] = (seconds, rss) if old is None else (min(old[0], seconds), max(old[1], rss))
+    rows = [(spec, [best[(spec, n)] for n in lengths]) for spec in specs]
     print(f"load after: {os.getloadavg()}", file=sys.stderr)
     growth = lengths[-1] / lengths[0]
     steps = ", ".join(f"{b / a:g}" for a, b in zip(lengths, lengths[1:]))
