@@ -42,13 +42,16 @@ using PseudoInverse = std::function<MatrixD(const MatrixD&)>;
 //   K3·V without being formed, nor K2ᵀ·U (1.2–1.5× faster calls at L = 256, n ≤ 4096);
 // - otherwise (L = 64): forming U costs no more than applying its factors twice to pv ≥ L/2 columns, and
 //   Eigen's SelfAdjointEigenSolver, which forms it, is the faster of the two at this size.
+// c of Z₀ = c·K2ᵀ: 1 / (max column sum · max row sum) of this slice's |K2|. Both evaluations start here.
+double newton_schulz_start(const MatrixD& k2) {
+  return 1.0 / (k2.cwiseAbs().colwise().sum().maxCoeff() * k2.cwiseAbs().rowwise().sum().maxCoeff());
+}
+
 PseudoInverse newton_schulz_pinv(const MatrixD& k2, int steps, int64_t thin_cols) {
   const int64_t size = k2.rows();
-  const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
-  const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();
   const auto filter = [&](const Eigen::ArrayXd& eigenvalues) {
     const Eigen::ArrayXd lambda = eigenvalues.max(0.0);  // M is PSD; clip rounding below 0
-    Eigen::ArrayXd g = Eigen::ArrayXd::Constant(size, 1.0 / (max_col * max_row));
+    Eigen::ArrayXd g = Eigen::ArrayXd::Constant(size, newton_schulz_start(k2));
     for (int step = 0; step < steps; ++step) {
       const Eigen::ArrayXd y = lambda * g;
       g *= 0.25 * (13.0 - y * (15.0 - y * (7.0 - y)));
@@ -135,12 +138,29 @@ struct NewtonSchulzF32 {
   MatrixF z, a;
 };
 
-// Rows [r0, r0 + rows) of `to` ← c·I − those rows of `from` (which may be `to`).
-auto shifted_rows(const MatrixF& from, MatrixF& to, float c) {
-  return [&from, &to, c](int64_t r0, int64_t rows) {
+// Rows [r0, r0 + rows) of `to` ← c·W − those rows of `from` (which may be `to`), W the identity (w null)
+// or the block w.
+auto subtracted_from(float c, const MatrixF* w, const MatrixF& from, MatrixF& to) {
+  return [c, w, &from, &to](int64_t r0, int64_t rows) {
+    if (w != nullptr) {
+      to.middleRows(r0, rows) = c * w->middleRows(r0, rows) - from.middleRows(r0, rows);
+      return;
+    }
     to.middleRows(r0, rows) = -from.middleRows(r0, rows);
     for (int64_t i = r0; i < r0 + rows; ++i) to(i, i) += c;
   };
+}
+
+// One step once t = 7W − A·W is formed: ¼·Z·(13W − A·(15W − A·t)). W is the identity (w null) in the
+// steps that form the next Z, where A·t and A·t′ are polynomials in A and so symmetric, or the block w in
+// the last step, applied to K3·V (last_step).
+MatrixF rest_of_step(const MatrixF& a, const MatrixF& z, MatrixF t, const MatrixF* w, ThreadPool* pool) {
+  const auto product = w == nullptr ? &pooled_symmetric_product : &pooled_product;
+  MatrixF next;
+  product(a, t, next, pool, subtracted_from(15.0f, w, next, next));
+  product(a, next, t, pool, subtracted_from(13.0f, w, t, t));
+  pooled_product(z, t, next, pool, [&](int64_t r0, int64_t rows) { next.middleRows(r0, rows) *= 0.25f; });
+  return next;
 }
 
 // The estimate's pseudo-inverse: the same six steps written out, Z ← ¼·Z·(13I − A(15I − A(7I − A))) with
@@ -155,42 +175,22 @@ auto shifted_rows(const MatrixF& from, MatrixF& to, float c) {
 // Gaussian heads and on the heads of all five dumps (charlm-hd32/64, stories260K at cond(K2) up to 4e19, kwt1-speech,
 // sasrec-ml1m), L = 64 and 256: the size of the float32 passes' own rounding.
 NewtonSchulzF32 newton_schulz_f32(const MatrixD& k2, int steps, ThreadPool* pool) {
-  const double max_col = k2.cwiseAbs().colwise().sum().maxCoeff();
-  const double max_row = k2.cwiseAbs().rowwise().sum().maxCoeff();
   const MatrixF k = k2.cast<float>();
-  NewtonSchulzF32 out{(k2.transpose() / (max_col * max_row)).cast<float>(), MatrixF()};
-  MatrixF& z = out.z;
-  MatrixF& a = out.a;
-  MatrixF t(k.rows(), k.rows()), next;
+  NewtonSchulzF32 out{(newton_schulz_start(k2) * k2.transpose()).cast<float>(), MatrixF()};
   for (int step = 0; step + 1 < steps; ++step) {
-    pooled_product(k, z, a, pool, shifted_rows(a, t, 7.0f));  // a = K2·Z, t = 7I − a
-    pooled_symmetric_product(a, t, next, pool, shifted_rows(next, next, 15.0f));
-    std::swap(t, next);
-    pooled_symmetric_product(a, t, next, pool, shifted_rows(next, next, 13.0f));
-    std::swap(t, next);
-    pooled_product(z, t, next, pool, [&](int64_t r0, int64_t rows) { next.middleRows(r0, rows) *= 0.25f; });
-    std::swap(z, next);
+    MatrixF t(k.rows(), k.rows());
+    pooled_product(k, out.z, out.a, pool, subtracted_from(7.0f, nullptr, out.a, t));  // A = K2·Z, t = 7I − A
+    out.z = rest_of_step(out.a, out.z, std::move(t), nullptr, pool);
   }
-  pooled_product(k, z, a, pool, [](int64_t, int64_t) {});
+  pooled_product(k, out.z, out.a, pool, [](int64_t, int64_t) {});
   return out;
 }
 
 // The last step applied to w (L × pv): ¼·Z·(13w − A(15w − A(7w − A·w))), the six-step Z times w.
 MatrixF last_step(const NewtonSchulzF32& state, const MatrixF& w, ThreadPool* pool) {
-  MatrixF t, next;
-  // Rows of `inner` ← c·w − A·(previous inner) for the block's rows.
-  const auto minus_from = [&](MatrixF& inner, float c) {
-    return [&inner, &w, c](int64_t r0, int64_t rows) {
-      inner.middleRows(r0, rows) = c * w.middleRows(r0, rows) - inner.middleRows(r0, rows);
-    };
-  };
-  pooled_product(state.a, w, t, pool, minus_from(t, 7.0f));
-  pooled_product(state.a, t, next, pool, minus_from(next, 15.0f));
-  std::swap(t, next);
-  pooled_product(state.a, t, next, pool, minus_from(next, 13.0f));
-  std::swap(t, next);
-  pooled_product(state.z, t, next, pool, [&](int64_t r0, int64_t rows) { next.middleRows(r0, rows) *= 0.25f; });
-  return next;
+  MatrixF t;
+  pooled_product(state.a, w, t, pool, subtracted_from(7.0f, &w, t, t));
+  return rest_of_step(state.a, state.z, std::move(t), &w, pool);
 }
 
 PseudoInverse svd_pinv(const MatrixD& k2) {
@@ -215,8 +215,9 @@ class Nystrom final : public Estimator {
 
   // Float32 in two softmax-attention passes, K3·V = attention of the L landmark queries over all keys
   // and out = attention of the n queries over the L landmark keys with values pinv(K2)·(K3·V): the
-  // exact kernels on the call's pool, never an n × L matrix. K2 and its pseudo-inverse stay float64
-  // (L × L: cheap, and K2 is badly conditioned). pinv=exact runs in float64 throughout: its SVD inverts
+  // exact kernels on the call's pool, never an n × L matrix. K2 stays float64; its pseudo-inverse is the
+  // float32 iteration (newton_schulz_f32, which says why float32 is enough). pinv=exact runs in float64
+  // throughout: its SVD inverts
   // singular values down to L·ε·σ_max, which multiplies float32 rounding of K3·V by up to 1e13 (1.5e-5
   // relative in the output at n = 300, L = 64, against 1e-7 for the six Newton–Schulz steps, whose
   // polynomial stays bounded).
@@ -230,7 +231,7 @@ class Nystrom final : public Estimator {
     const MatrixF q_bar = marks.q_bar.cast<float>(), k_bar = marks.k_bar.cast<float>();
     // pinv(K2) by the float32 iteration (newton_schulz_f32). Small (L′ < kPooledIteration), or without a
     // second thread, it is one more item of the K3·V pass, so a second thread takes key chunks meanwhile; from
-    // L′ = kPooledIteration on (L = 256: 21 products of ~0.15 ms) its products go on the pool first. The same
+    // L′ = kPooledIteration on (L = 256: 21 products of up to ~0.15 ms) its products go on the pool first. The same
     // bits either way.
     const bool pooled = ctx.pool != nullptr && ctx.pool->size() > 1 && q_bar.rows() >= kPooledIteration;
     NewtonSchulzF32 iteration;  // all but the last step
