@@ -269,6 +269,30 @@ TEST_CASE("column sums add rows in order, as a scalar walk down each column, and
   CHECK((column_max(empty).array() == -std::numeric_limits<float>::infinity()).all());
 }
 
+TEST_CASE("add_rows_f64 gives the bits of a row-by-row float64 loop at every width and stride", "[exact]") {
+  // The column statistics of the float32 estimates (segment means, mean(V), FAVOR++'s column sums) keep their
+  // running sums in registers, 128 or 64 columns at a time, and take a plain loop past the panels. Each
+  // column must still add its rows in order, the bits of the loop it replaced: widths around the panel
+  // edges, rows `ld` apart with ld > cols (a block of a wider matrix), sums that start non-zero.
+  const MatrixF wide = (random_matrix(50, 320, 72) * 5.0).cast<float>();
+  for (const int64_t cols : {1, 24, 63, 64, 65, 127, 128, 129, 150, 200, 256, 300}) {
+    for (const bool with_squares : {false, true}) {
+      INFO("cols " << cols << (with_squares ? " with squares" : ""));
+      RowVectorD sum = RowVectorD::LinSpaced(cols, -1.0, 1.0), squares = RowVectorD::Constant(cols, 0.5);
+      RowVectorD loop_sum = sum, loop_squares = squares;
+      for (int64_t r = 0; r < 49; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const double value = wide(r + 1, c + 3);
+          loop_sum(c) += value;
+          loop_squares(c) += value * value;
+        }
+      add_rows_f64(wide.row(1).data() + 3, wide.cols(), 49, cols, sum.data(), with_squares ? squares.data() : nullptr);
+      CHECK(sum == loop_sum);
+      CHECK(squares == (with_squares ? loop_squares : RowVectorD::Constant(cols, 0.5)));
+    }
+  }
+}
+
 TEST_CASE("float64 sums of float32 values match a long double sum at every length and tail", "[exact]") {
   // squared_norm_f64 and sum_f64 (common/matrix.h) add in eight partial sums; the independent value is a
   // sequential long double sum. Lengths around the 8-lane width (empty, tails 1–7) and long rows whose

@@ -71,13 +71,21 @@ TEST_CASE("contiguous segments: the first segments are one shorter and n <= C gi
 TEST_CASE("segment means of the float32 inputs are the float64 ones when the values are float32", "[nystrom]") {
   // The estimates of Nyström and LARA sum the float32 copy (half the bytes); a dump stored as float32,
   // bf16 or fp16 must give them the bits of the float64 copy, on any pool. 1000 rows in 7 segments
-  // (uneven lengths), 24 columns.
-  const MatrixF xf = MatrixF::Random(1000, 24) * 3.0f;
-  const MatrixD x = xf.cast<double>();
+  // (uneven lengths); 24 columns (no register panel), 64 and 150 (panels of add_rows_f64, and a tail).
   const auto segments = contiguous_segments(1000, 7);
   ThreadPool two(2);
-  CHECK(segment_means(xf, segments) == segment_means(x, segments));
-  CHECK(segment_means(xf, segments, &two) == segment_means(x, segments));
+  for (const int64_t cols : {24, 64, 150}) {
+    INFO("cols " << cols);
+    const MatrixF wide = MatrixF::Random(1000, cols) * 3.0f;
+    const MatrixD wide_d = wide.cast<double>();
+    CHECK(segment_means(wide, segments) == segment_means(wide_d, segments));
+    VectorD norms;  // LARA's key norms, taken in the same pass: squared_norm_f64 of every row
+    CHECK(segment_means(wide, segments, &two, &norms) == segment_means(wide_d, segments));
+    REQUIRE(norms.size() == 1000);
+    for (int64_t r = 0; r < 1000; ++r) CHECK(norms(r) == squared_norm_f64(wide.row(r).data(), cols));
+  }
+  const MatrixF xf = MatrixF::Random(1000, 24) * 3.0f;
+  const MatrixD x = xf.cast<double>();
   // Values a float32 cannot hold: the float32 copy's means differ, by float32 rounding only (observed
   // 7.2e-9 relative).
   const MatrixD fine = x + MatrixD::Constant(1000, 24, 1e-9);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attnprobe/common/error.h"
@@ -89,12 +90,16 @@ GerfMap fit_gerf(const GerfOptions& options, const Input& q, const Input& k, dou
   // rows (colwise() reductions of the row-major slices strided down every column: a fifth of a call), in
   // sum_row_groups' fixed groups on the pool.
   auto column_sums = [&](const Input& x, RowVectorD& squares, RowVectorD& mean) {
-    // Row 0: Σ x_il², row 1: Σ x_il, in float64 (each float32 row widened as it is read).
+    // Row 0: Σ x_il², row 1: Σ x_il, in float64 (float32 rows widened as they are read, add_rows_f64).
     const MatrixD sums =
         sum_row_groups<MatrixD>(pool, x.rows(), MatrixD::Zero(2, p), [&](int64_t begin, int64_t end, MatrixD& part) {
-          for (int64_t i = begin; i < end; ++i) {
-            part.row(0).array() += x.row(i).template cast<double>().array().square();
-            part.row(1) += x.row(i).template cast<double>();
+          if constexpr (std::is_same_v<typename Input::Scalar, float>) {
+            add_rows_f64(x.row(begin).data(), p, end - begin, p, part.row(1).data(), part.row(0).data());
+          } else {
+            for (int64_t i = begin; i < end; ++i) {
+              part.row(0).array() += x.row(i).array().square();
+              part.row(1) += x.row(i);
+            }
           }
         });
     squares = scale * sums.row(0);

@@ -138,9 +138,10 @@ class Lara final : public Estimator {
     const auto segments = contiguous_segments(n, proposals_);
     const int64_t c_count = static_cast<int64_t>(segments.size());
     // Landmarks in the scaled space: the mean of √s·x is √s times the mean of x (from the float32
-    // inputs, summed in float64: see segment_means).
+    // inputs, summed in float64: see segment_means). The keys' pass also gives their squared norms.
+    VectorD key_squared_norms;
     const MatrixD q_bar = root_scale * segment_means(view.qf, segments, ctx.pool),
-                  k_bar = root_scale * segment_means(view.kf, segments, ctx.pool);
+                  k_bar = root_scale * segment_means(view.kf, segments, ctx.pool, &key_squared_norms);
     // The noise's std in the scaled space; the densities below always use std 1 (see the header).
     const double draw_sigma = raw_noise_ ? root_scale : 1.0;
 
@@ -161,13 +162,8 @@ class Lara final : public Estimator {
 
     MatrixF f;  // C × pv: f(ω_c)
     VectorD log_key_sum;
-    RowVectorF key_bias(view.k.rows());  // −s‖k_j‖²/2, in row blocks on the pool
-    for_each_index(ctx.pool, (view.k.rows() + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
-      const int64_t j0 = block * kRowBlock, rows = std::min(kRowBlock, view.k.rows() - j0);
-      // From the float32 keys (half the bytes of the float64 copy), summed in double.
-      for (int64_t j = j0; j < j0 + rows; ++j)
-        key_bias(j) = static_cast<float>(-0.5 * view.scale * squared_norm_f64(view.kf.row(j).data(), p));
-    });
+    // −s‖k_j‖²/2, from the float32 keys' norms summed in double.
+    const RowVectorF key_bias = (-0.5 * view.scale * key_squared_norms).transpose().cast<float>();
     key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
 
     out.resize(n, pv);
