@@ -23,6 +23,7 @@
 #include <numbers>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/prefetch.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
@@ -178,11 +179,20 @@ class Lara final : public Estimator {
       r_logits = r_logits_buffer.data();
       r_logits_ld = c_count;
     }
+    // What the next block of either pass reads: its queries and r′'s logits (common/prefetch.h).
+    const auto next_block = [&](int64_t block) {
+      const int64_t next = (block + 1) * kRowBlock, rows = std::min(kRowBlock, n - next);
+      NextBlock ahead;
+      if (rows > 0) ahead.rows(view.qf.row(next).data(), rows, p);
+      if (rows > 0 && uses_r_prime) ahead.rows(r_logits + next * r_logits_ld, rows, r_logits_ld);
+      return ahead;
+    };
     RowVectorF query_shift = RowVectorF::Zero(c_count);  // log Σ_n exp(q̃_n·q̄̃_c), r′'s column normalisers
     if (uses_r_prime) {
       MatrixF block_max(blocks, c_count), block_sum(blocks, c_count);
       for_each_index(ctx.pool, blocks, [&](int64_t block) {
         const int64_t i0 = block * kRowBlock, rows = std::min(kRowBlock, n - i0);
+        const NextBlock ahead = next_block(block);
         thread_local MatrixF logits;  // Eigen-allocated, so exp splits rows alike on every thread
         logits.resize(rows, c_count);
         tile_product_assign(view.qf.row(i0).data(), p, rows, p, factors_t.data(), 2 * c_count, c_count, logits.data(),
@@ -193,7 +203,10 @@ class Lara final : public Estimator {
         max = logits.row(0);  // row by row: the rows are contiguous, the columns are not
         for (int64_t i = 1; i < rows; ++i) max = max.cwiseMax(logits.row(i));
         sum.setZero();
-        for (int64_t i = 0; i < rows; ++i) sum.array() += (logits.row(i) - max).array().exp();
+        for (int64_t i = 0; i < rows; ++i) {
+          ahead.share(i, rows);
+          sum.array() += (logits.row(i) - max).array().exp();
+        }
       });
       for (int64_t c = 0; c < c_count; ++c) {  // the blocks combined in block order, in float64
         const double max = block_max.col(c).maxCoeff();
@@ -221,7 +234,7 @@ class Lara final : public Estimator {
             r_logits + i0 * r_logits_ld, rows, c_count, Eigen::OuterStride<>(r_logits_ld));
       tile_product_assign(view.qf.row(i0).data(), p, rows, p, factors_t.data() + c_count, 2 * c_count, c_count,
                           logits.data() + c_count, 2 * c_count);
-      sample_weights(logits, c_count, query_shift, log_q, balance, per_sample_shifted, weights);
+      sample_weights(logits, c_count, query_shift, log_q, balance, per_sample_shifted, next_block(block), weights);
       tile_product_assign(weights.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
   }
@@ -264,9 +277,10 @@ class Lara final : public Estimator {
   // sum is at least 1e-8, its term at the largest x. The balance and decoupled α need row n alone and are formed row by
   // row while it is in L1 (r′_nc = e^{logit_nc − shift_c}; decoupled α = β·r′_nc − β·mean_c′ r′_nc′ + BH_c(ω_c),
   // balance α = BH_c(ω_c), which needs no r′); the coupled one mixes the row through the C × C balance matrix and is
-  // formed for the whole block by lara_alpha_at_samples.
+  // formed for the whole block by lara_alpha_at_samples. `ahead` is the next block's input, prefetched a share
+  // per row.
   void sample_weights(const MatrixF& logits, int64_t c_count, const RowVectorF& query_shift, const MatrixD& log_q,
-                      const MatrixD& balance, const RowVectorF& per_sample, MatrixF& w) const {
+                      const MatrixD& balance, const RowVectorF& per_sample, const NextBlock& ahead, MatrixF& w) const {
     using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
     if (weighting_ == LaraWeighting::kCoupled) {
       thread_local MatrixF r_prime;  // scratch of the running thread, kept between blocks
@@ -283,6 +297,7 @@ class Lara final : public Estimator {
     const float beta = static_cast<float>(beta_);
     Eigen::ArrayXf x(c_count);
     for (int64_t i = 0; i < logits.rows(); ++i) {
+      ahead.share(i, logits.rows());
       const ConstRow r_logits(logits.row(i).data(), c_count), xi_logits(logits.row(i).data() + c_count, c_count);
       Eigen::Map<Eigen::ArrayXf> row(w.row(i).data(), c_count);  // α, then w
       if (weighting_ == LaraWeighting::kDecoupled) {
