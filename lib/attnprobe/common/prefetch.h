@@ -9,8 +9,11 @@
 // wait. All at once, at the start of a block, it did nothing: a thousand lines overflow the core's queue
 // of outstanding misses and most requests are dropped. share() is compiled out of line on purpose:
 // inlined into the loops it serves, GCC's code for them lost the whole gain (LARA at n = 65536: 24.5 ms
-// inlined, 20.1 ms as a call, 24.6 ms with no prefetch). LARA at n = 65536, one Zen 5 core, three
-// alternating rounds: 25.9 → 20.9 ms; at 16384 (everything in the cache) 5.46 → 5.12 ms.
+// inlined, 20.1 ms as a call, 24.6 ms with no prefetch). One Zen 5 core, three alternating rounds:
+//   LARA's query passes:                      n = 65536 25.9 → 20.9 ms; 16384 (in the cache) 5.46 → 5.12 ms
+//   the exact kernel's query blocks (Nyström's output pass) and key chunks: nystrom at 65536 16.1 → 14.7 ms
+//   Performer's key and query passes (feature_attention.cpp): performer 15.3 → 13.4, favorpp 16.2 → 14.6 ms
+// Users: lara.cpp, exact_attention.cpp, feature_attention.cpp.
 #include <array>
 #include <cstdint>
 
@@ -21,10 +24,14 @@ namespace attnprobe {
 /// the last block of a pass passes none.
 class NextBlock {
  public:
+  /// `pass_bytes`: what the whole pass reads and writes. Below kFromBytes the pass's rows stay in the core's
+  /// own caches, the prefetches would be pure cost (LARA at n = 1024: 0.314 → 0.321 ms), and no range is kept.
+  explicit NextBlock(int64_t pass_bytes) : wanted_(pass_bytes >= kFromBytes) {}
+
   /// Adds rows [first, first + rows) of a row-major float matrix with leading dimension ld (nothing when
   /// first is null or rows ≤ 0).
   NextBlock& rows(const float* first, int64_t rows, int64_t ld) {
-    if (first != nullptr && rows > 0 && count_ < kRanges)
+    if (wanted_ && first != nullptr && rows > 0 && count_ < kRanges)
       ranges_[count_++] = {reinterpret_cast<const char*>(first), rows * ld * static_cast<int64_t>(sizeof(float))};
     return *this;
   }
@@ -33,6 +40,7 @@ class NextBlock {
   void share(int64_t step, int64_t steps) const;
 
  private:
+  static constexpr int64_t kFromBytes = int64_t{4} << 20;  // four times a Zen 5 core's L2
   static constexpr int kRanges = 3;
   static constexpr int64_t kLine = 64;
   struct Range {
@@ -41,6 +49,7 @@ class NextBlock {
   };
   std::array<Range, kRanges> ranges_{};
   int count_ = 0;
+  bool wanted_;
 };
 
 }  // namespace attnprobe

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnprobe/common/prefetch.h"
 #include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
@@ -80,10 +81,11 @@ struct ScaledKeysT {
 // attention 71.7 → 54–56 ms at n = 4096 and nystrom 3.4 → 2.5 ms. The first key block writes the state
 // directly (no zeroed accumulator to rescale by exp(−∞) = 0 and add to): the same bits, and all of
 // the work when the keys are few (Nyström's L landmarks, Linformer's d projected keys). logits, when not null,
-// receives each block's scores before the exp: row i, key j at logits[i·ld_logits + j].
+// receives each block's scores before the exp: row i, key j at logits[i·ld_logits + j]. ahead, when not null,
+// is what the caller's next block reads (common/prefetch.h), asked for a share per row of every key block.
 void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
                      const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc,
-                     float* logits = nullptr, int64_t ld_logits = 0) {
+                     float* logits = nullptr, int64_t ld_logits = 0, const NextBlock* ahead = nullptr) {
   const int64_t pv = v.cols();
   // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
@@ -97,8 +99,10 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
     std::fill(sum, sum + rows, 0.0f);
     accumulator.setZero();
   }
+  const int64_t prefetch_steps = (c1 - c0 + kKeyBlock - 1) / kKeyBlock * rows;
   for (int64_t start = c0; start < c1; start += kKeyBlock) {
     const bool first = start == c0;
+    const int64_t prefetch_step0 = (start - c0) / kKeyBlock * rows;
     const int64_t cols = std::min(kKeyBlock, c1 - start);
     Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
     tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
@@ -112,6 +116,7 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
         scores.row(i).tail(cols - first_masked).setConstant(-std::numeric_limits<float>::infinity());
       }
     for (int64_t i = 0; i < rows; ++i) {
+      if (ahead != nullptr) ahead->share(prefetch_step0 + i, prefetch_steps);
       const float block_max = scores.row(i).maxCoeff();
       const float new_max = first ? block_max : std::max(max[i], block_max);
       scores.row(i).array() = (scores.row(i).array() - new_max).exp();
@@ -181,8 +186,13 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
     // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
     const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
+    // The next block's queries and output rows: past the cache, Nyström's and Linformer's output passes (a
+    // few landmark keys per query) waited for them (common/prefetch.h).
+    const int64_t next = r0 + kQueryBlock, next_rows = std::min(kQueryBlock, n - next);
+    NextBlock ahead(n * (p + pv) * static_cast<int64_t>(sizeof(float)));
+    if (next_rows > 0) ahead.rows(q.row(next).data(), next_rows, p).rows(out.row(next).data(), next_rows, pv);
     accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
-                    max_buffer.data(), sum_buffer.data(), acc.data());
+                    max_buffer.data(), sum_buffer.data(), acc.data(), nullptr, 0, &ahead);
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
   for_each_index(pool, blocks, run_block);
@@ -207,11 +217,15 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     thread_local MatrixF chunk_keys_t;  // p × (c1 − c0): the chunk's keys, scaled and transposed once
     transpose_scaled(k.middleRows(c0, c1 - c0), scale, chunk_keys_t);
     const ScaledKeysT keys_t{chunk_keys_t.data(), c1 - c0, c0};
+    // The next chunk's keys and values, during the first query block (common/prefetch.h).
+    const int64_t next_rows = std::min(kKeyChunk, keys - c1);
+    NextBlock ahead(keys * (p + pv) * static_cast<int64_t>(sizeof(float)));
+    if (next_rows > 0) ahead.rows(k.row(c1).data(), next_rows, p).rows(v.row(c1).data(), next_rows, pv);
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
       accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,
                       key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, -1, chunk_max.row(chunk).data() + r0,
                       chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv,
-                      logits != nullptr ? logits->data() + r0 * keys : nullptr, keys);
+                      logits != nullptr ? logits->data() + r0 * keys : nullptr, keys, r0 == 0 ? &ahead : nullptr);
   });
   const RowVectorF max = chunk_max.colwise().maxCoeff();
   RowVectorF sum = RowVectorF::Zero(rows);

@@ -182,7 +182,7 @@ class Lara final : public Estimator {
     // What the next block of either pass reads: its queries and r′'s logits (common/prefetch.h).
     const auto next_block = [&](int64_t block) {
       const int64_t next = (block + 1) * kRowBlock, rows = std::min(kRowBlock, n - next);
-      NextBlock ahead;
+      NextBlock ahead(n * (p + (uses_r_prime ? c_count : 0)) * static_cast<int64_t>(sizeof(float)));
       if (rows > 0) ahead.rows(view.qf.row(next).data(), rows, p);
       if (rows > 0 && uses_r_prime) ahead.rows(r_logits + next * r_logits_ld, rows, r_logits_ld);
       return ahead;
