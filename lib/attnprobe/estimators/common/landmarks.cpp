@@ -36,7 +36,7 @@ MatrixD segment_means_of(const Input& x, const std::vector<Segment>& segments, T
       auto mean = out.row(s);
       if constexpr (std::is_same_v<typename Input::Scalar, float>) {
         add_rows_f64(x.row(segment.start).data(), x.cols(), segment.length, x.cols(), mean.data());
-        // The segment's rows were just read (≤ 1 MiB at n = 65536, C = 64): still in the core's cache.
+        // The segment's rows were just read (256 KiB at n = 65536, C = 64, p = 64): still in the core's L2.
         if (row_squared_norms != nullptr)
           for (int64_t r = segment.start; r < segment.start + segment.length; ++r)
             (*row_squared_norms)(r) = squared_norm_f64(x.row(r).data(), x.cols());

@@ -52,7 +52,8 @@ NextBlock next_block(const MatrixF& a, const MatrixF& b, int64_t next, int64_t e
 }
 
 // Each row's (or each column's) maximum of a block, row by row as column_max, asking for a share of `ahead` per
-// row: the loops over the rows that these passes have. Maxima are exact, so the bits are those of Eigen's.
+// row: the loops over the rows that these passes have. Maxima are exact, so the bits are those of Eigen's. x has
+// at least one row (a block of a non-empty pass).
 VectorF row_max(const MatrixF& x, const NextBlock& ahead) {
   VectorF out(x.rows());
   for (int64_t i = 0; i < x.rows(); ++i) {
