@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/common/symmetric_spectrum.h"
@@ -84,6 +85,10 @@ TEST_CASE("segment means of the float32 inputs are the float64 ones when the val
     REQUIRE(norms.size() == 1000);
     for (int64_t r = 0; r < 1000; ++r) CHECK(norms(r) == squared_norm_f64(wide.row(r).data(), cols));
   }
+  // The norms are asked for every row, so segments that leave rows out are refused, not left unset.
+  VectorD norms;
+  const MatrixF keys = MatrixF::Random(1001, 24);
+  CHECK_THROWS_AS(segment_means(keys, segments, nullptr, &norms), UsageError);
   const MatrixF xf = MatrixF::Random(1000, 24) * 3.0f;
   const MatrixD x = xf.cast<double>();
   // Values a float32 cannot hold: the float32 copy's means differ, by float32 rounding only (observed

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "attnprobe/common/error.h"
+
 namespace attnprobe {
 
 std::vector<Segment> contiguous_segments(int64_t n, int64_t count) {
@@ -24,7 +26,14 @@ template <typename Input>
 MatrixD segment_means_of(const Input& x, const std::vector<Segment>& segments, ThreadPool* pool,
                          VectorD* row_squared_norms) {
   MatrixD out = MatrixD::Zero(static_cast<int64_t>(segments.size()), x.cols());
-  if (row_squared_norms != nullptr) row_squared_norms->resize(x.rows());
+  if (row_squared_norms != nullptr) {
+    // Only the segments' rows get a norm: they must be every row (keys as many as queries, as every view has).
+    const int64_t covered = segments.empty() ? 0 : segments.back().start + segments.back().length;
+    require_usage(covered == x.rows(),
+                  "segment_means: the segments cover {} of {} rows, and every row's norm is asked for", covered,
+                  x.rows());
+    row_squared_norms->resize(x.rows());
+  }
   // Row by row along contiguous memory: a colwise() reduction over the row-major block strided down
   // every column (10% of a Nyström call at n = 4096). Eight segments per pool item: a segment can be a
   // handful of rows (L = 256), less work than claiming an item.

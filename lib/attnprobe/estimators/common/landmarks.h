@@ -36,8 +36,8 @@ MatrixD segment_means(const MatrixF& x, const std::vector<Segment>& segments, Th
 /// landmark (vmean's estimate and reference, Informer's lazy rows). The mean is summed in float64 along
 /// contiguous rows (a float sum over thousands of rows loses ~1e-5 relative; colwise().mean() strided
 /// down each column; add_rows_f64 for float32 values) in sum_row_groups' fixed groups, then each row of
-/// out is written once, in blocks on the pool (zeroing out and adding the mean wrote it twice; replicate() stored one
-/// element at a time).
+/// out is written once, in blocks on the pool (zeroing out and adding the mean wrote it twice; replicate()
+/// stored one element at a time).
 template <class Values, class Out>
 void mean_rows(const Values& v, Out& out, ThreadPool* pool = nullptr) {
   const int64_t n = v.rows();
