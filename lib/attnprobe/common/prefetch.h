@@ -17,6 +17,8 @@
 #include <array>
 #include <cstdint>
 
+#include "attnprobe/common/matrix.h"
+
 namespace attnprobe {
 
 /// Up to three contiguous byte ranges (the next block's rows of Q, of a buffer, ...) to be prefetched in
@@ -51,5 +53,13 @@ class NextBlock {
   int count_ = 0;
   bool wanted_;
 };
+
+/// The NextBlock of a pass over the rows of a and b together (Q and the output, K and V): rows
+/// [first, first + count) of both, nothing when count ≤ 0, none at all when the two fit the core's caches.
+inline NextBlock next_rows(const MatrixF& a, const MatrixF& b, int64_t first, int64_t count) {
+  NextBlock ahead(a.rows() * (a.cols() + b.cols()) * static_cast<int64_t>(sizeof(float)));
+  if (count > 0) ahead.rows(a.row(first).data(), count, a.cols()).rows(b.row(first).data(), count, b.cols());
+  return ahead;
+}
 
 }  // namespace attnprobe

@@ -188,9 +188,7 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
     // The next block's queries and output rows: past the cache, Nyström's and Linformer's output passes (a
     // few landmark keys per query) waited for them (common/prefetch.h).
-    const int64_t next = r0 + kQueryBlock, next_rows = std::min(kQueryBlock, n - next);
-    NextBlock ahead(n * (p + pv) * static_cast<int64_t>(sizeof(float)));
-    if (next_rows > 0) ahead.rows(q.row(next).data(), next_rows, p).rows(out.row(next).data(), next_rows, pv);
+    const NextBlock ahead = next_rows(q, out, r0 + kQueryBlock, std::min(kQueryBlock, n - r0 - kQueryBlock));
     accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
                     max_buffer.data(), sum_buffer.data(), acc.data(), nullptr, 0, &ahead);
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
@@ -218,9 +216,7 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     transpose_scaled(k.middleRows(c0, c1 - c0), scale, chunk_keys_t);
     const ScaledKeysT keys_t{chunk_keys_t.data(), c1 - c0, c0};
     // The next chunk's keys and values, during the first query block (common/prefetch.h).
-    const int64_t next_rows = std::min(kKeyChunk, keys - c1);
-    NextBlock ahead(keys * (p + pv) * static_cast<int64_t>(sizeof(float)));
-    if (next_rows > 0) ahead.rows(k.row(c1).data(), next_rows, p).rows(v.row(c1).data(), next_rows, pv);
+    const NextBlock ahead = next_rows(k, v, c1, std::min(kKeyChunk, keys - c1));
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
       accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,
                       key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, -1, chunk_max.row(chunk).data() + r0,

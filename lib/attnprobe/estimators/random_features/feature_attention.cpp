@@ -42,15 +42,6 @@ void subtract_key_squares(const PositiveFeatureMapF& map, const MatrixF& k, int6
     logits.row(r).array() -= (k.row(j0 + r).array().square() * map.key_square_weights.array()).sum();
 }
 
-// The next row block of a pass: rows [next, next + kRowBlock) of a and b, to be prefetched while this block
-// computes (common/prefetch.h); nothing past `end` or when the pass's rows fit the core's caches.
-NextBlock next_block(const MatrixF& a, const MatrixF& b, int64_t next, int64_t end) {
-  NextBlock ahead(a.rows() * (a.cols() + b.cols()) * static_cast<int64_t>(sizeof(float)));
-  const int64_t rows = std::min(kRowBlock, end - next);
-  if (rows > 0) ahead.rows(a.row(next).data(), rows, a.cols()).rows(b.row(next).data(), rows, b.cols());
-  return ahead;
-}
-
 // Each row's (or each column's) maximum of a block, row by row as column_max, asking for a share of `ahead` per
 // row: the loops over the rows that these passes have. Maxima are exact, so the bits are those of Eigen's. x has
 // at least one row (a block of a non-empty pass).
@@ -63,8 +54,9 @@ VectorF row_max(const MatrixF& x, const NextBlock& ahead) {
   return out;
 }
 RowVectorF column_max(const MatrixF& x, const NextBlock& ahead) {
+  ahead.share(0, x.rows());
   RowVectorF out = x.row(0);
-  for (int64_t i = 0; i < x.rows(); ++i) {
+  for (int64_t i = 1; i < x.rows(); ++i) {
     ahead.share(i, x.rows());
     out = out.cwiseMax(x.row(i));
   }
@@ -103,7 +95,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
       tile_product(k.middleRows(j0, rows), map.key_t, logits);  // rows × M
       if (offsets) logits.rowwise() += map.offsets;
       subtract_key_squares(map, k, j0, rows, logits);
-      const RowVectorF block_max = column_max(logits, next_block(k, v, j0 + rows, end));
+      const RowVectorF block_max = column_max(logits, next_rows(k, v, j0 + rows, std::min(kRowBlock, end - j0 - rows)));
       for (int64_t f = 0; f < m; ++f)
         if (block_max(f) > sums.max(f)) {
           // exp(−inf) = 0 for the first block; the sums are 0 then anyway.
@@ -143,7 +135,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
     tile_product(q.middleRows(i0, rows), map.query_t, logits);  // rows × M
     logits.rowwise() += shift;
     // Evaluated first (the update below aliases), with the next block's queries and output rows asked for.
-    logits.colwise() -= row_max(logits, next_block(q, out, i0 + rows, n));
+    logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, std::min(kRowBlock, n - i0 - rows)));
     logits = logits.array().exp();
     tile_product_assign(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
     out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
