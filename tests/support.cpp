@@ -160,4 +160,18 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+MatrixD central_differences(MatrixD x, double h, const std::function<double(const MatrixD&)>& loss) {
+  MatrixD grad(x.rows(), x.cols());
+  for (int64_t e = 0; e < x.size(); ++e) {
+    const double keep = x.data()[e];
+    x.data()[e] = keep + h;
+    const double up = loss(x);
+    x.data()[e] = keep - h;
+    const double down = loss(x);
+    x.data()[e] = keep;
+    grad.data()[e] = (up - down) / (2 * h);
+  }
+  return grad;
+}
+
 }  // namespace attnprobe::test

@@ -70,6 +70,9 @@ std::vector<double> weighted_z_scores(const std::string& spec, const HeadView& v
 std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial)>& draw, const MatrixD& target,
                                       int seeds, double* mean_error = nullptr);
 
+/// Central differences of `loss` with respect to every entry of x, at step h (the backward tests' check).
+MatrixD central_differences(MatrixD x, double h, const std::function<double(const MatrixD&)>& loss);
+
 /// ../shared/data/NAME, or "" when that folder is absent.
 std::string shared_data(const std::string& name);
 

@@ -5,7 +5,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
-#include "attnprobe/estimators/random_features/favorpp.h"
+#include "attnprobe/estimators/random_features/favorpp/favorpp.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
 #include "support.h"
@@ -15,7 +15,7 @@ using namespace attnprobe::test;
 
 namespace {
 
-FavorppParams params_of(const std::string& spec) { return FavorppParams::from_spec(parse_spec(spec)); }
+FavorppParams params_of(const std::string& spec) { return params_of<FavorppParams>(parse_spec(spec)); }
 
 // A pair (x, y) of scaled vectors with entries N(0, std²), from a fixed stream.
 std::pair<RowVectorD, RowVectorD> fixed_pair(int p, double std) {

@@ -38,22 +38,6 @@ double yoso_loss(const MatrixD& q_hat, const MatrixD& k_hat, const MatrixD& v, c
   return (g.array() * (w * v).array()).sum();
 }
 
-// Central differences of `loss` with respect to every entry of `x` (step h).
-template <typename Loss>
-MatrixD central_differences(MatrixD x, double h, const Loss& loss) {
-  MatrixD grad(x.rows(), x.cols());
-  for (int64_t e = 0; e < x.size(); ++e) {
-    const double keep = x.data()[e];
-    x.data()[e] = keep + h;
-    const double up = loss(x);
-    x.data()[e] = keep - h;
-    const double down = loss(x);
-    x.data()[e] = keep;
-    grad.data()[e] = (up - down) / (2 * h);
-  }
-  return grad;
-}
-
 double relative(const MatrixD& a, const MatrixD& b) { return (a - b).norm() / b.norm(); }
 
 Gradients backward_of(const std::string& spec, const HeadView& view, const MatrixD& g, uint32_t trial = 0) {
@@ -153,59 +137,6 @@ TEST_CASE("the sparse gradient equals the dense lower bound restricted to collid
   }
 }
 
-TEST_CASE("softmax's backward matches central finite differences", "[gradients]") {
-  const HeadView view = synth_slice(10, 6, 0.5, 16, 5);
-  const MatrixD g = normal_matrix(view.n(), view.pv(), 6);
-  const Gradients grad = backward_of("softmax", view, g);
-  auto loss = [&](const MatrixD& q, const MatrixD& v) {
-    return (g.array() * exact_attention_f64(q, view.k, v, view.scale).array()).sum();
-  };
-  const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
-  const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
-  // Observed: 1.5e-9 (∇_Q), 1.1e-9 (∇_V).
-  INFO("relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
-  CHECK(relative(grad.q, fd_q) < 1e-7);
-  CHECK(relative(grad.v, fd_v) < 1e-7);
-}
-
-TEST_CASE("vmean's backward matches central finite differences", "[gradients]") {
-  const HeadView view = synth_slice(10, 6, 0.5, 17, 5);
-  const MatrixD g = normal_matrix(view.n(), view.pv(), 7);
-  const Gradients grad = backward_of("vmean", view, g);
-  const auto estimator = parse_spec("vmean").make();
-  auto loss = [&](const MatrixD& q, const MatrixD& v) {
-    return (g.array() * estimator->reference(make_head_view(view.id, view.scale, q, view.k, v), nullptr)->array())
-        .sum();
-  };
-  const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
-  // ∇_Q is exactly zero (the output ignores Q); ∇_V observed 8.9e-10 from the differences.
-  INFO("relative error dV " << relative(grad.v, fd_v));
-  CHECK(grad.q.norm() == 0);
-  CHECK(relative(grad.v, fd_v) < 1e-7);
-}
-
-TEST_CASE("performer's backward matches central finite differences of its float32 output", "[gradients]") {
-  const HeadView view = synth_slice(12, 8, 0.5, 18, 6);
-  const MatrixD g = normal_matrix(view.n(), view.pv(), 8);
-  for (const char* spec : {"performer(M=16,ortho=1)", "performer(M=16,ortho=0)"}) {
-    const Gradients grad = backward_of(spec, view, g);
-    const auto estimator = parse_spec(spec).make();
-    const EstimateContext ctx{make_random_key(8, spec, 0), nullptr};  // the same ω as backward_of's
-    auto loss = [&](const MatrixD& q, const MatrixD& v) {
-      MatrixF out;
-      estimator->estimate(make_head_view(view.id, view.scale, q, view.k, v), ctx, out);
-      return (g.array() * out.cast<double>().array()).sum();
-    };
-    // The output is float32 (relative rounding 6e-8), so h = 1e-3: rounding ≈ 6e-8/1e-3 ≈ 1e-4 relative,
-    // truncation ≈ h² = 1e-6. Bound 2e-3; observed (∇_Q, ∇_V): ortho=1 5.0e-5, 8.0e-5; ortho=0 6.6e-5, 7.2e-5.
-    const MatrixD fd_q = central_differences(view.q, 1e-3, [&](const MatrixD& q) { return loss(q, view.v); });
-    const MatrixD fd_v = central_differences(view.v, 1e-3, [&](const MatrixD& v) { return loss(view.q, v); });
-    INFO(spec << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
-    CHECK(relative(grad.q, fd_q) < 2e-3);
-    CHECK(relative(grad.v, fd_v) < 2e-3);
-  }
-}
-
 namespace {
 HeadView causal(const HeadView& view) {
   return make_head_view(view.id, view.scale, view.q, view.k, view.v, Mask::kCausal);
@@ -220,73 +151,24 @@ double causal_yoso_loss(const MatrixD& q_hat, const MatrixD& k_hat, const Matrix
 }
 }  // namespace
 
-TEST_CASE("causal backward passes match central finite differences of the causal forms", "[gradients][causal]") {
+TEST_CASE("yoso-e's causal backward matches central finite differences of the causal form", "[gradients][causal]") {
   // Central differences at h = 1e-6 in float64: truncation ~h², rounding ~1e-16/h ≈ 1e-10.
   const HeadView full = synth_slice(12, 8, 0.5, 23, 6);
   const HeadView view = causal(full);
   const MatrixD g = normal_matrix(view.n(), view.pv(), 12);
-  auto with = [&](const MatrixD& q, const MatrixD& v) {
-    return make_head_view(view.id, view.scale, q, view.k, v, Mask::kCausal);
-  };
-  SECTION("softmax") {
-    const Gradients grad = backward_of("softmax", view, g);
-    auto loss = [&](const MatrixD& q, const MatrixD& v) {
-      return (g.array() * exact_attention_f64(q, view.k, v, view.scale, nullptr, Mask::kCausal).array()).sum();
-    };
-    const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
-    const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
-    // Observed: 1.1e-9 (∇_Q), 6.1e-10 (∇_V). Row 0 of ∇_Q is 0: its one key takes weight 1.
-    INFO("relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
+  const HeadView unit =
+      make_head_view(view.id, view.scale, normalize_rows(view.q), normalize_rows(view.k), view.v, Mask::kCausal);
+  for (int tau : {1, 8}) {
+    const Gradients grad = backward_of(fmt::format("yoso-e(tau={})", tau), unit, g);
+    const MatrixD fd_q = central_differences(
+        unit.q, 1e-6, [&](const MatrixD& q) { return causal_yoso_loss(q, unit.k, unit.v, g, tau); });
+    const MatrixD fd_v = central_differences(
+        unit.v, 1e-6, [&](const MatrixD& v) { return causal_yoso_loss(unit.q, unit.k, v, g, tau); });
+    // Observed (∇_Q̂, ∇_V): τ = 1: 6.2e-10, 6.0e-10; τ = 8: 1.7e-10, 1.0e-9.
+    INFO("tau " << tau << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
     CHECK(relative(grad.q, fd_q) < 1e-7);
     CHECK(relative(grad.v, fd_v) < 1e-7);
-    CHECK(grad.q.row(0).norm() == 0);
-    CHECK(relative(grad.q, backward_of("softmax", full, g).q) > 0.01);  // not the full-mask one: observed 0.32
-  }
-  SECTION("vmean") {
-    const Gradients grad = backward_of("vmean", view, g);
-    const auto estimator = parse_spec("vmean").make();
-    const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) {
-      return (g.array() * estimator->reference(with(view.q, v), nullptr)->array()).sum();
-    });
-    // Observed 2.8e-10.
-    INFO("relative error dV " << relative(grad.v, fd_v));
-    CHECK(grad.q.norm() == 0);
-    CHECK(relative(grad.v, fd_v) < 1e-7);
-  }
-  SECTION("performer") {
-    // The causal form's output in float64 through its weights (Â·V, the same ω; the weights are tested
-    // to reproduce the estimate, test_weights.cpp).
-    for (const char* spec : {"performer(M=16,ortho=1)", "performer(M=16,ortho=0)"}) {
-      const Gradients grad = backward_of(spec, view, g);
-      const auto estimator = parse_spec(spec).make();
-      const EstimateContext ctx{make_random_key(8, spec, 0), nullptr};  // backward_of's ω
-      auto loss = [&](const MatrixD& q, const MatrixD& v) {
-        const HeadView moved = with(q, v);
-        return (g.array() * (estimator->weights(moved, ctx)(0, moved.n()) * v).array()).sum();
-      };
-      const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
-      const MatrixD fd_v = central_differences(view.v, 1e-6, [&](const MatrixD& v) { return loss(view.q, v); });
-      // Observed (∇_Q, ∇_V): ortho=1 8.1e-10, 3.7e-10; ortho=0 1.2e-9, 5.0e-10.
-      INFO(spec << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
-      CHECK(relative(grad.q, fd_q) < 1e-7);
-      CHECK(relative(grad.v, fd_v) < 1e-7);
-    }
-  }
-  SECTION("yoso-e") {
-    const HeadView unit =
-        make_head_view(view.id, view.scale, normalize_rows(view.q), normalize_rows(view.k), view.v, Mask::kCausal);
-    for (int tau : {1, 8}) {
-      const Gradients grad = backward_of(fmt::format("yoso-e(tau={})", tau), unit, g);
-      const MatrixD fd_q = central_differences(
-          unit.q, 1e-6, [&](const MatrixD& q) { return causal_yoso_loss(q, unit.k, unit.v, g, tau); });
-      const MatrixD fd_v = central_differences(
-          unit.v, 1e-6, [&](const MatrixD& v) { return causal_yoso_loss(unit.q, unit.k, v, g, tau); });
-      // Observed (∇_Q̂, ∇_V): τ = 1: 6.2e-10, 6.0e-10; τ = 8: 1.7e-10, 1.0e-9.
-      INFO("tau " << tau << " relative error dQ " << relative(grad.q, fd_q) << " dV " << relative(grad.v, fd_v));
-      CHECK(relative(grad.q, fd_q) < 1e-7);
-      CHECK(relative(grad.v, fd_v) < 1e-7);
-      CHECK(grad.pair_fraction == 1.0);
-    }
+    CHECK(grad.pair_fraction == 1.0);
   }
 }
 
@@ -347,14 +229,11 @@ class FullBackwardOnly final : public Estimator {
     return Gradients{MatrixD::Zero(view.n(), view.p()), MatrixD::Zero(view.k.rows(), view.pv())};
   }
 };
-[[maybe_unused]] const bool kFullBackwardRegistered = register_estimator({
+[[maybe_unused]] const bool kFullBackwardRegistered = register_estimator(EstimatorDef{
     .name = "test-full-backward",
     .family = "test",
     .summary = "test only",
-    .random = false,
-    .target = nullptr,
-    .causal = true,
-    .backward = "out",
+    .capabilities = {.random = false, .forms = kFullAndCausal, .backward = Backward::kOut, .backward_forms = kFullOnly},
     .make = [](const Spec&) { return std::make_unique<FullBackwardOnly>(); },
 });
 }  // namespace

@@ -6,7 +6,7 @@
 
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/random_features/features.h"
-#include "attnprobe/estimators/random_features/lara.h"
+#include "attnprobe/estimators/random_features/lara/mis_weights.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"

@@ -9,7 +9,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
-#include "attnprobe/estimators/sparse_lowrank/scatterbrain.h"
+#include "attnprobe/estimators/sparse_lowrank/scatterbrain/scatterbrain.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "support.h"
 
@@ -18,7 +18,7 @@ using namespace attnprobe::test;
 
 namespace {
 
-ScatterbrainParams params_of(const std::string& spec) { return ScatterbrainParams::from_spec(parse_spec(spec)); }
+ScatterbrainParams params_of(const std::string& spec) { return params_of<ScatterbrainParams>(parse_spec(spec)); }
 
 double relative(const MatrixD& a, const MatrixD& b) { return (a - b).norm() / b.norm(); }
 

@@ -11,8 +11,9 @@
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
-#include "attnprobe/estimators/sketching/linformer_params.h"
-#include "attnprobe/estimators/sketching/skeinformer_params.h"
+#include "attnprobe/estimators/sketching/gaussian_projection.h"
+#include "attnprobe/estimators/sketching/linformer/linformer.h"
+#include "attnprobe/estimators/sketching/skeinformer/skeinformer.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "support.h"
@@ -274,7 +275,7 @@ TEST_CASE("linformer's tiled E gives E*K and E*V of the whole projection and the
   const HeadView view = synth_slice(700, 64, 0.5, 8, 40);  // p = 64: whole 16-float vectors; pv = 40: a masked one
   for (const std::string spec : {"linformer(d=100)", "linformer(d=100,std=0.02)", "linformer(d=3)"}) {
     INFO(spec);
-    const LinformerParams params = LinformerParams::from_spec(parse_spec(spec));
+    const LinformerParams params = params_of<LinformerParams>(parse_spec(spec));
     const RandomKey key = make_random_key(4, spec, 0);
     const PooledEstimates runs = estimate_with_pools(spec, view, key);
     const MatrixF& a = runs.one_thread;
@@ -335,7 +336,7 @@ TEST_CASE("skeinformer's column norms from the pilot's kept logits equal the one
   // n = 1300 (two key chunks, three 512-key blocks of the norms), d = 64: kept under the default limit; a
   // limit of 0 forms them again. The pilot's pass is the same either way.
   const HeadView view = synth_slice(1300, 16, 0.5, 9, 12);
-  const SkeinformerParams params = SkeinformerParams::from_spec(parse_spec("skeinformer(d=64)"));
+  const SkeinformerParams params = params_of<SkeinformerParams>(parse_spec("skeinformer(d=64)"));
   const RandomKey key = make_random_key(4, "kept logits", 0);
   ThreadPool pool(2);
   const SkeinformerSample kept = skeinformer_sample(view, key, params, &pool);

@@ -5,7 +5,8 @@
 #include <cmath>
 
 #include "attnprobe/estimators/registry.h"
-#include "attnprobe/estimators/sorted_lsh/hyper.h"
+#include "attnprobe/estimators/sorted_lsh/hyper/hyper.h"
+#include "attnprobe/estimators/sorted_lsh/kdeformer/kdeformer.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "support.h"
@@ -15,8 +16,8 @@ using namespace attnprobe::test;
 
 namespace {
 
-HyperParams hyper_of(const std::string& spec) { return HyperParams::from_spec(parse_spec(spec)); }
-KdeformerParams kde_of(const std::string& spec) { return KdeformerParams::from_spec(parse_spec(spec)); }
+HyperParams hyper_of(const std::string& spec) { return params_of<HyperParams>(parse_spec(spec)); }
+KdeformerParams kde_of(const std::string& spec) { return params_of<KdeformerParams>(parse_spec(spec)); }
 
 double relative(const MatrixD& a, const MatrixD& b) { return (a - b).norm() / b.norm(); }
 

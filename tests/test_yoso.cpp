@@ -7,6 +7,7 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/metrics/metrics.h"
+#include "attnprobe/rng/random_matrix.h"
 #include "support.h"
 
 using namespace attnprobe;

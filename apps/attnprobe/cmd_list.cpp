@@ -1,25 +1,74 @@
 #include <fmt/format.h>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/describe.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
 
+namespace {
+
+// One estimator as `list` prints it.
+void print_estimator(const EstimatorDescription& d) {
+  const EstimatorDef& def = *d.def;
+  const Capabilities& can = d.capabilities;
+  std::vector<std::string> devices;
+  for (const DeviceDescription& device : d.devices)
+    devices.push_back(device.compiled ? device.device : device.device + " (not in this build)");
+  auto forms = [](const std::vector<std::string>& names) {
+    return names.empty() ? std::string("—") : join(names, ", ");
+  };
+  std::string per_device;
+  for (const DeviceDescription& device : d.devices)
+    per_device += fmt::format(" {}: {};", device.device, forms(device.forms));
+  fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def.name, def.summary, d.spec,
+             d.target, def.samples_knob.empty() ? "none" : def.samples_knob,
+             d.random ? "random (runs --trials trials)" : "deterministic (one trial)");
+  fmt::print("    devices: {}   masks{}:{}\n", join(devices, ", "),
+             d.forms_vary ? " (not every setting: see its keys)" : "", per_device.substr(0, per_device.size() - 1));
+  fmt::print("    attention weights: {}   backward: {}\n", forms(can.weights.names()),
+             can.backward == Backward::kNone
+                 ? std::string("no")
+                 : fmt::format("{} ({})", backward_name(can.backward), forms(can.backward_forms.names())));
+  for (const ParamDef& p : def.params)
+    fmt::print("    {:<12} = {:<10} {}; {}\n", p.name, p.default_value, param_domain(p), p.help);
+  fmt::print("\n");
+}
+
+}  // namespace
+
 Action add_list(CLI::App& app) {
-  auto only_variants = std::make_shared<bool>(false), only_causal = std::make_shared<bool>(false);
+  auto only_variants = std::make_shared<bool>(false), only_causal = std::make_shared<bool>(false),
+       json = std::make_shared<bool>(false);
+  auto markdown = std::make_shared<std::string>(), name = std::make_shared<std::string>();
+  app.add_option("name", *name, "print only this estimator (e.g. `attnprobe list performer`)");
   app.add_flag("--variants", *only_variants,
                "print only the settings the baseline gate runs, one canonical spec per line: each estimator's "
                "default, each other choice of its choice keys, and its declared ablations");
   app.add_flag("--causal", *only_causal,
                "print only the names of the estimators with a causal form (what --mask causal can run), one per "
                "line; with --variants, the variants that have one (the causal gate's settings)");
+  app.add_flag("--json", *json,
+               "print every estimator as JSON: parameters, defaults, target, capabilities, devices with their "
+               "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");
+  app.add_option("--markdown", *markdown,
+                 "print a generated Markdown table: estimators (capabilities per estimator) or devices (device "
+                 "versions, masks and parity tolerances); README.md and docs/ hold them between markers")
+      ->check(CLI::IsMember(markdown_table_names()));
   app.footer(
-      "Example:\n  attnprobe list\n  attnprobe list --variants\n  attnprobe list --causal\n  attnprobe list "
-      "--variants --causal\n\nA spec is name or "
-      "name(key=value,...), e.g. "
-      "yoso(m=32,tau=8); omitted keys take their defaults.");
-  return [only_variants, only_causal] {
+      "Example:\n  attnprobe list\n  attnprobe list performer\n  attnprobe list --variants\n  attnprobe list --causal\n"
+      "  attnprobe list --variants --causal\n  attnprobe list --json\n  attnprobe list --markdown estimators\n\n"
+      "A spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys take their defaults.");
+  return [only_variants, only_causal, json, markdown, name] {
+    if (!markdown->empty()) {
+      fmt::print("{}", markdown_table(*markdown));
+      return 0;
+    }
+    if (*json) {
+      fmt::print("{}\n", estimators_json());
+      return 0;
+    }
     if (*only_variants) {
       for (const EstimatorDef* def : registered_estimators())
         for (const std::string& spec : variants(*def))
@@ -27,46 +76,18 @@ Action add_list(CLI::App& app) {
       return 0;
     }
     if (*only_causal) {
-      for (const std::string& name : causal_estimators()) fmt::print("{}\n", name);
+      for (const std::string& causal : causal_estimators()) fmt::print("{}\n", causal);
       return 0;
     }
+    if (!name->empty() && !find_estimator(*name)) parse_spec(*name);  // the unknown-name error, with the names
     std::string family;
-    for (const EstimatorDef* def : registered_estimators()) {
-      if (def->family != family) {
-        family = def->family;
+    for (const EstimatorDescription& d : describe_estimators()) {
+      if (!name->empty() && d.def->name != *name) continue;
+      if (name->empty() && d.def->family != family) {
+        family = d.def->family;
         fmt::print("== {} ==\n", family);
       }
-      const Spec spec = parse_spec(def->name);
-      std::vector<std::string> devices, causal_devices;
-      for (Device device : devices_of(*def)) devices.push_back(device_name(device));
-      for (Device device : causal_devices_of(*def)) causal_devices.push_back(device_name(device));
-      const std::string causal_form =
-          !def->causal ? "no"
-                       : fmt::format("{} on {}", def->causal_for ? "yes (not every setting: see its keys)" : "yes",
-                                     join(causal_devices, ", "));
-      fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def->name, def->summary,
-                 spec.canonical(), spec.target(), def->samples_knob.empty() ? "none" : def->samples_knob,
-                 spec.random() ? "random (runs --trials trials)" : "deterministic (one trial)");
-      fmt::print("    devices: {}   causal form: {}   attention weights: {}   backward: {}\n", join(devices, ", "),
-                 causal_form, def->weights ? (def->causal_weights ? "yes (causal form too)" : "yes") : "no",
-                 def->backward.empty() ? "no" : def->backward + (def->causal_backward ? " (causal form too)" : ""));
-      for (const ParamDef& p : def->params) {
-        std::string domain;
-        switch (p.kind) {
-          case ParamKind::kInt:
-            domain = fmt::format("integer {}..{}", p.min, p.max);
-            break;
-          case ParamKind::kReal:
-            domain = p.choices.empty() ? fmt::format("real {}..{}", p.min, p.max)
-                                       : fmt::format("{} or real {}..{}", join(p.choices, "|"), p.min, p.max);
-            break;
-          case ParamKind::kChoice:
-            domain = join(p.choices, "|");
-            break;
-        }
-        fmt::print("    {:<12} = {:<10} {}; {}\n", p.name, p.default_value, domain, p.help);
-      }
-      fmt::print("\n");
+      print_estimator(d);
     }
     return 0;
   };

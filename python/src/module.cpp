@@ -37,6 +37,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/estimators/describe.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/io/dump.h"
@@ -351,9 +352,8 @@ void register_custom(const std::string& name) {
       .name = full,
       .family = "python",
       .summary = "a Python callable fn(q, k, v, scale, causal, seed) given to attnprobe.sweep(custom=...)",
-      .random = true,
       // Causal cases pass causal=True; the Python layer checks the first such call for a leak.
-      .causal = true,
+      .capabilities = {.random = true, .forms = kFullAndCausal},
       .make = [name, full](const Spec&) -> std::unique_ptr<Estimator> {
         if (!current_custom || !current_custom->wrappers.count(name))
           throw UsageError(fmt::format(
@@ -364,53 +364,8 @@ void register_custom(const std::string& name) {
 
 // ---- the functions ---------------------------------------------------------------------------------
 
-py::list estimators_list() {
-  py::list out;
-  for (const EstimatorDef* def : registered_estimators()) {
-    if (def->family == "python") continue;  // sweep(custom=...)'s, not the library's
-    const Spec spec = parse_spec(def->name);
-    py::list params;
-    py::dict defaults;
-    for (const ParamDef& p : def->params) {
-      py::dict param;
-      param["name"] = p.name;
-      param["kind"] = p.kind == ParamKind::kInt ? "int" : p.kind == ParamKind::kReal ? "real" : "choice";
-      param["default"] = p.default_value;
-      if (p.kind == ParamKind::kChoice) {
-        param["choices"] = p.choices;
-      } else {
-        param["min"] = p.min;
-        param["max"] = p.max;
-      }
-      param["help"] = p.help;
-      params.append(param);
-      defaults[py::str(p.name)] = p.default_value;
-    }
-    std::vector<std::string> devices, causal_devices;
-    for (Device d : devices_of(*def)) devices.push_back(device_name(d));
-    for (Device d : causal_devices_of(*def)) causal_devices.push_back(device_name(d));
-    py::dict e;
-    e["name"] = def->name;
-    e["family"] = def->family;
-    e["summary"] = def->summary;
-    e["params"] = params;
-    e["defaults"] = defaults;
-    e["spec"] = spec.canonical();
-    e["target"] = spec.target();
-    e["samples_knob"] = def->samples_knob.empty() ? py::object(py::none()) : py::object(py::str(def->samples_knob));
-    e["random"] = spec.random();
-    e["causal"] = def->causal;
-    e["weights"] = def->weights;
-    e["causal_weights"] = def->causal_weights;
-    e["backward"] = def->backward;
-    e["causal_backward"] = def->causal_backward;
-    e["devices"] = devices;
-    e["causal_devices"] = causal_devices;
-    e["variants"] = variants(*def);
-    out.append(e);
-  }
-  return out;
-}
+// The library's description of every estimator (describe.h), as `list --json` prints it.
+py::object estimators_list() { return py::module_::import("json").attr("loads")(estimators_json()); }
 
 DumpOptions dump_options(const std::string& q_path, const std::string& k_path, const std::string& v_path,
                          const std::string& layout, int num_heads) {

@@ -15,7 +15,7 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/records/csv.h"
-#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/rng/random_matrix.h"
 
 namespace attnprobe {
 
@@ -114,10 +114,10 @@ void check_bench_request(const BenchRequest& request) {
     if (!request.backward) continue;
     // Backward passes are float64 host code (sweeps take them from the CPU version too).
     if (device != Device::kCpu) throw UsageError("--backward times the CPU backward passes: leave --device cpu");
-    if (spec.def().backward.empty())
+    if (spec.capabilities().backward == Backward::kNone)
       throw UsageError(fmt::format("--backward: '{}' has no backward pass (`attnprobe list` shows which have one)",
                                    spec.canonical()));
-    if (request.mask == Mask::kCausal && !spec.def().causal_backward)
+    if (request.mask == Mask::kCausal && !spec.capabilities().backward_forms.has(Mask::kCausal))
       throw UsageError(
           fmt::format("--backward --mask causal: '{}' has no backward pass for its causal form yet; "
                       "time it with --mask full",

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <typeinfo>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
@@ -30,10 +31,10 @@ std::shared_mutex& registry_mutex() {
   return mutex;
 }
 
-// A version for a device other than the CPU.
+// A version for a device other than the CPU, with the parameter struct it decodes.
 struct Implementation {
   EstimatorFactory make;
-  CausalForm causal = CausalForm::kNo;
+  const std::type_info* param_type = nullptr;
 };
 
 // Versions for devices other than the CPU, by (estimator name, device).
@@ -47,17 +48,41 @@ std::map<Device, std::function<std::string()>>& device_probes() {
   return probes;
 }
 
-// A .cu file that registers a name no CPU file defines is a programming error; static
-// initialisation order hides it at registration time, so it is caught on the first read.
+[[noreturn]] void registration_bug(const std::string& what) {
+  std::fprintf(stderr, "attnprobe: %s\n", what.c_str());
+  std::abort();
+}
+
+// Device versions and their declarations must agree: a version compiled for a name no CPU file defines
+// or declares for that device, or a declared version that a build with the device's backend lacks, is a
+// programming error. Static initialisation order hides it at registration time, so it is caught on the
+// first read.
 void check_implementations() {
   static const bool kChecked = [] {
     const std::shared_lock lock(registry_mutex());
-    for (const auto& [key, implementation] : implementations())
-      if (!registry().count(key.first)) {
-        std::fprintf(stderr, "attnprobe: a %s version of '%s' is registered, but no estimator has that name\n",
-                     device_name(key.second), key.first.c_str());
-        std::abort();
-      }
+    for (const auto& [key, implementation] : implementations()) {
+      const auto& [name, device] = key;
+      const auto it = registry().find(name);
+      if (it == registry().end())
+        registration_bug(fmt::format("a {} version of '{}' is registered, but no estimator has that name",
+                                     device_name(device), name));
+      const EstimatorDef& def = *it->second;
+      if (std::none_of(def.devices.begin(), def.devices.end(), [&](const auto& d) { return d.device == device; }))
+        registration_bug(
+            fmt::format("a {} version of '{}' is compiled, but its registration does not declare it "
+                        "(add it to the declaration's devices, with its forms and parity tolerance)",
+                        device_name(device), name));
+      if (def.param_type && *def.param_type != *implementation.param_type)
+        registration_bug(fmt::format("the {} version of '{}' decodes another parameter struct than its CPU version",
+                                     device_name(device), name));
+    }
+    for (const auto& [name, def] : registry())
+      for (const DeviceDeclaration& declared : def->devices)
+        if (device_probes().count(declared.device) && !implementations().count({name, declared.device}))
+          registration_bug(
+              fmt::format("'{}' declares a {} version, but this build, which has the {} backend, "
+                          "does not compile one",
+                          name, device_name(declared.device), device_name(declared.device)));
     return true;
   }();
   (void)kChecked;
@@ -70,18 +95,7 @@ std::string names_list() {
 }
 
 std::string describe_param(const ParamDef& p) {
-  switch (p.kind) {
-    case ParamKind::kInt:
-      return fmt::format("{} (integer {}..{}, default {})", p.name, p.min, p.max, p.default_value);
-    case ParamKind::kReal:
-      if (!p.choices.empty())
-        return fmt::format("{} ({} or a real {}..{}, default {})", p.name, join(p.choices, "|"), p.min, p.max,
-                           p.default_value);
-      return fmt::format("{} (real {}..{}, default {})", p.name, p.min, p.max, p.default_value);
-    case ParamKind::kChoice:
-      return fmt::format("{} ({}, default {})", p.name, join(p.choices, "|"), p.default_value);
-  }
-  return p.name;
+  return fmt::format("{} ({}, default {})", p.name, param_domain(p), p.default_value);
 }
 
 std::string keys_list(const EstimatorDef& def) {
@@ -122,22 +136,22 @@ std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const st
 bool register_estimator(EstimatorDef def) {
   const std::unique_lock lock(registry_mutex());
   auto& estimators = registry();
-  if (estimators.count(def.name)) {
-    std::fprintf(stderr, "attnprobe: estimator '%s' registered twice\n", def.name.c_str());
-    std::abort();
-  }
+  if (estimators.count(def.name)) registration_bug(fmt::format("estimator '{}' registered twice", def.name));
+  if (!def.samples_knob.empty() &&
+      std::none_of(def.params.begin(), def.params.end(), [&](const ParamDef& p) { return p.name == def.samples_knob; }))
+    registration_bug(
+        fmt::format("estimator '{}': its samples knob '{}' is not one of its keys", def.name, def.samples_knob));
   if (!def.target) def.target = [](const Spec&) { return std::string("softmax"); };
   std::string name = def.name;
   estimators.emplace(name, std::make_unique<EstimatorDef>(std::move(def)));
   return true;
 }
 
-bool register_implementation(const std::string& name, Device device, EstimatorFactory make, CausalForm causal) {
+bool register_implementation(const std::string& name, Device device, EstimatorFactory make,
+                             const std::type_info& param_type) {
   if (device == Device::kCpu ||
-      !implementations().emplace(std::pair(name, device), Implementation{std::move(make), causal}).second) {
-    std::fprintf(stderr, "attnprobe: the %s version of '%s' is registered twice\n", device_name(device), name.c_str());
-    std::abort();
-  }
+      !implementations().emplace(std::pair(name, device), Implementation{std::move(make), &param_type}).second)
+    registration_bug(fmt::format("the {} version of '{}' is registered twice", device_name(device), name));
   return true;
 }
 
@@ -146,30 +160,25 @@ bool register_device_probe(Device device, std::function<std::string()> probe) {
   return true;
 }
 
-Device parse_device(const std::string& name) {
-  for (Device device : kAllDevices)
-    if (name == device_name(device)) return device;
-  throw UsageError(fmt::format("--device {}: use cpu or cuda", name));
+std::vector<Device> devices_of(const EstimatorDef& def) {
+  std::vector<Device> devices = {Device::kCpu};
+  for (const DeviceDeclaration& declared : def.devices) devices.push_back(declared.device);
+  return devices;
 }
 
-const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
-
-std::vector<Device> devices_of(const EstimatorDef& def) {
-  check_implementations();
-  std::vector<Device> devices;
-  for (Device device : kAllDevices)
-    if (device == Device::kCpu || implementations().count({def.name, device})) devices.push_back(device);
-  return devices;
+const DeviceDeclaration* device_declaration(const EstimatorDef& def, Device device) {
+  static const DeviceDeclaration kCpu{Device::kCpu, kFullAndCausal, 0};
+  if (device == Device::kCpu) return &kCpu;
+  for (const DeviceDeclaration& declared : def.devices)
+    if (declared.device == device) return &declared;
+  return nullptr;
 }
 
 namespace {
 // Whether `def` has a causal form on `device` (for the settings that have one).
 bool causal_form_on(const EstimatorDef& def, Device device) {
-  if (!def.causal) return false;
-  if (device == Device::kCpu) return true;
-  check_implementations();
-  const auto it = implementations().find({def.name, device});
-  return it != implementations().end() && it->second.causal == CausalForm::kYes;
+  const DeviceDeclaration* declared = device_declaration(def, device);
+  return def.capabilities.forms.has(Mask::kCausal) && declared && declared->forms.has(Mask::kCausal);
 }
 }  // namespace
 
@@ -191,7 +200,7 @@ bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal
 
 void require_mask_support(const Spec& spec, Mask mask, Device device) {
   if (mask != Mask::kCausal) return;
-  if (!spec.def().causal)
+  if (!spec.def().capabilities.forms.has(Mask::kCausal))
     throw UsageError(fmt::format(
         "'{}' has no causal form (each of its output rows depends on later tokens), so it cannot measure causal "
         "attention; estimators with a causal form: {}. Drop it, or measure bidirectional attention with --mask full.",
@@ -202,8 +211,8 @@ void require_mask_support(const Spec& spec, Mask mask, Device device) {
         "that have one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, scatterbrain's "
         "sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or --mask full.",
         spec.canonical()));
-  // A build without the device's backend: make_estimator says so (the more useful message).
-  if (device_compiled(device) && !causal_on(spec, device))
+  // A device the estimator has no version for at all: make_estimator says so (the more useful message).
+  if (device_declaration(spec.def(), device) && !causal_on(spec, device))
     throw UsageError(fmt::format(
         "'{}' has no causal form on {} yet (estimators with one there: {}); run its causal cases on the CPU "
         "(--device cpu), or use --mask full.",
@@ -212,10 +221,15 @@ void require_mask_support(const Spec& spec, Mask mask, Device device) {
 
 std::vector<std::string> estimators_on(Device device) {
   std::vector<std::string> names;
-  for (const EstimatorDef* def : registered_estimators()) {
-    const std::vector<Device> devices = devices_of(*def);
-    if (std::find(devices.begin(), devices.end(), device) != devices.end()) names.push_back(def->name);
-  }
+  for (const EstimatorDef* def : registered_estimators())
+    if (device_declaration(*def, device)) names.push_back(def->name);
+  return names;
+}
+
+std::vector<std::string> estimators_where(const std::function<bool(const Capabilities&)>& has) {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators())
+    if (has(def->capabilities)) names.push_back(def->name);
   return names;
 }
 
@@ -226,20 +240,19 @@ std::string device_problem(Device device) { return device == Device::kCpu ? "" :
 std::unique_ptr<Estimator> make_estimator(const Spec& spec, Device device) {
   if (device == Device::kCpu) return spec.make();
   check_implementations();
+  if (!device_declaration(spec.def(), device))
+    throw UsageError(fmt::format("estimator '{}' has no {} version (estimators on {}: {}); run it with --device cpu",
+                                 spec.name(), device_name(device), device_name(device),
+                                 join(estimators_on(device), ", ")));
   if (!device_compiled(device))
     throw UsageError(fmt::format(
         "--device {}: this build has no {} backend; configure with -DATTNPROBE_CUDA=ON (or AUTO) where nvcc is "
         "installed, or use --device cpu",
         device_name(device), device_name(device)));
-  auto it = implementations().find({spec.name(), device});
-  if (it == implementations().end())
-    throw UsageError(fmt::format("estimator '{}' has no {} version (estimators on {}: {}); run it with --device cpu",
-                                 spec.name(), device_name(device), device_name(device),
-                                 join(estimators_on(device), ", ")));
   if (const std::string why = device_problem(device); !why.empty())
     throw InputError(
         fmt::format("--device {}: {}. Use --device cpu, or run where a GPU is visible.", device_name(device), why));
-  return it->second.make(spec);
+  return implementations().at({spec.name(), device}).make(spec);
 }
 
 std::vector<std::string> variants(const EstimatorDef& def) {
@@ -256,6 +269,7 @@ std::vector<std::string> variants(const EstimatorDef& def) {
 }
 
 std::vector<const EstimatorDef*> registered_estimators() {
+  check_implementations();
   static const std::vector<std::string> kFamilyOrder = {"exact", "yoso", "sketching", "random-features", "nystrom"};
   std::vector<const EstimatorDef*> defs;
   {
@@ -272,6 +286,7 @@ std::vector<const EstimatorDef*> registered_estimators() {
 }
 
 const EstimatorDef* find_estimator(const std::string& name) {
+  check_implementations();
   const std::shared_lock lock(registry_mutex());
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second.get();
@@ -322,6 +337,7 @@ Spec parse_spec(const std::string& input) {
     auto it = given.find(p.name);
     spec.values_.emplace_back(p.name, canonical_value(*def, p, it == given.end() ? p.default_value : it->second));
   }
+  if (def->validate) def->validate(spec);
   return spec;
 }
 
@@ -359,5 +375,20 @@ Spec Spec::with_samples(int64_t samples) const {
 }
 
 std::string Spec::target() const { return def_->target(*this); }
+
+std::vector<std::string> Spec::values() const {
+  std::vector<std::string> texts;
+  texts.reserve(values_.size());
+  for (const auto& [key, value] : values_) texts.push_back(value);
+  return texts;
+}
+
+Capabilities Spec::capabilities() const {
+  Capabilities capabilities = def_->capabilities_for ? def_->capabilities_for(*this) : def_->capabilities;
+  // Weights and gradients exist only under the masks the setting computes.
+  capabilities.weights = capabilities.weights & capabilities.forms;
+  capabilities.backward_forms = capabilities.backward_forms & capabilities.forms;
+  return capabilities;
+}
 
 }  // namespace attnprobe

@@ -238,12 +238,6 @@ void RandomStream::uniforms(uint32_t a, uint32_t b0, uint32_t c, double* out, in
   }
 }
 
-MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c) {
-  MatrixD out(rows, cols);
-  for (int64_t r = 0; r < rows; ++r) stream.normals(static_cast<uint32_t>(r), c, out.row(r).data(), cols);
-  return out;
-}
-
 RandomKey make_random_key(uint64_t seed, uint64_t case_hash, uint32_t trial) {
   uint64_t k = splitmix64(seed);
   k = splitmix64(k ^ case_hash);

@@ -4,13 +4,13 @@
 //   (purpose, logical indices a, b, c)            -> the 128-bit Philox counter,
 // never of thread id or loop order. An estimator names each draw by what it is (row a of
 // projection f, sample s of query i, ...), so any schedule, a filtered rerun and the GPU all
-// see the same numbers.
+// see the same numbers. Free of Eigen, so the CUDA kernels include it as it is (matrices of draws:
+// random_matrix.h).
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
-#include "attnprobe/common/matrix.h"
 #include "attnprobe/rng/philox.h"
 
 namespace attnprobe {
@@ -108,10 +108,6 @@ class RandomStream {
   PhiloxKey key_;
   uint32_t purpose_;
 };
-
-/// A rows × cols matrix of standard normals, row r = elements 0..cols−1 of the stream's normal sequence of
-/// row (r, c): the one way a matrix of Gaussians is drawn (inputs, projections, upstream gradients).
-MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c = 0);
 
 /// Draws `count` indices from [0, n) with probabilities ∝ weights, with replacement, by inverse
 /// CDF on the uniform at position (row, s) for draw s. Zero weights are never drawn; all-zero or

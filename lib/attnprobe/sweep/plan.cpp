@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "attnprobe/common/error.h"
@@ -17,13 +18,13 @@ int64_t SweepPlan::tasks_per_slice() const {
 }
 
 namespace {
-// The registered estimators with `flag` set, for the message that refuses one without it.
-std::string names_where(bool EstimatorDef::*flag) {
-  std::vector<std::string> names;
-  for (const EstimatorDef* def : registered_estimators())
-    if (def->*flag) names.push_back(def->name);
-  return join(names, ", ");
+// The registered estimators that have a capability, for the message that refuses one without it.
+std::string names_where(const std::function<bool(const Capabilities&)>& has) {
+  return join(estimators_where(has), ", ");
 }
+bool states_weights(const Capabilities& can) { return !can.weights.empty(); }
+bool states_causal_weights(const Capabilities& can) { return can.weights.has(Mask::kCausal); }
+bool has_causal_backward(const Capabilities& can) { return can.backward_forms.has(Mask::kCausal); }
 }  // namespace
 
 double SweepPlan::total_rows() const {
@@ -83,11 +84,11 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   std::set<std::string> seen;
   for (const std::string& text : request.estimators) {
     const Spec base = parse_spec(text);
-    if (wants_weights && !base.def().weights) {
+    if (wants_weights && !states_weights(base.capabilities())) {
       throw UsageError(fmt::format(
           "'{}' cannot state the attention weights it implies, so row_tv/row_kl/topk_recall do not apply to it; "
           "estimators that can: {}. Drop those metrics or that estimator.",
-          base.name(), names_where(&EstimatorDef::weights)));
+          base.name(), names_where(states_weights)));
     }
     std::vector<Spec> variants;
     if (request.samples.empty() || !base.has_samples_knob()) {
@@ -139,20 +140,20 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       if (gradient != plan.metrics.end())
         for (const EstimatorSetting& setting : plan.settings)
           for (const Spec& spec : {setting.spec, parse_spec(setting.reference)})
-            if (!spec.def().backward.empty() && !spec.def().causal_backward)
+            if (spec.capabilities().backward != Backward::kNone && !has_causal_backward(spec.capabilities()))
               throw UsageError(fmt::format(
                   "'{}' has no backward pass for its causal form yet, so {} is not computed for it in causal cases "
                   "(layer {} is causal{}); estimators that have one: {}. Drop the gradient metrics or that "
                   "estimator, or measure bidirectional attention with --mask full.",
-                  spec.name(), metric_name(*gradient), layer, why, names_where(&EstimatorDef::causal_backward)));
+                  spec.name(), metric_name(*gradient), layer, why, names_where(has_causal_backward)));
       if (wants_weights)
         for (const EstimatorSetting& setting : plan.settings)
-          if (!setting.spec.def().causal_weights) {
+          if (!states_causal_weights(setting.spec.capabilities())) {
             throw UsageError(fmt::format(
                 "'{}' does not state the attention weights of its causal form yet, so row_tv/row_kl/topk_recall "
                 "are not computed for it in causal cases (layer {} is causal{}); estimators that do: {}. Drop "
                 "those metrics or that estimator, or measure bidirectional attention with --mask full.",
-                setting.spec.name(), layer, why, names_where(&EstimatorDef::causal_weights)));
+                setting.spec.name(), layer, why, names_where(states_causal_weights)));
           }
     }
     const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");

@@ -12,6 +12,7 @@
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "attnprobe/metrics/weight_metrics.h"
+#include "attnprobe/rng/random_matrix.h"
 
 namespace attnprobe {
 
@@ -205,7 +206,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       }
       Reference r{std::move(*output), {}, std::nullopt};
       r.norms = reference_norms(r.output);
-      if (gradients && !parse_spec(ref).def().backward.empty())
+      if (gradients && parse_spec(ref).capabilities().backward != Backward::kNone)
         r.gradients = estimator.backward(view, upstream, EstimateContext{RandomKey{0}, &pool});
       references.emplace(ref, std::move(r));
     }
@@ -232,8 +233,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         if (gradients) {
           // Compared only with a reference of the same backward form (else NaN, docs/metrics.md).
           std::optional<Gradients> grad;
-          const std::string& form = setting.spec.def().backward;
-          if (ref.gradients && form == parse_spec(setting.reference).def().backward)
+          const Backward form = setting.spec.capabilities().backward;
+          if (ref.gradients && form == parse_spec(setting.reference).capabilities().backward)
             grad = backward_estimators[task.setting]->backward(view, upstream, ctx);
           set_gradient_metrics(ref.gradients ? &*ref.gradients : nullptr, grad ? &*grad : nullptr, plain_list,
                                values[i]);

@@ -6,7 +6,7 @@
 // Everything here is float64 and in log space: a shift that cancels exactly replaces any epsilon.
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
-#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/rng/random_matrix.h"
 
 namespace attnprobe {
 

@@ -10,6 +10,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/exact/tile_product.h"
+#include "attnprobe/rng/random_matrix.h"
 
 namespace attnprobe {
 

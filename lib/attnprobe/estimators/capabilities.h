@@ -1,0 +1,76 @@
+#pragma once
+// What an estimator can do and where it runs, declared once in its CPU registration (registry.h), so
+// a build without a device's backend still knows every device version, its forms and its parity
+// tolerance: `list`, Python's estimators(), the plan's refusals and the conformance harness read these.
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "attnprobe/view/mask.h"
+
+namespace attnprobe {
+
+/// Where an estimator runs. Every estimator has a CPU version; others are declared with it.
+enum class Device { kCpu, kCuda };
+inline constexpr Device kAllDevices[] = {Device::kCpu, Device::kCuda};
+/// "cpu" or "cuda"; throws UsageError otherwise.
+Device parse_device(const std::string& name);
+const char* device_name(Device device);
+
+/// A set of masks: the forms an estimator computes (a causal form: output row i from tokens 0..i only),
+/// or those under which it states its weights or has its backward form.
+class Forms {
+ public:
+  constexpr Forms() = default;
+  constexpr Forms(std::initializer_list<Mask> masks) {
+    for (Mask mask : masks) bits_ |= bit(mask);
+  }
+  constexpr bool has(Mask mask) const { return (bits_ & bit(mask)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr Forms operator&(Forms other) const { return from_bits(bits_ & other.bits_); }
+  constexpr bool operator==(const Forms&) const = default;
+  /// The mask names, in Mask order ("full", "causal").
+  std::vector<std::string> names() const;
+
+ private:
+  static constexpr uint8_t bit(Mask mask) { return static_cast<uint8_t>(1u << static_cast<unsigned>(mask)); }
+  static constexpr Forms from_bits(uint8_t bits) {
+    Forms forms;
+    forms.bits_ = bits;
+    return forms;
+  }
+  uint8_t bits_ = 0;
+};
+inline constexpr Forms kFullOnly = {Mask::kFull};
+inline constexpr Forms kFullAndCausal = {Mask::kFull, Mask::kCausal};
+
+/// An estimator's backward form (Estimator::backward, the gradient metrics): what the gradient is of.
+/// Gradients are compared only between an estimator and a reference of the same form.
+enum class Backward {
+  kNone,
+  kOut,   ///< ∂⟨G, out⟩/∂(Q, V) (softmax, vmean, performer)
+  kYoso,  ///< ∂⟨G, W·V⟩/∂(Q̂, V), Q̂ the normalised or lifted query rows (yoso, yoso-e)
+};
+/// "" (none), "out" or "yoso": the names `list` and Python print.
+const char* backward_name(Backward backward);
+
+struct Capabilities {
+  bool random = true;       ///< draws random numbers (deterministic estimators run one trial)
+  Forms forms = kFullOnly;  ///< the masks it computes
+  Forms weights;            ///< the masks under which it states the attention weights it implies (docs/metrics.md)
+  Backward backward = Backward::kNone;
+  Forms backward_forms;  ///< the masks under which its backward form exists
+};
+
+/// A version of the estimator for a device other than the CPU, declared beside the CPU version.
+struct DeviceDeclaration {
+  Device device = Device::kCuda;
+  Forms forms = kFullOnly;  ///< the masks the device version computes (within the estimator's own)
+  /// Parity with the CPU version (the conformance harness): structural outputs identical, and
+  ///  - an estimator with a float64 reference: its error against it at most 2× the CPU float32 path's plus this;
+  ///  - otherwise (same draws, rounding only): ‖out_device − out_cpu‖_F ≤ this·‖out_cpu‖_F.
+  double tolerance = 1e-4;
+};
+
+}  // namespace attnprobe

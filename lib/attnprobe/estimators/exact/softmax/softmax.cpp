@@ -1,0 +1,71 @@
+#include "attnprobe/estimators/exact/softmax/softmax.h"
+
+#include <algorithm>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+class SoftmaxEstimator final : public Estimator {
+ public:
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.mask);
+  }
+  std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
+    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.mask);
+  }
+  std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
+                                    const EstimateContext&) const override {
+    const int64_t n = view.n();
+    Gradients out;
+    out.q.resize(n, view.p());
+    out.v = MatrixD::Zero(view.k.rows(), view.pv());
+    out.pair_fraction = 1.0;
+    for (int64_t r0 = 0; r0 < n; r0 += kBackwardRows) {
+      const int64_t rows = std::min(kBackwardRows, n - r0);
+      const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);  // rows × keys
+      const auto g = upstream.middleRows(r0, rows);
+      MatrixD ds = g * view.v.transpose();  // dA, then dS
+      const VectorD centre = (a.array() * ds.array()).rowwise().sum();
+      ds = (a.array() * (ds.colwise() - centre).array()).matrix();
+      out.q.middleRows(r0, rows).noalias() = view.scale * ds * view.k;
+      out.v.noalias() += a.transpose() * g;
+    }
+    return out;
+  }
+
+  WeightRows weights(const HeadView& view, const EstimateContext&) const override {
+    return [&view](int64_t r0, int64_t rows) {
+      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
+    };
+  }
+  // backward(): A and dS of a row block (kBackwardRows × n each) and the gradients, float64.
+  double backward_memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    return 8.0 * (2.0 * static_cast<double>(kBackwardRows) * n + static_cast<double>(n) * (p + pv));
+  }
+  // Q·Kᵀ and P·V: 2·n²·p + 2·n²·pv (the exponentials are not counted).
+  double flops(int64_t n, int64_t p, int64_t pv) const override { return 2.0 * n * n * p + 2.0 * n * n * pv; }
+
+ private:
+  static constexpr int64_t kBackwardRows = 256;  ///< query rows per block of backward()
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<SoftmaxParams>{
+    .name = "softmax",
+    .family = "exact",
+    .summary = "exact attention softmax(s*Q*K^T)*V (float32 blocked; float64 as a reference)",
+    .capabilities = {.random = false,
+                     .forms = kFullAndCausal,
+                     .weights = kFullAndCausal,
+                     .backward = Backward::kOut,
+                     .backward_forms = kFullAndCausal},
+    .target = [](const SoftmaxParams&) { return std::string("softmax"); },
+    // The tensor-core kernel with each product split into three TF32 ones (tf32x3): fp32-level error.
+    .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},
+    .make = [](const SoftmaxParams&) { return std::make_unique<SoftmaxEstimator>(); },
+});
+
+}  // namespace
+}  // namespace attnprobe
