@@ -1,4 +1,4 @@
-// favorpp against its mathematics (ESTIMATORS_BEYOND.md "favorpp"): A = 0 is Performer with the same
+// favorpp against its mathematics (docs/estimators/beyond.md, `favorpp`): A = 0 is Performer with the same
 // draws, the per-feature variance formula against Monte Carlo, A* a minimiser of the pair-averaged log
 // second moment, unbiased numerators and denominators for every variant, strict spec decoding.
 #include <cmath>

@@ -1,4 +1,4 @@
-// scatterbrain against ESTIMATORS_BEYOND.md: exact with a full window (w ≥ 2n), Performer with an empty
+// scatterbrain against docs/estimators/beyond.md: exact with a full window (w ≥ 2n), Performer with an empty
 // support, fly's invariant (the implied matrix is e on S and ê off S; its normalised rows are a
 // distribution), the efficient-attention form equal to fly's, unbiased N̂ and D̂ for a fixed support,
 // and the supports themselves.

@@ -1,4 +1,4 @@
-// The sortLSH core, `hyper` and `kdeformer` against ESTIMATORS_BEYOND.md: Gray order, blocks, exact
+// The sortLSH core, `hyper` and `kdeformer` against docs/estimators/beyond.md: Gray order, blocks, exact
 // limits (b ≥ n), m = 0 = block-diagonal softmax, unbiased D̂ and N̂ given the hash (and the reference's
 // double count with mask=0), convex rows, kdeformer(probs=uniform) = hyper(mask=1), bounded weights.
 #include <bitset>

@@ -4,8 +4,8 @@
 // (one per lane: each lane forms its key's logit), online softmax per tile (running max m, sum l,
 // output rescaled by exp(m_old − m_new)), so the n × keys matrix is never formed. Acc = double is
 // the fp64-accumulation reference mode (`sweep --device cuda`'s reference), Acc = float the fp32 one.
-// Before (PERF.md, runs 10 and 11) it was one thread per row with its query and output in local memory:
-// 32 blocks at n = 4096 for 132 SMs left most of the GPU idle.
+// Before (docs/history/gpu-runs.md, runs 10 and 11) it was one thread per row with its query and output in
+// local memory: 32 blocks at n = 4096 for 132 SMs left most of the GPU idle.
 #include <algorithm>
 #include <cmath>
 

@@ -10,7 +10,7 @@
 // registers), 4.2e-4 relative error on N(0,1) inputs; kTf32x3 splits operands into TF32 parts
 // (Q·Kᵀ: three parts, 6 products; P·V: two parts, 3 products; mma_split), 1e-6 error at 5× the time.
 // Each key tile's P·V goes to a fresh accumulator added to O on the CUDA cores (the tensor cores'
-// fp32 accumulation truncates). Measured versions and their speeds: PERF.md.
+// fp32 accumulation truncates). Speeds: PERF.md; the versions measured: docs/history/gpu-runs.md.
 // Causal: key tiles wholly above the diagonal are skipped, the diagonal tiles masked per element; the
 // row tiles run longest first, and the keys are split over blocks as in the full case.
 // Cost: 4·n·keys·p flops (half when causal), (n + 2·keys)·p·4 bytes from memory plus L2 re-reads of K, V.
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of Q·Kᵀ, k-steps of P·V
   // P·V goes to a fresh accumulator per key tile, added to O on the CUDA cores (fp32, rounded):
   // the tensor cores' own fp32 accumulation truncates, which over thousands of keys cost 4.6e-4
-  // at n = 65536 (PERF.md, run 2). kChunk output n-tiles at a time bound the extra registers.
+  // at n = 65536 (docs/history/gpu-runs.md, run 2). kChunk output n-tiles at a time bound the extra registers.
   constexpr int kChunk = kSParts > 1 ? 4 : (kSteps < 8 ? kSteps : 8);
   extern __shared__ float4 shared_raw[];
   float* smem = reinterpret_cast<float*>(shared_raw);  // [stage][K, V][kBlockN][kStride]
@@ -397,7 +397,7 @@ void launch_for_dim(const float* q, const float* k, const float* v, int64_t n, i
 #define ATTNPROBE_TILE(W, M, B)                                    \
   if (g_tile_warps == W && g_tile_mtiles == M && g_tile_keys == B) \
     return launch<D, W, M, B, kSParts, kPvParts, kCausal>(q, k, v, n, keys, p, pv, scale, scratch, out, stream);
-  // Benchmark-only tile shapes (TF32, non-causal), beside the defaults (PERF.md).
+  // Benchmark-only tile shapes (TF32, non-causal), beside the defaults (docs/history/gpu-runs.md).
   if constexpr (kSParts == 1 && !kCausal) {
     if (g_tile_warps != 0) {
       if constexpr (D == 64) {

@@ -12,7 +12,7 @@ enum class AttentionPrecision {
   kFp64,    ///< CUDA cores, one warp per row, float64 accumulation (the reference mode)
   kFp32,    ///< the same kernel in float32
   kTf32x3,  ///< tensor cores, each product split into three TF32 ones (hi·hi + hi·lo + lo·hi): fp32-level error
-  kTf32,    ///< tensor cores, TF32 inputs (10-bit mantissa), fp32 accumulation (error: PERF.md)
+  kTf32,    ///< tensor cores, TF32 inputs (10-bit mantissa), fp32 accumulation (error: docs/performance.md)
 };
 /// "fp64", "fp32", "tf32x3", "tf32".
 const char* precision_name(AttentionPrecision precision);

@@ -1,6 +1,6 @@
 #pragma once
 // The sortLSH block core shared by `hyper`, `kdeformer` and `scatterbrain(sparse=sortlsh)`
-// (ESTIMATORS_BEYOND.md "Shared core"; HyperAttention's Alg. 1, KDEformer's LSH blocks):
+// (docs/estimators/beyond.md "sortLSH blocks"; HyperAttention's Alg. 1, KDEformer's LSH blocks):
 //  1. code(x) = Σ_t [g_t·x > 0]·2^t with g_1..g_r iid N(0, I_p), one set for Q and K — exactly
 //     lsh_codes(x, m=1, tau=r, gauss) (Purpose kHashProjection); r = 0 gives every code 0;
 //  2. sort key: order=gray, the rank of the code in the reflected Gray sequence (neighbouring buckets

@@ -2,9 +2,10 @@
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/gpu/kernels.h"
 
-// The CUDA version of `softmax` (softmax.cpp): 3×TF32 on the tensor cores, fp32-level
-// error (the parity test holds it to twice the CPU's), where the simple fp32 kernel's sequential sums
-// err 9× the CPU's at n = 4096 (PERF.md). Causal form: the kernels' own (tiles above the diagonal skipped).
+// The CUDA version of `softmax` (softmax.cpp): 3×TF32 on the tensor cores, fp32-level error (the
+// conformance harness holds it to twice the CPU's), where the simple fp32 kernel's sequential sums err 9×
+// the CPU's at n = 4096 (docs/history/gpu-runs.md, run 1). Causal form: the kernels' own (tiles above the
+// diagonal skipped).
 namespace attnprobe::gpu {
 namespace {
 

@@ -16,7 +16,7 @@ namespace attnprobe::gpu {
 
 namespace {
 constexpr int kWarps = 8;          // feature kernels: one warp per row at a time
-constexpr int kRowsPerBlock = 64;  // rows per block: ω is staged once per 64 rows (8 re-staged it 8× as often, run 6)
+constexpr int kRowsPerBlock = 64;  // rows per block: ω is staged once per 64 rows (8 re-staged it 8× as often: docs/history/gpu-runs.md, run 6)
 constexpr int kChunk = 256;        // keys per block of the key summary
 constexpr int kSub = 32;           // keys staged in shared memory at a time
 
