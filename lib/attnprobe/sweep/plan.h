@@ -10,7 +10,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/io/dump.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 
 namespace attnprobe {
 
