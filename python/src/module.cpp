@@ -458,11 +458,10 @@ py::array exact(const HeadView* given, const py::array& q, const py::array& k, c
   return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
 
-// The sweep's key of (seed, case, trial); a causal case's id ends in ";mask=causal" as in the sweep.
-RandomKey key_of(uint64_t seed, const SliceId& id, Mask mask, const std::string& canonical, int64_t trial) {
+// A trial number as the keys take it.
+uint32_t checked_trial(int64_t trial) {
   require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
-  return make_random_key(seed, case_id(SliceRef{id.layer, id.head, id.batch, id.n, mask}, canonical),
-                         static_cast<uint32_t>(trial));
+  return static_cast<uint32_t>(trial);
 }
 
 py::array estimate_view(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
@@ -480,14 +479,14 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, con
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
     PoolLease pool(threads);
     const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
-    const SliceId id{layer, head, batch, view.n()};
-    estimator->estimate(view, EstimateContext{key_of(seed, id, view.mask, spec.canonical(), trial), pool.get()}, out);
+    const RandomKey key =
+        case_key(seed, SliceRef{layer, head, batch, view.n(), view.mask}, spec.canonical(), checked_trial(trial));
+    estimator->estimate(view, EstimateContext{key, pool.get()}, out);
   }
   return to_numpy(std::move(out));
 }
 
-// What the sweep compares `spec` against when it is the reference: the float64 path, or the float32
-// estimate of a deterministic estimator that has none (sweep/runner.cpp does the same).
+// What the sweep compares `spec` against when it is the reference (the runner's reference_output).
 py::array reference(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
                     const py::array& v, std::optional<double> scale, Mask mask, int threads) {
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
@@ -502,13 +501,7 @@ py::array reference(const std::string& spec_text, const HeadView* given, const p
     const std::unique_ptr<Estimator> estimator = spec.make();
     PoolLease pool(threads);
     const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
-    std::optional<MatrixD> output = estimator->reference(view, pool.get());
-    if (!output) {
-      MatrixF f;
-      estimator->estimate(view, EstimateContext{RandomKey{0}, pool.get()}, f);
-      output = f.cast<double>();
-    }
-    out = std::move(*output);
+    out = reference_output(*estimator, view, pool.get());
   }
   return to_numpy(std::move(out));
 }
@@ -822,8 +815,7 @@ PYBIND11_MODULE(_core, m) {
     return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, canonical);
   });
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
-    require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
-    return make_random_key(seed, case_text, static_cast<uint32_t>(trial)).value;
+    return make_random_key(seed, case_text, checked_trial(trial)).value;
   });
   m.def("dump_options", &dump_options);
   py::class_<DumpOptions>(m, "DumpOptions");

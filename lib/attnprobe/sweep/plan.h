@@ -70,4 +70,8 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
 /// full-mask case keeps the id (and the numbers) it had before masks existed.
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 
+/// The key of trial `trial` of a case: what the runner's estimators draw with, and what Python's
+/// estimate(case=...) draws with to give the same numbers.
+RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial);
+
 }  // namespace attnprobe
