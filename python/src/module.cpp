@@ -50,6 +50,7 @@
 #include "attnprobe/sweep/runner.h"
 #include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
+#include "attnprobe/sweep/sweep_setup.h"
 #include "attnprobe/version.h"
 
 namespace py = pybind11;
@@ -649,6 +650,27 @@ void run_interruptibly(const std::function<void()>& work, std::atomic<bool>& sto
   if (error) std::rethrow_exception(error);
 }
 
+// The library's sweep options from the Python layer's (checked and coerced there).
+SweepOptions sweep_options(const SweepArgs& a) {
+  SweepOptions o;
+  o.request.estimators = a.estimators;
+  o.request.samples = a.samples;
+  o.request.layers = a.layers;
+  o.request.heads = a.heads;
+  o.request.batch = a.batch;
+  o.request.lengths = a.lengths;
+  o.request.trials = a.trials;
+  o.request.seed = a.seed;
+  o.request.reference = a.reference;
+  o.request.metrics = parse_metrics(a.metrics);
+  o.request.mask = a.mask;
+  if (!a.shard.empty()) o.shard = ShardSpec::parse(a.shard);
+  o.threads = a.threads;
+  o.device = a.device;
+  o.command_line = a.command_line;
+  return o;
+}
+
 // Runs a sweep; returns the trial CSV text when there is no output file (else None: the caller
 // reads the file, which holds the rows kept by a resume too).
 py::object sweep(const SweepArgs& a, const py::dict& custom) {
@@ -665,40 +687,19 @@ py::object sweep(const SweepArgs& a, const py::dict& custom) {
         struct Reset {
           ~Reset() { current_custom = nullptr; }
         } reset;
-        const Dump dump = Dump::open(a.dump, a.options);
-        SweepRequest request;
-        request.estimators = a.estimators;
-        request.samples = a.samples;
-        request.layers = a.layers;
-        request.heads = a.heads;
-        request.batch = a.batch;
-        request.lengths = a.lengths;
-        request.trials = a.trials;
-        request.seed = a.seed;
-        request.reference = a.reference;
-        request.metrics = parse_metrics(a.metrics);
-        request.mask = a.mask;
-        const SweepPlan plan = plan_sweep(dump, request);
-        // The CLI's deal (cmd_run.cpp): the shard's units and run.json's plan record, so that `merge`,
-        // `summarize` and `sweep --resume` take this output like one the CLI wrote.
-        const ShardSpec shard = a.shard.empty() ? ShardSpec{} : ShardSpec::parse(a.shard);
-        ShardPlan part = plan_shard(dump, plan, unit_costs(dump, plan), shard);
-        RunOptions options;
-        options.threads = a.threads;
-        options.device = parse_device(a.device);
-        options.stop_requested = [&stop] { return stop.load(std::memory_order_relaxed); };
+        Dump dump = Dump::open(a.dump, a.options);
+        SweepSetup setup = set_up_sweep(std::move(dump), sweep_options(a));
+        setup.run.stop_requested = [&stop] { return stop.load(std::memory_order_relaxed); };
         if (a.output.empty()) {
           std::vector<TrialRow> rows;
-          run_sweep(dump, part.plan, options,
+          run_sweep(setup.dump, setup.part.plan, setup.run,
                     [&](const std::vector<TrialRow>& slice) { rows.insert(rows.end(), slice.begin(), slice.end()); });
           text = trial_csv_text(rows);
         } else {
-          RunInfo info = sweep_run_info(a.command_line, a.dump, a.threads, a.device, a.seed);
-          info.plan = std::move(part.record);
           const OutputMode mode = a.mode == "resume"      ? OutputMode::kResume
                                   : a.mode == "overwrite" ? OutputMode::kOverwrite
                                                           : OutputMode::kCreate;
-          SweepRun run(dump, std::move(part.plan), a.output, mode, options, info);
+          SweepRun run(setup.dump, std::move(setup.part.plan), a.output, mode, setup.run, setup.info);
           run.run();
         }
       },
