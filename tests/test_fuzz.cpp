@@ -15,7 +15,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/check.h"
 #include "attnprobe/sweep/budget.h"

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/merge.h"
 #include "attnprobe/sweep/mpi_sweep.h"

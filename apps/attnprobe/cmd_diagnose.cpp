@@ -1,16 +1,17 @@
 // `diagnose`: head diagnostics per slice and length as a long CSV (and `info --diagnostics` prints
-// them per head). The numbers come from metrics/head_diagnostics.h.
+// them per head). The numbers come from metrics/head_diagnostics.h, the walk over the slices from
+// diagnose/slice_diagnostics.h.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/diagnose/slice_diagnostics.h"
 #include "attnprobe/metrics/head_diagnostics.h"
 #include "attnprobe/records/schema.h"
 #include "attnprobe/report/table.h"
 #include "attnprobe/sweep/plan.h"
-#include "attnprobe/sweep/runner.h"
 #include "commands.h"
 
 namespace attnprobe::cli {

@@ -4,6 +4,8 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/diagnose/dump_inspection.h"
+#include "attnprobe/diagnose/slice_diagnostics.h"
 #include "attnprobe/metrics/head_diagnostics.h"
 #include "attnprobe/report/table.h"
 #include "commands.h"

@@ -18,6 +18,7 @@
 #include "attnprobe/sweep/mpi_sweep.h"
 #include "attnprobe/sweep/shard.h"
 #include "attnprobe/sweep/sweep_run.h"
+#include "attnprobe/sweep/sweep_setup.h"
 #include "commands.h"
 #include "stop_signal.h"
 
@@ -235,25 +236,23 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
     throw UsageError("--shard and mpirun exclude each other: under mpirun the ranks share the whole grid");
   const std::optional<ShardSpec> shard = o.shard.empty() ? std::nullopt : std::optional(ShardSpec::parse(o.shard));
 
-  const Dump dump = Dump::open(o.dump, o.dump_options);
-  SweepPlan plan = plan_sweep(dump, make_request(o, false));
-  check_budget(dump, plan, o);  // under --dry-run it prints the plan and what it needs
-  const std::vector<int64_t> costs = unit_costs(dump, plan);
+  Dump dump = Dump::open(o.dump, o.dump_options);
+  SweepSetup setup =
+      set_up_sweep(std::move(dump), SweepOptions{make_request(o, false), shard, o.threads, o.device, globals.argv});
+  check_budget(setup.dump, setup.plan, o);  // under --dry-run it prints the plan and what it needs
   if (o.dry_run) {
-    if (shard) print_shards(plan, costs, *shard);
+    if (shard) print_shards(setup.plan, setup.costs, *shard);
     return 0;
   }
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
   const OutputMode mode = o.resume ? OutputMode::kResume : o.overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
-  RunInfo info = sweep_run_info(globals.argv, o.dump, o.threads, o.device, plan.seed);
-  RunOptions options;
-  options.threads = o.threads;
-  options.device = parse_device(o.device);
+  RunOptions& options = setup.run;
 
   if (under_mpi) {
     ProgressBar bar(progress_wanted(o) && launch->rank == 0);
     options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
-    const MpiSweepResult result = run_mpi_sweep(dump, plan, costs, o.output, mode, options, info);
+    const MpiSweepResult result =
+        run_mpi_sweep(setup.dump, setup.plan, setup.costs, o.output, mode, options, setup.info);
     bar.finish();
     if (result.rank == 0)
       fmt::print(stderr, "wrote {} rows ({} trials, {} ranks) to {}{}; run info in {}\n", result.stats.rows,
@@ -263,14 +262,12 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
     return 0;
   }
 
-  ShardPlan part = plan_shard(dump, plan, costs, shard.value_or(ShardSpec{}));
-  info.plan = part.record;
-  const size_t units = part.plan.slices.size();
+  const size_t units = setup.part.plan.slices.size();
   ProgressBar bar(progress_wanted(o));
   options.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
   const StopOnSignal stop_on_signal;
   options.stop_requested = &StopOnSignal::requested;
-  SweepRun run(dump, std::move(part.plan), o.output, mode, options, info);
+  SweepRun run(setup.dump, std::move(setup.part.plan), o.output, mode, options, setup.info);
   RunStats stats;
   try {
     stats = run.run();

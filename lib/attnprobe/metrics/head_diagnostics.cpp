@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "attnprobe/exact/exact_attention.h"
-#include "attnprobe/sweep/runner.h"
 
 namespace attnprobe {
 
@@ -113,47 +112,6 @@ HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
   d.q_norm_cv = norm_cv(view.q);
   d.k_norm_cv = norm_cv(view.k);
   return d;
-}
-
-std::vector<DiagnosticRow> diagnose_slices(const Dump& dump, const std::vector<SliceRef>& slices, int threads,
-                                           const std::function<void(int64_t)>& progress) {
-  ThreadPool pool(threads);
-  std::vector<DiagnosticRow> rows;
-  const std::string label = dump_label(dump.path());
-  for (size_t s = 0; s < slices.size(); ++s) {
-    const SliceRef& slice = slices[s];
-    const HeadView view = dump.read_slice(slice.layer, slice.head, slice.batch, slice.n);
-    const std::vector<double> values = diagnostic_values(diagnose_head(view, &pool));
-    for (size_t d = 0; d < values.size(); ++d)
-      rows.push_back(DiagnosticRow{label, slice.layer, slice.head, slice.batch, slice.n, view.p(),
-                                   diagnostic_names()[d], values[d]});
-    if (progress) progress(static_cast<int64_t>(s + 1));
-  }
-  return rows;
-}
-
-DumpInspection inspect_dump(const Dump& dump, bool entropy) {
-  DumpInspection out;
-  for (const LayerInfo& l : dump.layers()) {
-    for (int h = 0; h < l.heads; ++h) {
-      DumpInspection::Head head{l.number, h, 0, 0};
-      for (int b = 0; b < l.batch; ++b) {
-        const HeadView view = dump.read_slice(l.number, h, b, l.lengths[b]);
-        // The upstream gradients too: their reader refuses NaN/Inf as the slice's does (info said "all
-        // values finite" for a NaN in dy that eval --metrics grad_* then refused).
-        if (!l.dy_path.empty()) dump.read_upstream(l.number, h, b, l.lengths[b]);
-        ++out.slices;
-        out.zero_query_rows += (view.q.rowwise().squaredNorm().array() == 0).count();
-        out.zero_key_rows += (view.k.rowwise().squaredNorm().array() == 0).count();
-        if (entropy) {
-          head.mean_entropy += mean_attention_entropy(view) / l.batch;
-          head.mean_tokens += static_cast<double>(view.n()) / l.batch;
-        }
-      }
-      if (entropy) out.heads.push_back(head);
-    }
-  }
-  return out;
 }
 
 }  // namespace attnprobe

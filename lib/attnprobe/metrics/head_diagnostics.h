@@ -2,15 +2,11 @@
 // What a head's attention looks like, independent of any estimator (`attnprobe info --diagnostics`,
 // `attnprobe diagnose`; docs/metrics.md "Head diagnostics"): the quantities that explain why one
 // head is harder to approximate than another. A = softmax(s·QKᵀ) row by row; never formed whole.
-#include <cstdint>
-#include <functional>
+// The maths of one slice; diagnose/ walks a dump's slices with it.
 #include <string>
 #include <vector>
 
 #include "attnprobe/common/parallel.h"
-#include "attnprobe/io/dump.h"
-#include "attnprobe/records/record.h"
-#include "attnprobe/sweep/plan.h"
 #include "attnprobe/view/head_view.h"
 
 namespace attnprobe {
@@ -37,25 +33,5 @@ std::vector<double> diagnostic_values(const HeadDiagnostics& d);
 /// (each O(n²p)) for ‖A‖₂, in row blocks over `pool` (nullptr: one thread). Deterministic: the
 /// power iteration starts from the all-ones vector, and row blocks are summed in a fixed order.
 HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool = nullptr);
-
-/// Diagnoses each slice (its prefix of n tokens) in order: one row per slice and diagnostic, in
-/// diagnostic_names() order. Row blocks of a slice run on `threads` threads; `progress(done)` is
-/// called after each slice.
-std::vector<DiagnosticRow> diagnose_slices(const Dump& dump, const std::vector<SliceRef>& slices, int threads,
-                                           const std::function<void(int64_t)>& progress = nullptr);
-
-/// The result of reading every slice of a dump in full (values are checked by the reader).
-struct DumpInspection {
-  struct Head {
-    int layer = 0, head = 0;
-    double mean_entropy = 0;  ///< mean over batch items of mean_attention_entropy
-    double mean_tokens = 0;   ///< mean valid length over batch items (ln of it = uniform entropy)
-  };
-  int64_t slices = 0;
-  int64_t zero_query_rows = 0, zero_key_rows = 0;  ///< rows of zero norm (YOSO hashes them to a fixed code)
-  std::vector<Head> heads;                         ///< filled when entropy was asked for
-};
-
-DumpInspection inspect_dump(const Dump& dump, bool entropy);
 
 }  // namespace attnprobe

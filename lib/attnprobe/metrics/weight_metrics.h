@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attnprobe/estimators/estimator.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 
 namespace attnprobe {
 

@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "attnprobe/common/error.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/mpi_sweep.h"
 #include "attnprobe/sweep/shard.h"

@@ -11,7 +11,7 @@
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 
 namespace attnprobe {
 

@@ -12,7 +12,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/records/schema.h"
 #include "attnprobe/report/summary.h"

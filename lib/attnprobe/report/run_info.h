@@ -60,8 +60,8 @@ struct RunInfo {
 };
 
 /// run.json's record of a sweep about to run: its command line, dump, threads (`threads` as --threads
-/// gives it: 0 is every core), device and seed. The CLI and the Python sweep fill it alike; the plan
-/// record is the caller's to add.
+/// gives it: 0 is every core), device and seed. set_up_sweep (sweep/sweep_setup.h) fills it for the CLI
+/// and the Python sweep alike and adds the plan record.
 RunInfo sweep_run_info(std::vector<std::string> command_line, std::string dump, int threads, std::string device,
                        unsigned long long seed);
 

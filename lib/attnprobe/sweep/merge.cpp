@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/shard.h"
 

@@ -58,6 +58,10 @@ std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
                      canonical_spec, slice.mask == Mask::kCausal ? ";mask=causal" : "");
 }
 
+RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial) {
+  return make_random_key(seed, case_id(slice, canonical_spec), trial);
+}
+
 Mask resolve_mask(const std::string& mask, const LayerInfo& layer) {
   if (mask == "auto") return layer.causal.value_or(0) ? Mask::kCausal : Mask::kFull;
   if (const auto parsed = parse_mask(mask)) return *parsed;

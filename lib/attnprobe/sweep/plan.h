@@ -10,7 +10,7 @@
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/io/dump.h"
-#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/catalogue.h"
 
 namespace attnprobe {
 
@@ -69,5 +69,9 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
 /// name, of the thread and of which other cases run. Causal cases end in ";mask=causal", so every
 /// full-mask case keeps the id (and the numbers) it had before masks existed.
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
+
+/// The key of trial `trial` of a case: what the runner's estimators draw with, and what Python's
+/// estimate(case=...) draws with to give the same numbers.
+RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial);
 
 }  // namespace attnprobe

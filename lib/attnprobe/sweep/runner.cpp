@@ -31,6 +31,13 @@ std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::
   return done;
 }
 
+MatrixD reference_output(const Estimator& reference, const HeadView& view, ThreadPool* pool) {
+  if (std::optional<MatrixD> output = reference.reference(view, pool)) return std::move(*output);
+  MatrixF out;
+  reference.estimate(view, EstimateContext{RandomKey{0}, pool}, out);
+  return out.cast<double>();
+}
+
 MatrixD upstream_gradient(uint64_t seed, const SliceRef& slice, int64_t pv) {
   const RandomStream stream(
       make_random_key(
@@ -198,13 +205,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (const auto device = device_references.find(ref);
           device != device_references.end() && (view.mask == Mask::kFull || causal_on(parse_spec(ref), options.device)))
         output = device->second->reference(view, &pool);
-      if (!output) output = estimator.reference(view, &pool);
-      if (!output) {  // a deterministic estimator without a float64 path: its float32 result
-        MatrixF out;
-        estimator.estimate(view, EstimateContext{RandomKey{0}, &pool}, out);
-        output = out.cast<double>();
-      }
-      Reference r{std::move(*output), {}, std::nullopt};
+      Reference r{output ? std::move(*output) : reference_output(estimator, view, &pool), {}, std::nullopt};
       r.norms = reference_norms(r.output);
       if (gradients && parse_spec(ref).capabilities().backward != Backward::kNone)
         r.gradients = estimator.backward(view, upstream, EstimateContext{RandomKey{0}, &pool});
@@ -221,7 +222,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (stopped()) return;
       const Task& task = tasks[i];
       const EstimatorSetting& setting = plan.settings[task.setting];
-      const EstimateContext ctx{make_random_key(plan.seed, case_id(slice, setting.canonical), task.trial), inner_pool};
+      const EstimateContext ctx{case_key(plan.seed, slice, setting.canonical, task.trial), inner_pool};
       MatrixF out;
       estimators[task.setting]->estimate(view, ctx, out);
       if (out.rows() != view.n() || out.cols() != view.pv())

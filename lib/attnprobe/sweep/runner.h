@@ -38,6 +38,11 @@ struct RunStats {
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);
 
+/// The reference output R* (float64) of a case whose reference is the deterministic estimator
+/// `reference`: its float64 path, or its float32 estimate widened where it has none. The runner's
+/// step, and what Python's reference() returns.
+MatrixD reference_output(const Estimator& reference, const HeadView& view, ThreadPool* pool);
+
 /// The upstream gradient G (n × pv) of the gradient metrics when the dump has no `dy`: iid N(0, 1),
 /// row i from the keyed generator (purpose kUpstreamGradient, position (i, 0)), keyed by (seed,
 /// layer, head, batch item) only — so every estimator and its reference see the same G, and a

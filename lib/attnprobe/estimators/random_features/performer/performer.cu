@@ -15,10 +15,11 @@
 namespace attnprobe::gpu {
 
 namespace {
-constexpr int kWarps = 8;          // feature kernels: one warp per row at a time
-constexpr int kRowsPerBlock = 64;  // rows per block: ω is staged once per 64 rows (8 re-staged it 8× as often: docs/history/gpu-runs.md, run 6)
-constexpr int kChunk = 256;        // keys per block of the key summary
-constexpr int kSub = 32;           // keys staged in shared memory at a time
+constexpr int kWarps = 8;  // feature kernels: one warp per row at a time
+constexpr int kRowsPerBlock =
+    64;  // rows per block: ω is staged once per 64 rows (8 re-staged it 8× as often: docs/history/gpu-runs.md, run 6)
+constexpr int kChunk = 256;  // keys per block of the key summary
+constexpr int kSub = 32;     // keys staged in shared memory at a time
 
 // One warp per row x_i: logits(i, m) = x_i·ω_m − (subtract_norm ? ‖x_i‖²/2 : 0) for m < M. Query rows
 // (subtract_norm false) are finished here: out(i, m) = exp(logit − max_m logit). Key rows keep the

@@ -66,7 +66,8 @@ __global__ void column_partial_kernel(const float* v, int64_t keys, int pv, doub
 }
 
 // mean[c] = Σ_b partial[b][c] / keys: one block per column, its threads over the partials (a
-// single thread per column summing 512 partials in sequence took most of vmean's time: docs/history/gpu-runs.md, run 5).
+// single thread per column summing 512 partials in sequence took most of vmean's time: docs/history/gpu-runs.md, run
+// 5).
 __global__ void column_mean_kernel(const double* partial, int blocks, int64_t keys, int pv, float* mean) {
   __shared__ double warp_sums[kThreads / 32];
   const int c = blockIdx.x;

@@ -1,0 +1,144 @@
+#include "attnprobe/metrics/catalogue.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+
+namespace attnprobe {
+
+const std::vector<Metric>& all_metrics() {
+  static const std::vector<Metric> kAll = {Metric::kSpec,   Metric::kSpecRel, Metric::kFro,
+                                           Metric::kFroRel, Metric::kMse,     Metric::kNmse,
+                                           Metric::kMaxAbs, Metric::kAngle,   Metric::kZeroRows};
+  return kAll;
+}
+
+const std::vector<Metric>& case_metrics() {
+  static const std::vector<Metric> kCase = {Metric::kBiasFroRel, Metric::kVarFroRel, Metric::kBiasSpecRel};
+  return kCase;
+}
+
+const std::vector<Metric>& weight_metrics() {
+  static const std::vector<Metric> kWeights = {Metric::kRowTv, Metric::kRowKl, Metric::kTopkRecall};
+  return kWeights;
+}
+
+bool is_weight_metric(Metric metric) {
+  const auto& w = weight_metrics();
+  return std::find(w.begin(), w.end(), metric) != w.end();
+}
+
+bool is_case_metric(Metric metric) {
+  const auto& c = case_metrics();
+  return std::find(c.begin(), c.end(), metric) != c.end();
+}
+
+const std::vector<Metric>& gradient_metrics() {
+  static const std::vector<Metric> kGradient = {Metric::kGradQFroRel, Metric::kGradQAngle, Metric::kGradVFroRel,
+                                                Metric::kGradPairs};
+  return kGradient;
+}
+
+bool is_gradient_metric(Metric metric) {
+  const auto& g = gradient_metrics();
+  return std::find(g.begin(), g.end(), metric) != g.end();
+}
+
+const char* metric_name(Metric metric) {
+  switch (metric) {
+    case Metric::kRowTv:
+      return "row_tv";
+    case Metric::kRowKl:
+      return "row_kl";
+    case Metric::kTopkRecall:
+      return "topk_recall";
+    case Metric::kBiasFroRel:
+      return "bias_fro_rel";
+    case Metric::kVarFroRel:
+      return "var_fro_rel";
+    case Metric::kBiasSpecRel:
+      return "bias_spec_rel";
+    case Metric::kSpec:
+      return "spec";
+    case Metric::kSpecRel:
+      return "spec_rel";
+    case Metric::kFro:
+      return "fro";
+    case Metric::kFroRel:
+      return "fro_rel";
+    case Metric::kMse:
+      return "mse";
+    case Metric::kNmse:
+      return "nmse";
+    case Metric::kMaxAbs:
+      return "maxabs";
+    case Metric::kAngle:
+      return "angle";
+    case Metric::kZeroRows:
+      return "zero_rows";
+    case Metric::kGradQFroRel:
+      return "grad_q_fro_rel";
+    case Metric::kGradQAngle:
+      return "grad_q_angle";
+    case Metric::kGradVFroRel:
+      return "grad_v_fro_rel";
+    case Metric::kGradPairs:
+      return "grad_pairs";
+  }
+  return "?";
+}
+
+// Built once: find_metric runs for every row the CSV readers parse.
+const std::vector<Metric>& known_metrics() {
+  static const std::vector<Metric> kKnown = [] {
+    std::vector<Metric> known = all_metrics();
+    known.insert(known.end(), case_metrics().begin(), case_metrics().end());
+    known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
+    known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
+    return known;
+  }();
+  return kKnown;
+}
+
+bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall; }
+
+std::optional<Metric> find_metric(std::string_view name) {
+  for (Metric m : known_metrics())
+    if (name == metric_name(m)) return m;
+  return std::nullopt;
+}
+
+std::vector<Metric> parse_metrics(const std::string& text) {
+  const std::vector<Metric>& known = known_metrics();
+  std::vector<std::string> names;
+  for (Metric m : known) names.push_back(metric_name(m));
+  std::vector<Metric> out;
+  auto add = [&](Metric m) {
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
+  for (const std::string& raw : split(text, ',')) {
+    const std::string name = trim(raw);
+    if (name == "all" || name == "case" || name == "weights") {
+      for (Metric m : name == "all" ? all_metrics() : name == "case" ? case_metrics() : weight_metrics()) add(m);
+      continue;
+    }
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end())
+      throw UsageError(
+          fmt::format("unknown metric '{}': use 'all' (per trial), 'case' (per case), 'weights' "
+                      "(attention weights), or a list of {}",
+                      name, join(names, ",")));
+    add(known[it - names.begin()]);
+  }
+  // The order rows are written in: plain per-trial metrics, attention-weight ones, then per case.
+  std::stable_sort(out.begin(), out.end(), [](Metric a, Metric b) {
+    auto rank = [](Metric m) { return is_case_metric(m) ? 2 : is_weight_metric(m) ? 1 : 0; };
+    return rank(a) < rank(b);
+  });
+  return out;
+}
+
+}  // namespace attnprobe

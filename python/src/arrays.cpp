@@ -1,0 +1,171 @@
+#include "arrays.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attnprobe/common/error.h"
+
+namespace attnprobe::python {
+
+namespace {
+
+// Whether `a` can be read in place as a strided matrix of Scalar (positive, element-aligned strides).
+// Needs the GIL: the dtype test makes and drops a reference to a numpy dtype object.
+template <class Scalar>
+bool mappable(const py::array& a) {
+  if (!py::isinstance<py::array_t<Scalar>>(a)) return false;
+  for (int d = 0; d < 2; ++d)
+    if (a.strides(d) < 0 || a.strides(d) % static_cast<py::ssize_t>(sizeof(Scalar)) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+Input prepared(const py::array& given, const char* name) {
+  if (given.ndim() != 2)
+    throw UsageError(fmt::format("{} must be a 2-D array (tokens × dim), got {} dimension{}", name, given.ndim(),
+                                 given.ndim() == 1 ? "" : "s"));
+  const char kind = given.dtype().kind();
+  if (kind != 'f')
+    throw UsageError(fmt::format("{} must hold floating-point numbers (float16/32/64), got dtype {}", name,
+                                 std::string(py::str(given.dtype()))));
+  const bool float32 = mappable<float>(given);
+  const py::array a = float32 || mappable<double>(given)
+                          ? given
+                          : py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(given);
+  const auto item = static_cast<py::ssize_t>(float32 ? sizeof(float) : sizeof(double));
+  Input in;
+  in.owner = a;
+  in.data = a.data();
+  in.rows = a.shape(0);
+  in.cols = a.shape(1);
+  in.row_stride = a.strides(0) / item;
+  in.col_stride = a.strides(1) / item;
+  in.float64 = !float32;
+  in.name = name;
+  return in;
+}
+
+QKV prepared(const py::array& q, const py::array& k, const py::array& v) {
+  return {prepared(q, "q"), prepared(k, "k"), prepared(v, "v")};
+}
+
+PoolLease::PoolLease(int threads) {
+  static std::mutex table_mutex;
+  static std::map<int, std::pair<std::unique_ptr<std::mutex>, std::unique_ptr<ThreadPool>>> pools;
+  const int count = resolve_threads(threads);
+  std::lock_guard<std::mutex> lock(table_mutex);
+  auto& entry = pools[count];
+  if (!entry.first) entry = {std::make_unique<std::mutex>(), std::make_unique<ThreadPool>(count)};
+  if (entry.first->try_lock()) {
+    held_ = entry.first.get();
+    pool_ = entry.second.get();
+  } else {
+    own_ = std::make_unique<ThreadPool>(count);
+    pool_ = own_.get();
+  }
+}
+
+PoolLease::~PoolLease() {
+  if (held_) held_->unlock();
+}
+
+namespace {
+
+double default_scale(std::optional<double> scale, int64_t p) {
+  if (!scale) return 1.0 / std::sqrt(static_cast<double>(p));  // as a dump without a scale attribute
+  require_usage(std::isfinite(*scale) && *scale > 0, "scale must be a positive finite number, got {}", *scale);
+  return *scale;
+}
+
+// Rows [r0, r0 + rows) of a prepared() array into `dst` (float64) and `dstf` (float32), already
+// sized. One read of the input: a float64 array is copied into dst and dst's block (still in cache)
+// cast into dstf; a float32 array is copied into dstf and dstf's block cast into dst.
+void assign_rows(const Input& a, MatrixD& dst, MatrixF& dstf, int64_t r0, int64_t rows) {
+  if (a.float64) {
+    if (a.c_contiguous())
+      dst.middleRows(r0, rows) = a.dense_rows<double>(r0, rows);
+    else
+      dst.middleRows(r0, rows) = a.map<double>().middleRows(r0, rows);
+    dstf.middleRows(r0, rows) = dst.middleRows(r0, rows).cast<float>();
+  } else {
+    if (a.c_contiguous())
+      dstf.middleRows(r0, rows) = a.dense_rows<float>(r0, rows);
+    else
+      dstf.middleRows(r0, rows) = a.map<float>().middleRows(r0, rows);
+    dst.middleRows(r0, rows) = dstf.middleRows(r0, rows).cast<double>();
+  }
+}
+
+// Refuses a NaN, an infinity, or a float64 value beyond float32's range (the estimators compute in
+// float32) in rows [r0, r0 + rows), as the dump readers do for files: an estimator given one returns
+// NaN, or worse a finite number (YOSO's hashes see only signs). Checked on the float32 copy, which
+// holds both.
+void require_finite_rows(const Input& a, const MatrixD& dst, const MatrixF& dstf, int64_t r0, int64_t rows) {
+  const auto [r, j] = first_non_finite(dstf.middleRows(r0, rows));
+  if (r < 0) return;
+  const int64_t i = r0 + r;
+  throw UsageError(std::isfinite(dst(i, j))
+                       ? fmt::format("{} holds {} at row {}, column {}: beyond float32's range, in which the "
+                                     "estimators compute. Rescale the inputs.",
+                                     a.name, dst(i, j), i, j)
+                       : fmt::format("{} holds {} at row {}, column {}: attention of non-finite inputs has no "
+                                     "reference. Find where the model produced it, or drop those tokens.",
+                                     a.name, dst(i, j), i, j));
+}
+
+// A prepared() array into `dst` and `dstf`, in their memory when the shape is unchanged, in blocks
+// of 64 rows (the second pass reads what the first just wrote from cache rather than from memory),
+// the blocks spread over `pool`'s threads (the copy is memory-bound: a second core adds bandwidth).
+void assign_matrix(const Input& a, MatrixD& dst, MatrixF& dstf, ThreadPool* pool) {
+  constexpr int64_t kBlockRows = 64;
+  dst.resize(a.rows, a.cols);
+  dstf.resize(a.rows, a.cols);
+  const int64_t blocks = (a.rows + kBlockRows - 1) / kBlockRows;
+  auto block = [&](int64_t b) {
+    const int64_t r0 = b * kBlockRows;
+    const int64_t rows = std::min(kBlockRows, a.rows - r0);
+    assign_rows(a, dst, dstf, r0, rows);
+    require_finite_rows(a, dst, dstf, r0, rows);
+  };
+  for_each_index(pool, blocks, block);
+}
+
+// Slices up to this many float64 elements (q, k, v together) are built in memory kept per thread.
+constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16 of float32): n = 32768 at p = 64
+
+}  // namespace
+
+void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
+  const Input &q = in.q, &k = in.k, &v = in.v;
+  const int64_t n = q.rows, p = q.cols;
+  require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
+  require_usage(k.rows == n && k.cols == p, "k is {}x{} but q is {}x{}: keys must match queries", k.rows, k.cols, n, p);
+  require_usage(v.rows == n && v.cols >= 1, "v is {}x{} but q has {} tokens: v needs one row per key", v.rows, v.cols,
+                n);
+  id.n = n;
+  view.id = id;
+  view.scale = default_scale(scale, p);
+  view.mask = mask;
+  assign_matrix(q, view.q, view.qf, pool);
+  assign_matrix(k, view.k, view.kf, pool);
+  assign_matrix(v, view.v, view.vf, pool);
+  const std::string problem = magnitude_problem(view.q, view.k, view.v, view.scale);
+  require_usage(problem.empty(), "{}: rescale the inputs or pass a smaller scale", problem);
+}
+
+const HeadView& make_view(const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
+  thread_local HeadView view;
+  if (in.q.rows * (2 * in.q.cols + in.v.cols) > kReusedElements) view = HeadView();  // keep no huge slice alive
+  fill_view(view, in, scale, mask, id, pool);
+  return view;
+}
+
+py::array no_array() { return py::array_t<double>(std::vector<py::ssize_t>{0, 0}); }
+
+}  // namespace attnprobe::python

@@ -1,0 +1,166 @@
+// attnprobe._core's estimates (docs/python.md): exact attention, one estimator's output, a reference and
+// the metrics between two outputs, each computed by the library code the sweep runs, with the sweep's
+// keys: estimate(spec, case=...) draws what `sweep` draws for that case, and metrics() computes the
+// CSV's values.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arrays.h"
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/sweep/plan.h"
+#include "attnprobe/sweep/runner.h"
+#include "bindings.h"
+#include "custom_estimators.h"
+
+namespace attnprobe::python {
+
+namespace {
+
+py::array exact(const HeadView* given, const py::array& q, const py::array& k, const py::array& v,
+                std::optional<double> scale, Mask mask, bool float64, int threads) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
+  MatrixD out64;
+  MatrixF out32;
+  {
+    py::gil_scoped_release release;
+    PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
+    if (float64)
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.mask);
+    else
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.mask);
+  }
+  return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
+}
+
+// A trial number as the keys take it.
+uint32_t checked_trial(int64_t trial) {
+  require_usage(trial >= 0 && trial <= 0xffffffffLL, "trial must be in 0..2^32-1, got {}", trial);
+  return static_cast<uint32_t>(trial);
+}
+
+py::array estimate_view(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
+                        const py::array& v, std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial,
+                        int layer, int head, int batch, int threads, const std::string& device) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
+  const Spec spec = parse_spec(spec_text);
+  require_usage(spec.def().family != "python",
+                "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask, parse_device(device));  // the sweep's refusal (exit 2 there)
+  MatrixF out;
+  {
+    py::gil_scoped_release release;
+    const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
+    PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
+    const RandomKey key =
+        case_key(seed, SliceRef{layer, head, batch, view.n(), view.mask}, spec.canonical(), checked_trial(trial));
+    estimator->estimate(view, EstimateContext{key, pool.get()}, out);
+  }
+  return to_numpy(std::move(out));
+}
+
+// What the sweep compares `spec` against when it is the reference (the runner's reference_output).
+py::array reference(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
+                    const py::array& v, std::optional<double> scale, Mask mask, int threads) {
+  const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
+  const Spec spec = parse_spec(spec_text);
+  require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
+                spec.canonical());
+  if (given) mask = given->mask;
+  require_mask_support(spec, mask);
+  MatrixD out;
+  {
+    py::gil_scoped_release release;
+    const std::unique_ptr<Estimator> estimator = spec.make();
+    PoolLease pool(threads);
+    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
+    out = reference_output(*estimator, view, pool.get());
+  }
+  return to_numpy(std::move(out));
+}
+
+std::vector<std::pair<std::string, double>> metrics(const py::array& reference, const py::array& estimate,
+                                                    const std::string& names) {
+  const Input ref_in = prepared(reference, "reference"), est_in = prepared(estimate, "estimate");
+  require_usage(ref_in.rows == est_in.rows && ref_in.cols == est_in.cols,
+                "reference is {}x{} but estimate is {}x{}: they must have the same shape", ref_in.rows, ref_in.cols,
+                est_in.rows, est_in.cols);
+  require_usage(ref_in.rows >= 1 && ref_in.cols >= 1,
+                "reference and estimate are {}x{}: they need at least one row and one column", ref_in.rows,
+                ref_in.cols);
+  const std::vector<Metric> which = parse_metrics(names);
+  for (Metric m : which)
+    require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_gradient_metric(m),
+                  "metrics() compares one estimate with a reference; {} is {}: sweep() computes it", metric_name(m),
+                  is_case_metric(m)     ? "a case metric, over the trials of a random estimator"
+                  : is_weight_metric(m) ? "a metric of the attention weights an estimator implies"
+                                        : "a metric of the backward pass");
+  std::vector<double> values;
+  {
+    py::gil_scoped_release release;
+    const MatrixD ref = ref_in.to_matrix_d();
+    // The CSV's metrics compare the float64 reference with the estimator's float32 output.
+    const MatrixF est = est_in.float64 ? MatrixF(est_in.map<double>().cast<float>()) : MatrixF(est_in.map<float>());
+    values = compute_metrics(ref, reference_norms(ref), est, which);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < which.size(); ++i) out.emplace_back(metric_name(which[i]), values[i]);
+  return out;
+}
+
+}  // namespace
+
+void bind_estimate(py::module_& m) {
+  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, bool causal) {
+    // A custom estimator's spec is its name, registered only once a sweep has run it.
+    const std::string canonical = spec.rfind(kCustomPrefix, 0) == 0 ? spec : parse_spec(spec).canonical();
+    return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, canonical);
+  });
+  m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
+    return make_random_key(seed, case_text, checked_trial(trial)).value;
+  });
+  m.def("exact",
+        [](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal, bool float64, int threads) {
+          return exact(nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, float64, threads);
+        });
+  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, float64, threads);
+  });
+  m.def("estimate",
+        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, bool causal,
+           uint64_t seed, int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
+          return estimate_view(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, seed, trial, layer,
+                               head, batch, threads, device);
+        });
+  m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
+                             int batch, int threads, const std::string& device) {
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, seed, trial,
+                         layer, head, batch, threads, device);
+  });
+  m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
+                        bool causal, int threads) {
+    return reference(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, threads);
+  });
+  m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, threads);
+  });
+  m.def("metrics", &metrics);
+  m.def("metric_names", [] {
+    std::vector<std::string> names;
+    for (Metric metric : all_metrics()) names.push_back(metric_name(metric));
+    return names;
+  });
+}
+
+}  // namespace attnprobe::python

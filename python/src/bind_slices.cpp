@@ -1,0 +1,73 @@
+// attnprobe._core's slices (docs/python.md): load() reads one slice of a dump through the CLI's reader,
+// and attnprobe.Slice keeps q, k, v converted once for many calls on them.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "arrays.h"
+#include "attnprobe/common/error.h"
+#include "attnprobe/io/dump.h"
+#include "bindings.h"
+
+namespace attnprobe::python {
+
+namespace {
+
+DumpOptions dump_options(const std::string& q_path, const std::string& k_path, const std::string& v_path,
+                         const std::string& layout, int num_heads) {
+  return DumpOptions{q_path, k_path, v_path, layout, num_heads};
+}
+
+py::tuple load(const std::string& path, int layer, int head, int batch, std::optional<int64_t> length,
+               const DumpOptions& options) {
+  HeadView view;
+  std::optional<int> causal;
+  {
+    py::gil_scoped_release release;
+    const Dump dump = Dump::open(path, options);
+    const LayerInfo& info = dump.layer(layer);
+    require_input(head >= 0 && head < info.heads, "head {} does not exist in layer {} of '{}' (valid: 0..{})", head,
+                  layer, path, info.heads - 1);
+    require_input(batch >= 0 && batch < info.batch, "batch item {} does not exist in layer {} of '{}' (valid: 0..{})",
+                  batch, layer, path, info.batch - 1);
+    const int64_t valid = info.lengths[batch];
+    const int64_t n = length.value_or(valid);
+    require_input(n >= 1 && n <= valid,
+                  "length {} is not in 1..{} (the valid tokens of layer {} batch item {} of '{}')", n, valid, layer,
+                  batch, path);
+    view = dump.read_slice(layer, head, batch, n);
+    causal = info.causal;
+  }
+  return py::make_tuple(to_numpy(std::move(view.q)), to_numpy(std::move(view.k)), to_numpy(std::move(view.v)),
+                        view.scale, causal.value_or(0) != 0);
+}
+
+}  // namespace
+
+void bind_slices(py::module_& m) {
+  m.def("dump_options", &dump_options);
+  py::class_<DumpOptions>(m, "DumpOptions");
+  m.def("load", &load);
+  py::class_<Slice>(m, "Slice")
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal) {
+             const QKV in = prepared(q, k, v);
+             auto slice = std::make_unique<Slice>();
+             py::gil_scoped_release release;
+             fill_view(slice->view, in, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
+             return slice;
+           }),
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("causal") = false)
+      .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("causal", [](const Slice& s) { return s.view.mask == Mask::kCausal; })
+      .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
+      .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
+      .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
+      .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })
+      .def_property_readonly("k", [](const Slice& s) { return to_numpy(MatrixD(s.view.k)); })
+      .def_property_readonly("v", [](const Slice& s) { return to_numpy(MatrixD(s.view.v)); });
+}
+
+}  // namespace attnprobe::python
