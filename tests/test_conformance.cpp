@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -112,6 +113,8 @@ std::string spec_round_trip(const EstimatorDef& def) {
   for (const std::string& text : variants(def))
     if (parse_spec(text).canonical() != text) return "variant " + text + " is not canonical";
   if (def.summary.empty()) return "no summary";
+  if (def.page.empty() || !std::filesystem::exists(std::string(ATTNPROBE_SOURCE_DIR) + "/docs/" + def.page))
+    return "its documentation page docs/" + def.page + " does not exist";
   for (const ParamDef& p : def.params) {
     if (p.help.empty()) return "key " + p.name + " has no help";
     // The default printed by `list` is the value a spec without the key gets.

@@ -1,5 +1,5 @@
-// The registry walk (every estimator: spec round trip, determinism under a fixed key, shape,
-// finiteness) and strict spec parsing.
+// Strict spec parsing and typed, ranged, canonical parameter values (the walk over every registered
+// estimator is the conformance harness, test_conformance.cpp).
 #include <fstream>
 
 #include "attnprobe/common/error.h"
@@ -11,11 +11,6 @@
 
 using namespace attnprobe;
 using namespace attnprobe::test;
-
-namespace {
-// pv ≠ p catches estimators that confuse the two.
-HeadView small_slice(int64_t n = 96, int p = 16) { return synth_slice(n, p, 0.3, 0, p + 3); }
-}  // namespace
 
 TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry]") {
   CHECK(parse_spec("softmax").canonical() == "softmax");

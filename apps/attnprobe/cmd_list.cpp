@@ -22,8 +22,8 @@ void print_estimator(const EstimatorDescription& d) {
   std::string per_device;
   for (const DeviceDescription& device : d.devices)
     per_device += fmt::format(" {}: {};", device.device, forms(device.forms));
-  fmt::print("{}\n    {}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def.name, def.summary, d.spec,
-             d.target, def.samples_knob.empty() ? "none" : def.samples_knob,
+  fmt::print("{}\n    {}\n    docs/{}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def.name,
+             def.summary, def.page, d.spec, d.target, def.samples_knob.empty() ? "none" : def.samples_knob,
              d.random ? "random (runs --trials trials)" : "deterministic (one trial)");
   fmt::print("    devices: {}   masks{}:{}\n", join(devices, ", "),
              d.forms_vary ? " (not every setting: see its keys)" : "", per_device.substr(0, per_device.size() - 1));

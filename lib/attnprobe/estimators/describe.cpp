@@ -71,6 +71,7 @@ std::string estimators_json() {
         nlohmann::ordered_json{{"name", def.name},
                                {"family", def.family},
                                {"summary", def.summary},
+                               {"page", def.page},
                                {"params", params},
                                {"defaults", defaults},
                                {"spec", d.spec},
@@ -102,8 +103,8 @@ std::string forms_cell(const std::vector<std::string>& forms, bool vary) {
 
 std::string estimators_table() {
   std::string out =
-      "| estimator | family | samples knob | draws | masks | weights | backward | devices | what it is |\n"
-      "|---|---|---|---|---|---|---|---|---|\n";
+      "| estimator | family | samples knob | draws | masks | weights | backward | devices | what it is | page |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const EstimatorDescription& d : describe_estimators()) {
     const Capabilities& can = d.capabilities;
     std::vector<std::string> devices;
@@ -111,10 +112,12 @@ std::string estimators_table() {
     const std::string backward = can.backward == Backward::kNone ? "—"
                                                                  : fmt::format("{} ({})", backward_name(can.backward),
                                                                                join(can.backward_forms.names(), ", "));
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
+    // Links relative to docs/ (the tables in docs/ itself resolve them; README's point into docs/).
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
                        d.def->samples_knob.empty() ? "—" : "`" + d.def->samples_knob + "`",
                        d.random ? "random" : "deterministic", forms_cell(can.forms.names(), d.forms_vary),
-                       forms_cell(can.weights.names(), false), backward, join(devices, ", "), d.def->summary);
+                       forms_cell(can.weights.names(), false), backward, join(devices, ", "), d.def->summary,
+                       d.def->page.empty() ? "—" : "docs/" + d.def->page);
   }
   return out;
 }

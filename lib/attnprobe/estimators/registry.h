@@ -41,6 +41,7 @@ struct EstimatorDef {
   std::string name;
   std::string family;   ///< exact | yoso | sketching | random-features | nystrom | ...
   std::string summary;  ///< one line for `attnprobe list`
+  std::string page;     ///< its documentation page, relative to docs/ (e.g. "estimators/yoso.md")
   std::vector<ParamDef> params;
   std::string samples_knob;  ///< the parameter `--samples` sets; "" for none
   Capabilities capabilities;
@@ -106,6 +107,7 @@ struct Declaration {
   std::string name;
   std::string family;
   std::string summary;
+  std::string page;  ///< its documentation page, relative to docs/
   ParamSet<P> params;
   std::string samples_knob;  ///< a key of `params`, or "" for none
   Capabilities capabilities;
@@ -198,6 +200,7 @@ bool register_estimator(Declaration<P> decl) {
   def.name = std::move(decl.name);
   def.family = std::move(decl.family);
   def.summary = std::move(decl.summary);
+  def.page = std::move(decl.page);
   def.params = set->defs();
   def.samples_knob = std::move(decl.samples_knob);
   def.capabilities = decl.capabilities;

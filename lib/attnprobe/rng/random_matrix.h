@@ -9,10 +9,6 @@ namespace attnprobe {
 
 /// A rows × cols matrix of standard normals, row r = elements 0..cols−1 of the stream's normal sequence of
 /// row (r, c): the one way a matrix of Gaussians is drawn (inputs, projections, upstream gradients).
-inline MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c = 0) {
-  MatrixD out(rows, cols);
-  for (int64_t r = 0; r < rows; ++r) stream.normals(static_cast<uint32_t>(r), c, out.row(r).data(), cols);
-  return out;
-}
+MatrixD normal_rows(const RandomStream& stream, int64_t rows, int64_t cols, uint32_t c = 0);
 
 }  // namespace attnprobe

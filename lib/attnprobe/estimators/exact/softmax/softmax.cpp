@@ -56,6 +56,7 @@ class SoftmaxEstimator final : public Estimator {
     .name = "softmax",
     .family = "exact",
     .summary = "exact attention softmax(s*Q*K^T)*V (float32 blocked; float64 as a reference)",
+    .page = "estimators/exact.md",
     .capabilities = {.random = false,
                      .forms = kFullAndCausal,
                      .weights = kFullAndCausal,

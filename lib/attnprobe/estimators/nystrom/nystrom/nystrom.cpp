@@ -303,6 +303,7 @@ class Nystrom final : public Estimator {
     .name = "nystrom",
     .family = "nystrom",
     .summary = "Nystromformer: segment-mean landmarks, K1*pinv(K2)*(K3*V) (deterministic, O(n L p))",
+    .page = "estimators/nystrom.md",
     .params = ParamSet<NystromParams>()
                   .integer("L", &NystromParams::landmarks, 1, 1 << 20,
                            "landmarks (segments); L >= n is exact with pinv=exact")

@@ -114,6 +114,7 @@ class Favorpp final : public Estimator {
     .family = "random-features",
     .summary = "FAVOR++: Performer with CRT's optimal positive features (closed-form A*), FAVOR# variants arf/sderf "
                "(O(n M p))",
+    .page = "estimators/beyond.md",
     .params = ParamSet<FavorppParams>()
                   .integer("M", &FavorppParams::features, 1, 1 << 20, "random features")
                   .integer("ortho", &FavorppParams::orthogonal, 0, 1,

@@ -271,6 +271,7 @@ class Lara final : public Estimator {
     .name = "lara",
     .family = "random-features",
     .summary = "LARA: C proposals from segment landmarks, one sample each, multiple importance sampling (O(n C p))",
+    .page = "estimators/random-features.md",
     .params =
         ParamSet<LaraParams>()
             .integer("C", &LaraParams::proposals, 1, 1 << 16,

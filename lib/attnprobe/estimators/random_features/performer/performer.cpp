@@ -221,6 +221,7 @@ class Performer final : public Estimator {
     .name = "performer",
     .family = "random-features",
     .summary = "Performer/RFA positive random features, log-space stabilised, no epsilon (O(n M p))",
+    .page = "estimators/random-features.md",
     .params = ParamSet<PerformerParams>()
                   .integer("M", &PerformerParams::features, 1, 1 << 20, "random features")
                   .integer("ortho", &PerformerParams::orthogonal, 0, 1,

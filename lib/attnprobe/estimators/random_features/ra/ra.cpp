@@ -129,6 +129,7 @@ class RandomizedAttention final : public Estimator {
     .name = "ra",
     .family = "random-features",
     .summary = "randomized attention: f(omega) averaged over S samples of omega around q+k (O(n^2 p S))",
+    .page = "estimators/random-features.md",
     .params = ParamSet<RaParams>()
                   .integer("S", &RaParams::samples, 1, 4096, "samples per query")
                   .choice("variant", &RaParams::unbiased, {{"unbiased", true}, {"biased", false}},

@@ -109,6 +109,7 @@ class Informer final : public Estimator {
     .family = "sketching",
     .summary =
         "Informer ProbSparse: exact rows for the ~d queries with the largest sampled sparsity, mean(V) elsewhere",
+    .page = "estimators/sketching.md",
     .params = ParamSet<InformerParams>().integer("d", &InformerParams::d, 1, 1 << 24,
                                                  "budget: u = ceil(d/ln n)*ceil(ln n) exact rows"),
     .samples_knob = "d",

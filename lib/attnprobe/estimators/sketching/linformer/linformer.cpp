@@ -107,6 +107,7 @@ class Linformer final : public Estimator {
     .name = "linformer",
     .family = "sketching",
     .summary = "Linformer: keys and values projected to d rows by a Gaussian E, softmax(s*Q*(EK)^T)*(EV)",
+    .page = "estimators/sketching.md",
     .params = ParamSet<LinformerParams>()
                   .integer("d", &LinformerParams::d, 1, 1 << 20, "projected length")
                   .real("std", &LinformerParams::stddev, 0, 1e6,

@@ -50,6 +50,7 @@ class LinformerJlt final : public Estimator {
     .name = "linformer-jlt",
     .family = "sketching",
     .summary = "unreduced JL sketch B*S*S^T*V, unbiased for B*V (O(n^2); what Linformer gave up)",
+    .page = "estimators/sketching.md",
     .params = ParamSet<LinformerJltParams>().integer("d", &LinformerJltParams::d, 1, 1 << 20,
                                                      "sketch width (S is n x d, entries N(0, 1/d))"),
     .samples_knob = "d",

@@ -206,6 +206,7 @@ class Skeinformer final : public Estimator {
     .family = "sketching",
     .summary = "Skeinformer (Alg. 1): pilot rows, column sampling by importance, adaptive row normalisation, "
                "pilot reuse; ablations as options",
+    .page = "estimators/sketching.md",
     .params = ParamSet<SkeinformerParams>()
                   .integer("d", &SkeinformerParams::d, 1, 1 << 24,
                            "sketch size: pilot rows and sampled columns (min(d, n-1))")

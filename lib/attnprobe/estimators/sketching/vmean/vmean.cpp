@@ -71,6 +71,7 @@ class VMeanEstimator final : public Estimator {
     .name = "vmean",
     .family = "sketching",
     .summary = "rank-one baseline: every output row is the mean of V (uniform attention)",
+    .page = "estimators/sketching.md",
     .capabilities = {.random = false,
                      .forms = kFullAndCausal,
                      .weights = kFullAndCausal,

@@ -77,6 +77,7 @@ class Hyper final : public Estimator {
     .family = "sorted-lsh",
     .summary = "HyperAttention: exact softmax on sortLSH blocks + uniform samples of the other keys, merged by "
                "log-sum-exp (O(n (b + m) p))",
+    .page = "estimators/beyond.md",
     .params =
         sorted_lsh_keys<HyperParams>("uniform residual samples (with replacement), 0: none")
             .integer("mask", &HyperParams::mask, 0, 1, "1: drop in-block samples; 0: count them again (reference)"),

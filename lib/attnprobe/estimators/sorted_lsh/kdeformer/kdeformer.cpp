@@ -141,6 +141,7 @@ class Kdeformer final : public Estimator {
     .family = "sorted-lsh",
     .summary = "KDEformer as coded: exact sortLSH blocks + importance-weighted samples of the other keys "
                "(O(n (b + m) p))",
+    .page = "estimators/beyond.md",
     .params =
         sorted_lsh_keys<KdeformerParams>("residual samples (with replacement), 0: none")
             .choice("probs", &KdeformerParams::probs,

@@ -347,6 +347,7 @@ class Scatterbrain final : public Estimator {
     .family = "sparse-lowrank",
     .summary = "Scatterbrain: exact softmax on a sparse support (local/block/sortlsh/smyrf) + random features off "
                "it (O(n (M + w) p))",
+    .page = "estimators/beyond.md",
     .params =
         ParamSet<ScatterbrainParams>()
             .integer("M", &ScatterbrainParams::features, 2, 1 << 20, "random features (hyp: M/2 pairs of +-omega)")

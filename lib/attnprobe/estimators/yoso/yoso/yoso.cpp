@@ -238,6 +238,7 @@ class YosoSampling final : public Estimator {
     .name = "yoso",
     .family = "yoso",
     .summary = "YOSO-m: m LSH hashes of tau bits; keys fill bucket sums, queries read them (O(n m (tau p + pv)))",
+    .page = "estimators/yoso.md",
     .params =
         ParamSet<YosoParams>()
             .integer("m", &YosoParams::m, 1, 65536, "number of hashes (the samples knob)")

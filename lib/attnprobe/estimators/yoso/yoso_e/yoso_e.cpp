@@ -143,6 +143,7 @@ class YosoExpectation final : public Estimator {
     .name = "yoso-e",
     .family = "yoso",
     .summary = "YOSO's expectation: W_ij = (1 - acos(cos(q_i,k_j))/pi)^tau, out = l2(W*V) (deterministic, O(n^2 p))",
+    .page = "estimators/yoso.md",
     .params = ParamSet<YosoExpectationParams>()
                   .integer("tau", &YosoExpectationParams::tau, 1, 30, "hyperplane bits per hash (inverse temperature)")
                   .choice("input", &YosoExpectationParams::lift, {{"l2", false}, {"lift", true}},
