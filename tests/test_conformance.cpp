@@ -129,6 +129,9 @@ std::string spec_round_trip(const EstimatorDef& def) {
   return "";
 }
 
+// The longest of the walk's shapes (kShapes, below): every default budget leaves keys out there.
+constexpr int64_t kLongShape = 300;
+
 std::string determinism(const ConformanceCase& c) {
   const HeadView view = c.view();
   const MatrixF a = run(c, view), b = run(c, view), other = run(c, view, 1);
@@ -137,7 +140,9 @@ std::string determinism(const ConformanceCase& c) {
   if (!a.allFinite()) return "non-finite values";
   if (a != b) return "the same key gave different bits";
   const bool random = parse_spec(c.spec).random();
-  if (random && a == other) return "declared random, but another trial gave the same bits";
+  // A random setting may be exact on a short slice (a budget that covers every key), so it must draw on
+  // the longest shape only.
+  if (random && c.shape.n >= kLongShape && a == other) return "declared random, but another trial gave the same bits";
   if (!random && a != other) return "declared deterministic, but another trial changed the bits";
   return "";
 }
@@ -362,6 +367,8 @@ namespace {
 enum class Defect {
   kLeaks,
   kUnkeyed,
+  kIgnoresKey,  ///< declared random, draws nothing
+  kUsesKey,     ///< declared deterministic, depends on the key
   kPoolDependent,
   kWrongReference,
   kWrongWeights,
@@ -382,6 +389,7 @@ class Defective final : public Estimator {
     if (defect_ == Defect::kLeaks && view.mask == Mask::kCausal)  // every row sees the last value row
       exact.rowwise() += 1e-3 * view.v.row(view.n() - 1);
     if (defect_ == Defect::kUnkeyed) exact *= 1.0 + 1e-3 * static_cast<double>(unkeyed_calls++ % 7);
+    if (defect_ == Defect::kUsesKey) exact *= 1.0 + 1e-3 * static_cast<double>(ctx.key.value % 7 + 1);
     if (defect_ == Defect::kPoolDependent && ctx.pool) exact *= 1.0 + 1e-6;
     if (defect_ == Defect::kWrongReference) exact *= 1.001;
     if (defect_ == Defect::kNonFinite) exact(0, 0) = std::numeric_limits<double>::quiet_NaN();
@@ -418,6 +426,8 @@ class Defective final : public Estimator {
     .params = ParamSet<BadParams>().choice("defect", &BadParams::defect,
                                            {{"leaks", Defect::kLeaks},
                                             {"unkeyed", Defect::kUnkeyed},
+                                            {"ignores_key", Defect::kIgnoresKey},
+                                            {"uses_key", Defect::kUsesKey},
                                             {"pool", Defect::kPoolDependent},
                                             {"reference", Defect::kWrongReference},
                                             {"weights", Defect::kWrongWeights},
@@ -430,6 +440,7 @@ class Defective final : public Estimator {
                      .weights = kFullAndCausal,
                      .backward = Backward::kOut,
                      .backward_forms = kFullAndCausal},
+    .narrow = [](const BadParams& params, Capabilities& can) { can.random = params.defect == Defect::kIgnoresKey; },
     .make = [](const BadParams& params) { return std::make_unique<Defective>(params); },
 });
 
@@ -453,6 +464,9 @@ TEST_CASE("conformance negative controls: each property catches the estimator bu
   }
   CHECK_THAT(no_causal_leak(bad("leaks", Mask::kCausal, {60, 8, 8})), Catch::Contains("changed an earlier row"));
   CHECK_THAT(determinism(bad("unkeyed")), Catch::Contains("same key gave different bits"));
+  CHECK_THAT(determinism(bad("ignores_key", Mask::kFull, {kLongShape, 16, 16})),
+             Catch::Contains("declared random, but another trial gave the same bits"));
+  CHECK_THAT(determinism(bad("uses_key")), Catch::Contains("declared deterministic, but another trial changed"));
   CHECK_THAT(determinism(bad("nonfinite")), Catch::Contains("non-finite"));
   CHECK_THAT(determinism(bad("shape")), Catch::Contains("returned 96 × 19"));
   CHECK_THAT(pool_invariance(bad("pool")), Catch::Contains("pool changed the bits"));
