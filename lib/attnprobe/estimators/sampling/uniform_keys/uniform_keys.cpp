@@ -1,0 +1,106 @@
+#include "attnprobe/estimators/sampling/uniform_keys/uniform_keys.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+
+std::vector<int64_t> uniform_keys_sample(int64_t visible, int64_t budget, const RandomStream& stream, int64_t row,
+                                         double* inclusion) {
+  const double pi = std::min(1.0, static_cast<double>(budget) / static_cast<double>(visible));
+  if (inclusion) *inclusion = pi;
+  std::vector<int64_t> keys;
+  if (pi >= 1.0) {  // every key (the gap law's log(1 − π) is −∞ there)
+    keys.resize(visible);
+    for (int64_t j = 0; j < visible; ++j) keys[j] = j;
+    return keys;
+  }
+  keys.reserve(static_cast<size_t>(2.0 * budget + 16));
+  const double log_miss = std::log1p(-pi);
+  int64_t next = 0;
+  for (uint32_t s = 0;; ++s) {
+    // u ∈ (0, 1], so the gap is ≥ 0; a gap past the row ends it.
+    const double gap = std::floor(std::log(stream.uniform(static_cast<uint32_t>(row), s)) / log_miss);
+    if (gap >= static_cast<double>(visible - next)) break;
+    next += static_cast<int64_t>(gap);
+    keys.push_back(next++);
+    if (next >= visible) break;
+  }
+  return keys;
+}
+
+namespace {
+
+class UniformKeys final : public Estimator {
+ public:
+  explicit UniformKeys(UniformKeysParams params) : params_(params) {}
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
+    const RandomStream stream(ctx.key, Purpose::kColumnSample);
+    const float scale = static_cast<float>(view.scale);
+    out.setZero(n, pv);
+    for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
+      thread_local Eigen::VectorXf logits;
+      for (int64_t t = block * kRowBlock; t < std::min(n, (block + 1) * kRowBlock); ++t) {
+        const std::vector<int64_t> sample =
+            uniform_keys_sample(visible_keys(t, keys, view.mask), params_.budget, stream, t);
+        if (sample.empty()) continue;  // the zero row
+        logits.resize(static_cast<int64_t>(sample.size()));
+        for (size_t r = 0; r < sample.size(); ++r) logits(r) = scale * view.qf.row(t).dot(view.kf.row(sample[r]));
+        logits = (logits.array() - logits.maxCoeff()).exp();
+        auto row = out.row(t);
+        for (size_t r = 0; r < sample.size(); ++r) row += logits(r) * view.vf.row(sample[r]);
+        row /= logits.sum();
+      }
+    });
+  }
+
+  // Â_tj = e^{ℓ_j} / Σ_{S_t} e^{ℓ} on S_t (π_t cancels), 0 elsewhere, in float64 from the same samples.
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    return [&view, stream = RandomStream(ctx.key, Purpose::kColumnSample), budget = params_.budget](int64_t r0,
+                                                                                                    int64_t rows) {
+      MatrixD w = MatrixD::Zero(rows, view.k.rows());
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t t = r0 + i;
+        const std::vector<int64_t> sample =
+            uniform_keys_sample(visible_keys(t, view.k.rows(), view.mask), budget, stream, t);
+        if (sample.empty()) continue;
+        double top = -INFINITY;
+        for (const int64_t j : sample) top = std::max(top, view.scale * view.q.row(t).dot(view.k.row(j)));
+        double total = 0;
+        for (const int64_t j : sample) total += w(i, j) = std::exp(view.scale * view.q.row(t).dot(view.k.row(j)) - top);
+        w.row(i) /= total;
+      }
+      return w;
+    };
+  }
+
+  // The logits and the weighted sum over the ~min(b, n) kept keys of every row.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * n * static_cast<double>(std::min(params_.budget, n)) * (p + pv);
+  }
+
+ private:
+  UniformKeysParams params_;
+  static constexpr int64_t kRowBlock = 64;  ///< rows per task on the pool
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<UniformKeysParams>{
+    .name = "uniform_keys",
+    .family = "sampling",
+    .summary = "uniform key sampling: each row keeps each key with probability b/keys, Horvitz-Thompson "
+               "weights (O(n b p))",
+    .page = "estimators/sampling.md",
+    .params = ParamSet<UniformKeysParams>().integer("b", &UniformKeysParams::budget, 1, 1 << 24,
+                                                    "keys kept per row in expectation (b >= keys: exact)"),
+    .samples_knob = "b",
+    .capabilities = {.random = true, .forms = kFullAndCausal, .weights = kFullAndCausal},
+    .make = [](const UniformKeysParams& params) { return std::make_unique<UniformKeys>(params); },
+});
+
+}  // namespace
+}  // namespace attnprobe
