@@ -10,7 +10,7 @@ using namespace attnprobe::test;
 namespace {
 SummaryRow row(int64_t samples, double mean, int layer = 0) {
   SummaryRow r;
-  r.key = CaseKey{"d.h5",  layer,   0, 0, 256, 32, Mask::kFull, "yoso", fmt::format("yoso(m={},tau=8)", samples),
+  r.key = CaseKey{"d.h5",  layer,   0, 0, 256, 32, Mask::kFull, 0, "yoso", fmt::format("yoso(m={},tau=8)", samples),
                   samples, "yoso-e"};
   r.metric = "spec_rel";
   r.count = 8;

@@ -64,9 +64,10 @@ Action add_bench(CLI::App& app) {
     r.p = o->p;
     r.repeat = o->repeat;
     r.sgemm_floor = !o->no_sgemm;
-    const std::optional<Mask> mask = parse_mask(o->mask);
-    if (!mask) throw UsageError(fmt::format("--mask is '{}'; it must be full or causal", o->mask));
-    r.mask = *mask;
+    const auto mask = parse_mask(o->mask);
+    if (!mask || mask->mask == Mask::kWindow)
+      throw UsageError(fmt::format("--mask is '{}'; it must be full or causal", o->mask));
+    r.mask = mask->mask;
     r.backward = o->backward;
     check_bench_request(r);  // fail before any output (device, specs, masks, backward passes)
     std::ofstream csv;

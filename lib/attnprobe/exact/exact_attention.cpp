@@ -29,15 +29,23 @@ using ConstMapF = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride
 constexpr int64_t kKeyChunk = 512;
 }  // namespace
 
-MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows, Mask mask) {
+namespace {
+// Row i of a block of scores over keys [k0, k0 + scores.cols()) turned into its softmax over the keys the
+// row sees, 0 elsewhere.
+void softmax_visible(MatrixD& scores, int64_t i, KeyRange seen, int64_t k0) {
+  const int64_t begin = std::max<int64_t>(seen.begin - k0, 0), end = seen.end - k0, width = scores.cols();
+  auto row = scores.row(i).segment(begin, end - begin);
+  row.array() = (row.array() - row.maxCoeff()).exp();
+  row /= row.sum();
+  scores.row(i).head(begin).setZero();
+  scores.row(i).tail(width - end).setZero();
+}
+}  // namespace
+
+MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
+                           const QueryGeometry& geometry) {
   MatrixD a = scale * (q.middleRows(r0, rows) * k.transpose());
-  for (int64_t i = 0; i < a.rows(); ++i) {
-    const int64_t seen = visible_keys(r0 + i, k.rows(), mask);
-    auto row = a.row(i).head(seen);
-    row.array() = (row.array() - row.maxCoeff()).exp();
-    row /= row.sum();
-    a.row(i).tail(k.rows() - seen).setZero();
-  }
+  for (int64_t i = 0; i < a.rows(); ++i) softmax_visible(a, i, geometry.visible(r0 + i, k.rows()), 0);
   return a;
 }
 
@@ -83,9 +91,14 @@ struct ScaledKeysT {
 // the work when the keys are few (Nyström's L landmarks, Linformer's d projected keys). logits, when not null,
 // receives each block's scores before the exp: row i, key j at logits[i·ld_logits + j]. ahead, when not null,
 // is what the caller's next block reads (common/prefetch.h), asked for a share per row of every key block.
+// geometry, when not null, masks the keys row i cannot see (it is the geometry's row geometry_row0 + i; rows
+// at increasing positions); a row none of whose keys has been visited yet keeps the empty state. Its scores
+// sit at row buffer_row0 + i of the score buffer: a caller that aligns its blocks to absolute positions puts
+// a row at the same place whatever rows come with it, so its vectorised exp and sums split it the same way.
 void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
-                     const float* bias, int64_t c0, int64_t c1, int64_t causal_row0, float* max, float* sum, float* acc,
-                     float* logits = nullptr, int64_t ld_logits = 0, const NextBlock* ahead = nullptr) {
+                     const float* bias, int64_t c0, int64_t c1, const QueryGeometry* geometry, int64_t geometry_row0,
+                     int64_t buffer_row0, float* max, float* sum, float* acc, float* logits = nullptr,
+                     int64_t ld_logits = 0, const NextBlock* ahead = nullptr) {
   const int64_t pv = v.cols();
   // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
@@ -104,21 +117,33 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
     const bool first = start == c0;
     const int64_t prefetch_step0 = (start - c0) / kKeyBlock * rows;
     const int64_t cols = std::min(kKeyBlock, c1 - start);
-    Eigen::Map<MatrixF> scores(score_buffer.data(), rows, cols);
+    Eigen::Map<MatrixF> scores(score_buffer.data() + buffer_row0 * cols, rows, cols);
     tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
     if (logits != nullptr)
       Eigen::Map<MatrixF, 0, Eigen::OuterStride<>>(logits + start, rows, cols, Eigen::OuterStride<>(ld_logits)) =
           scores;
-    if (causal_row0 >= 0 && start + cols > causal_row0 + 1)
+    // Keys outside a row's range get −inf (weight 0). Ranges move forward with the rows' positions, so a
+    // block the first row's range covers to its end and the last row's from its start needs none.
+    if (geometry != nullptr && (geometry->visible(geometry_row0, v.rows()).end < start + cols ||
+                                geometry->visible(geometry_row0 + rows - 1, v.rows()).begin > start))
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t first_masked = std::clamp<int64_t>(causal_row0 + i + 1 - start, 0, cols);
+        const KeyRange seen = geometry->visible(geometry_row0 + i, v.rows());
+        const int64_t first_seen = std::clamp<int64_t>(seen.begin - start, 0, cols);
+        const int64_t first_masked = std::clamp<int64_t>(seen.end - start, 0, cols);
+        scores.row(i).head(first_seen).setConstant(-std::numeric_limits<float>::infinity());
         scores.row(i).tail(cols - first_masked).setConstant(-std::numeric_limits<float>::infinity());
       }
     for (int64_t i = 0; i < rows; ++i) {
       if (ahead != nullptr) ahead->share(prefetch_step0 + i, prefetch_steps);
       const float block_max = scores.row(i).maxCoeff();
       const float new_max = first ? block_max : std::max(max[i], block_max);
+      if (new_max == -std::numeric_limits<float>::infinity()) {  // none of the row's keys yet: the empty state
+        scores.row(i).setZero();
+        if (first) sum[i] = 0.0f;
+        max[i] = new_max;
+        continue;
+      }
       scores.row(i).array() = (scores.row(i).array() - new_max).exp();
       const float block_sum = scores.row(i).sum();
       if (first) {
@@ -145,55 +170,61 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
 }  // namespace
 
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
-                            Mask mask) {
+                            const QueryGeometry& geometry) {
   const int64_t n = q.rows();
   MatrixD out(n, v.cols());
   const int64_t blocks = (n + kReferenceBlock - 1) / kReferenceBlock;
   auto run_block = [&](int64_t block) {
     const int64_t r0 = block * kReferenceBlock;
     const int64_t rows = std::min(kReferenceBlock, n - r0);
-    // Under a causal mask the block's last row sees keys 0..r0 + rows − 1: no later key is touched.
-    const int64_t keys = visible_keys(r0 + rows - 1, k.rows(), mask);
-    MatrixD scores = scale * (q.middleRows(r0, rows) * k.topRows(keys).transpose());
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t seen = visible_keys(r0 + i, keys, mask);
-      auto row = scores.row(i).head(seen);
-      row.array() = (row.array() - row.maxCoeff()).exp();
-      row /= row.sum();
-      scores.row(i).tail(keys - seen).setZero();
-    }
-    out.middleRows(r0, rows).noalias() = scores * v.topRows(keys);
+    // Only the keys some row of the block sees (a causal block's last row sees keys 0..its position): no
+    // later key is touched.
+    const int64_t k0 = geometry.visible(r0, k.rows()).begin, k1 = geometry.visible(r0 + rows - 1, k.rows()).end;
+    MatrixD scores = scale * (q.middleRows(r0, rows) * k.middleRows(k0, k1 - k0).transpose());
+    for (int64_t i = 0; i < rows; ++i) softmax_visible(scores, i, geometry.visible(r0 + i, k.rows()), k0);
+    out.middleRows(r0, rows).noalias() = scores * v.middleRows(k0, k1 - k0);
   };
   for_each_index(pool, blocks, run_block);
   return out;
 }
 
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool, Mask mask) {
+                         ThreadPool* pool, const QueryGeometry& geometry) {
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
   MatrixF scaled_keys_t;  // p × keys, once per call (O(n·p) beside O(n²·p))
   transpose_scaled(k, scale, scaled_keys_t);
   const ScaledKeysT keys_t{scaled_keys_t.data(), keys, 0};
-  const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  // Query blocks of kQueryBlock rows. Rows at consecutive positions are blocked by absolute position
+  // (position / kQueryBlock), so that a row has the same place in its block — and the same bits — whether
+  // the whole slice is evaluated or only its last rows.
+  std::vector<int64_t> block_start;
+  for (int64_t r = 0; r < n;) {
+    block_start.push_back(r);
+    r += geometry.contiguous() ? kQueryBlock - geometry.position(r) % kQueryBlock : kQueryBlock;
+  }
+  block_start.push_back(n);
+  const bool masked = geometry.mask != Mask::kFull;
   auto run_block = [&](int64_t block) {
     thread_local std::vector<float> max_buffer, sum_buffer;
-    const int64_t r0 = block * kQueryBlock;
-    const int64_t rows = std::min(kQueryBlock, n - r0);
+    const int64_t r0 = block_start[block], rows = std::min(block_start[block + 1], n) - r0;
     max_buffer.resize(rows);
     sum_buffer.resize(rows);
     auto acc = out.middleRows(r0, rows);
-    // Causal: key blocks past the block's last query are skipped and the diagonal block is cut at
-    // it, so about half the pairs are computed; inside it, keys j > i are set to −inf (weight 0).
-    const int64_t block_keys = visible_keys(r0 + rows - 1, keys, mask);
+    // Masked: key blocks past the block's last query (and before its first query's window) are skipped and
+    // the edge blocks are cut, so a causal slice computes about half the pairs; inside them, keys a row
+    // cannot see are set to −inf (weight 0). The key blocks stay aligned to multiples of kKeyBlock.
+    const int64_t c0 = masked ? geometry.visible(r0, keys).begin / kKeyBlock * kKeyBlock : 0;
+    const int64_t c1 = masked ? geometry.visible(r0 + rows - 1, keys).end : keys;
     // The next block's queries and output rows: past the cache, Nyström's and Linformer's output passes (a
     // few landmark keys per query) waited for them (common/prefetch.h).
-    const NextBlock ahead = next_rows(q, out, r0 + kQueryBlock, std::min(kQueryBlock, n - r0 - kQueryBlock));
-    accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, 0, block_keys, mask == Mask::kCausal ? r0 : -1,
-                    max_buffer.data(), sum_buffer.data(), acc.data(), nullptr, 0, &ahead);
+    const NextBlock ahead = next_rows(q, out, r0 + rows, std::min(kQueryBlock, n - r0 - rows));
+    accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, c0, c1, masked ? &geometry : nullptr, r0,
+                    geometry.contiguous() ? geometry.position(r0) % kQueryBlock : 0, max_buffer.data(),
+                    sum_buffer.data(), acc.data(), nullptr, 0, &ahead);
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
-  for_each_index(pool, blocks, run_block);
+  for_each_index(pool, static_cast<int64_t>(block_start.size()) - 1, run_block);
 }
 
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,
@@ -219,8 +250,8 @@ void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF
     const NextBlock ahead = next_rows(k, v, c1, std::min(kKeyChunk, keys - c1));
     for (int64_t r0 = 0; r0 < rows; r0 += kQueryBlock)
       accumulate_keys(q.data() + r0 * p, std::min(kQueryBlock, rows - r0), p, keys_t, v,
-                      key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, -1, chunk_max.row(chunk).data() + r0,
-                      chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv,
+                      key_bias != nullptr ? key_bias->data() : nullptr, c0, c1, nullptr, 0, 0,
+                      chunk_max.row(chunk).data() + r0, chunk_sum.row(chunk).data() + r0, acc.data() + r0 * pv,
                       logits != nullptr ? logits->data() + r0 * keys : nullptr, keys, r0 == 0 ? &ahead : nullptr);
   });
   const RowVectorF max = chunk_max.colwise().maxCoeff();

@@ -5,9 +5,13 @@
 //  - float32: the fast path (bench, large n, the `softmax` estimator). Flash-style: for each
 //    block of queries, key blocks are visited once with an online softmax (running max m,
 //    running sum l, output rescaled by exp(m_old − m_new)), so the n × n matrix is never formed.
-// Shapes: q n × p, k n × p (any number of keys), v (keys) × pv, out n × pv; all row-major.
-// Mask::kCausal: query i attends to keys j ≤ i only (needs keys ≥ n); keys past a block's last
-// query are never read, so row i depends on tokens 0..i alone, bit for bit.
+// Shapes: q n × p, k keys × p, v keys × pv, out n × pv; all row-major.
+// The geometry (view/mask.h) says which keys each query row sees: under Mask::kCausal the row at position
+// t attends to keys 0..t, under kWindow to t−W+1..t; self-attention is row i at position i. Keys a block's
+// rows cannot see are never read, so row t depends on tokens 0..t alone, bit for bit. The float32 path keeps
+// its query blocks and key blocks aligned to absolute positions (multiples of 128 and 512), so a row's bits
+// do not depend on which other rows are evaluated with it: the last rows of a slice evaluated alone (a
+// decode step) equal the same rows of the whole slice.
 #include <algorithm>
 #include <functional>
 
@@ -22,19 +26,31 @@ inline int64_t visible_keys(int64_t row, int64_t keys, Mask mask) {
   return mask == Mask::kCausal ? std::min(row + 1, keys) : keys;
 }
 
-MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
-                            ThreadPool* pool = nullptr, Mask mask = Mask::kFull);
+MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
+                            const QueryGeometry& geometry);
+inline MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
+                                   ThreadPool* pool = nullptr, Mask mask = Mask::kFull) {
+  return exact_attention_f64(q, k, v, scale, pool, QueryGeometry{mask});
+}
 
 /// Rows [r0, r0 + rows) of the exact attention matrix A = softmax(s·QKᵀ) in float64 (rows × keys,
 /// row max subtracted, masked entries 0): what the head diagnostics and the attention-weight
 /// metrics compare with.
 MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
-                           Mask mask = Mask::kFull);
+                           const QueryGeometry& geometry);
+inline MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
+                                  Mask mask = Mask::kFull) {
+  return attention_rows_f64(q, k, scale, r0, rows, QueryGeometry{mask});
+}
 
 /// `out` is resized to n × pv. With a pool, query blocks are spread over its threads; the result
 /// does not depend on the thread count (each query row sees the same key blocking).
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool = nullptr, Mask mask = Mask::kFull);
+                         ThreadPool* pool, const QueryGeometry& geometry);
+inline void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
+                                ThreadPool* pool = nullptr, Mask mask = Mask::kFull) {
+  exact_attention_f32(q, k, v, scale, out, pool, QueryGeometry{mask});
+}
 
 /// Softmax attention of a few query rows (landmarks, samples: up to a few hundred) over many keys, with
 /// an optional bias per key: out_i = Σ_j softmax_j(scale·q_i·k_j + bias_j)·v_j (rows × pv) and, when

@@ -69,11 +69,12 @@ const std::vector<KeyColumn>& case_key_columns() {
        [](CaseKey& k, const std::string& t) { k.n = to_coordinate(t); }},
       {"p", [](const CaseKey& k) { return std::to_string(k.p); },
        [](CaseKey& k, const std::string& t) { k.p = to_int(t); }},
-      {"mask", [](const CaseKey& k) { return std::string(mask_name(k.mask)); },
+      {"mask", [](const CaseKey& k) { return mask_text(k.mask, k.window); },
        [](CaseKey& k, const std::string& t) {
          const auto mask = parse_mask(t);
-         if (!mask) throw std::invalid_argument("not 'full' or 'causal'");
-         k.mask = *mask;
+         if (!mask) throw std::invalid_argument("not 'full', 'causal' or 'window:W'");
+         k.mask = mask->mask;
+         k.window = mask->window;
        }},
       {"estimator", [](const CaseKey& k) { return k.estimator; },
        [](CaseKey& k, const std::string& t) { k.estimator = t; }},

@@ -64,7 +64,7 @@ RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& cano
 
 Mask resolve_mask(const std::string& mask, const LayerInfo& layer) {
   if (mask == "auto") return layer.causal.value_or(0) ? Mask::kCausal : Mask::kFull;
-  if (const auto parsed = parse_mask(mask)) return *parsed;
+  if (const auto parsed = parse_mask(mask); parsed && parsed->mask != Mask::kWindow) return parsed->mask;
   throw UsageError(fmt::format("--mask is '{}'; it must be auto (the dump's causal attribute), full or causal", mask));
 }
 

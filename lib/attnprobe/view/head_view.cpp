@@ -5,17 +5,38 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attnprobe/common/text.h"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 namespace attnprobe {
 
-const char* mask_name(Mask mask) { return mask == Mask::kCausal ? "causal" : "full"; }
+const char* mask_name(Mask mask) {
+  switch (mask) {
+    case Mask::kCausal:
+      return "causal";
+    case Mask::kWindow:
+      return "window";
+    case Mask::kFull:
+      break;
+  }
+  return "full";
+}
 
-std::optional<Mask> parse_mask(std::string_view text) {
-  if (text == "full") return Mask::kFull;
-  if (text == "causal") return Mask::kCausal;
+std::string mask_text(Mask mask, int64_t window) {
+  return mask == Mask::kWindow ? fmt::format("window:{}", window) : std::string(mask_name(mask));
+}
+
+std::optional<MaskSpec> parse_mask(std::string_view text) {
+  if (text == "full") return MaskSpec{Mask::kFull, 0};
+  if (text == "causal") return MaskSpec{Mask::kCausal, 0};
+  constexpr std::string_view kWindow = "window:";
+  if (text.substr(0, kWindow.size()) == kWindow) {
+    int64_t width = 0;
+    if (parse_int(text.substr(kWindow.size()), width) && width >= 1) return MaskSpec{Mask::kWindow, width};
+  }
   return std::nullopt;
 }
 

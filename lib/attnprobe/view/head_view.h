@@ -12,24 +12,35 @@ struct SliceId {
   int layer = 0;  ///< layer number (NN of layer_NN)
   int head = 0;   ///< head index
   int batch = 0;  ///< batch item index
-  int64_t n = 0;  ///< tokens used: the prefix 0..n-1 of queries and keys
+  int64_t n = 0;  ///< keys used: the prefix 0..n-1 of the keys (self-attention: of the queries too)
 };
 
 /// The data of one slice in both precisions: float64 exactly as stored (the reference and the
 /// metrics use it) and float32 (what estimators compute with, as an efficient kernel would).
+/// Query row i is at absolute position position(i) among the keys 0..keys()−1 (self-attention: i); the
+/// mask says which keys each row sees (QueryGeometry, mask.h).
 struct HeadView {
   SliceId id;
-  double scale = 0;         ///< s in softmax(s·QKᵀ)
-  Mask mask = Mask::kFull;  ///< causal: row i of every estimate may depend on tokens 0..i only
-  MatrixD q, k, v;          ///< n × p, n × p, n × pv (float64)
-  MatrixF qf, kf, vf;       ///< the same in float32
+  double scale = 0;                ///< s in softmax(s·QKᵀ)
+  Mask mask = Mask::kFull;         ///< causal: row i of every estimate may depend on tokens 0..position(i) only
+  int64_t window = 0;              ///< W of Mask::kWindow
+  int64_t first_position = 0;      ///< row i at position first_position + i, unless `positions` is given
+  std::vector<int64_t> positions;  ///< explicit positions of the query rows (strictly increasing), or empty
+  MatrixD q, k, v;                 ///< rows × p, keys × p, keys × pv (float64)
+  MatrixF qf, kf, vf;              ///< the same in float32
 
-  int64_t n() const { return q.rows(); }
+  int64_t n() const { return q.rows(); }  ///< query rows
+  int64_t keys() const { return k.rows(); }
   int64_t p() const { return q.cols(); }
   int64_t pv() const { return v.cols(); }
+  QueryGeometry geometry() const { return {mask, window, first_position, positions.empty() ? nullptr : &positions}; }
+  int64_t position(int64_t row) const { return geometry().position(row); }
+  KeyRange visible(int64_t row) const { return geometry().visible(row, keys()); }
+  /// Whether queries and keys are the same tokens (row i at position i, as many rows as keys).
+  bool self_attention() const { return positions.empty() && first_position == 0 && q.rows() == k.rows(); }
 };
 
-/// Builds a view from float64 matrices (fills the float32 copies).
+/// Builds a view from float64 matrices (fills the float32 copies): self-attention under `mask`.
 HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v, Mask mask = Mask::kFull);
 
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
