@@ -86,7 +86,7 @@ HeadView with_tokens_replaced(const HeadView& view, int64_t row, uint64_t seed) 
   q.bottomRows(tail) = 3.0 * other.q.bottomRows(tail);
   k.bottomRows(tail) = -2.0 * other.k.bottomRows(tail);
   v.bottomRows(tail) = 5.0 * other.v.bottomRows(tail);
-  return make_head_view(view.id, view.scale, q, k, v, view.mask);
+  return with_data(view, q, k, v);
 }
 
 bool rows_identical(const MatrixF& a, const MatrixF& b, int64_t rows) {

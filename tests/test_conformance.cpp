@@ -47,13 +47,16 @@ struct ConformanceCase {
   Shape shape{};
   uint64_t seed = 0;
 
+  // window:W cases see about a third of the slice, so windows start inside the kernels' blocks.
+  int64_t window() const { return mask == Mask::kWindow ? std::max<int64_t>(1, shape.n / 3) : 0; }
   std::string id() const {
-    return fmt::format("{} {} {} n={} p={} pv={} seed={}", spec, device_name(device), mask_name(mask), shape.n, shape.p,
-                       shape.pv, seed);
+    return fmt::format("{} {} {} n={} p={} pv={} seed={}", spec, device_name(device), mask_text(mask, window()),
+                       shape.n, shape.p, shape.pv, seed);
   }
   HeadView view() const {
     HeadView view = synth_slice(shape.n, shape.p, 0.3, seed, shape.pv);
     view.mask = mask;
+    view.window = window();
     return view;
   }
   EstimateContext context(uint32_t trial = 0) const { return {make_random_key(seed, spec, trial), nullptr}; }
@@ -71,9 +74,10 @@ std::string filter() {
 bool runnable(Device device) { return device_compiled(device) && device_problem(device).empty(); }
 
 // Every setting of every walked estimator × each device that declares it and can run here × each mask the
-// setting computes there × `shapes`. `masks` narrows the masks (e.g. the leak harness: causal only).
-std::vector<ConformanceCase> cases(const std::vector<Shape>& shapes, Forms masks = kFullAndCausal,
-                                   bool cpu_only = false) {
+// setting computes there (with `decode`, each mask of its decode form there) × `shapes`. `masks` narrows the
+// masks (e.g. the leak harness: causal and window only).
+std::vector<ConformanceCase> cases(const std::vector<Shape>& shapes, Forms masks = kAllMasks, bool cpu_only = false,
+                                   bool decode = false) {
   std::vector<ConformanceCase> out;
   const std::string only = filter();
   for (const EstimatorDef* def : registered_estimators()) {
@@ -82,8 +86,10 @@ std::vector<ConformanceCase> cases(const std::vector<Shape>& shapes, Forms masks
       const Spec spec = parse_spec(text);
       for (const Device device : devices_of(*def)) {
         if ((cpu_only && device != Device::kCpu) || !runnable(device)) continue;
-        const Forms forms = spec.capabilities().forms & device_declaration(*def, device)->forms & masks;
-        for (const Mask mask : {Mask::kFull, Mask::kCausal}) {
+        const DeviceDeclaration& declared = *device_declaration(*def, device);
+        const Forms forms = decode ? spec.capabilities().decode & declared.decode & masks
+                                   : spec.capabilities().forms & declared.forms & masks;
+        for (const Mask mask : {Mask::kFull, Mask::kCausal, Mask::kWindow}) {
           if (!forms.has(mask)) continue;
           for (size_t s = 0; s < shapes.size(); ++s) {
             ConformanceCase c{text, device, mask, shapes[s], 11 + s};
@@ -225,7 +231,7 @@ std::string backward_matches(const ConformanceCase& c) {
   const auto grad = estimator->backward(view, g, ctx);
   if (!grad) return "declares a backward form but has none";
   auto loss = [&](const MatrixD& q, const MatrixD& v) {
-    const HeadView moved = make_head_view(view.id, view.scale, q, view.k, v, view.mask);
+    const HeadView moved = with_data(view, q, view.k, v);
     return (g.array() * (estimator->weights(moved, ctx)(0, moved.n()) * v).array()).sum();
   };
   const MatrixD fd_q = central_differences(view.q, 1e-6, [&](const MatrixD& q) { return loss(q, view.v); });
@@ -257,6 +263,22 @@ std::string device_parity(const ConformanceCase& c) {
   }
   const double gap = relative(device.cast<double>(), cpu.cast<double>());
   return gap <= tolerance ? "" : fmt::format("{:.3g} from the CPU version (declared {:g})", gap, tolerance);
+}
+
+// A decode form: the last rows of a slice evaluated alone against all its keys (a decode step with the slice as
+// its cache; the draws are keyed without the queries, DESIGN §11) give the very bits of the same rows of the
+// whole slice's estimate: one row, a few, half the slice.
+std::string last_rows_equal(const ConformanceCase& c) {
+  const HeadView whole = c.view();
+  const MatrixF all = run(c, whole, 2);
+  for (const int64_t rows : {int64_t{1}, int64_t{7}, whole.n() / 2}) {
+    const MatrixF last = run(c, last_rows(whole, rows), 2);
+    if (last.rows() != rows || last.cols() != whole.pv())
+      return fmt::format("the last {} rows alone gave a {} × {} estimate", rows, last.rows(), last.cols());
+    if (!rows_identical(last, all.bottomRows(rows), rows))
+      return fmt::format("the last {} rows alone differ from those of the whole slice", rows);
+  }
+  return "";
 }
 
 // Checks `property` on every case, printing each case's id; counts what it checked.
@@ -301,24 +323,30 @@ TEST_CASE("conformance: determinism per key, shape, finiteness", "[conformance]"
 
 TEST_CASE("conformance: the same bits on any pool", "[conformance][threads]") {
   // n = 1300 spans several row blocks (256 and 128 rows) and key chunks (1024 keys) of every blocked estimator.
-  CHECK(check_all(cases({{1300, 16, 12}}, kFullAndCausal, true), pool_invariance) >= 57);
+  CHECK(check_all(cases({{1300, 16, 12}}, kAllMasks, true), pool_invariance) >= 57);
 }
 
 TEST_CASE("conformance: float64 references agree with their float32 estimates", "[conformance]") {
-  CHECK(check_all(cases({{64, 8, 8}, {300, 16, 12}}, kFullAndCausal, true), reference_agrees) > 0);
+  CHECK(check_all(cases({{64, 8, 8}, {300, 16, 12}}, kAllMasks, true), reference_agrees) > 0);
 }
 
 TEST_CASE("conformance: no causal form lets a later token change an earlier row", "[conformance][causal][leak]") {
-  // Every variant with a causal form (`list --variants --causal`: 18) at three shapes.
-  CHECK(check_all(cases({{37, 8, 8}, {300, 16, 16}, {700, 32, 32}}, {Mask::kCausal}), no_causal_leak) >= 3 * 17);
+  // Every variant with a causal form (`list --variants --causal`: 18) at three shapes, and the window forms.
+  CHECK(check_all(cases({{37, 8, 8}, {300, 16, 16}, {700, 32, 32}}, {Mask::kCausal, Mask::kWindow}), no_causal_leak) >=
+        3 * 17);
+}
+
+TEST_CASE("conformance: decode rows equal the same rows of the whole slice, bit for bit", "[conformance][decode]") {
+  // Every variant with a decode form, under each mask of it, at awkward shapes.
+  CHECK(check_all(cases({{37, 8, 11}, {300, 16, 19}, {1100, 32, 32}}, kAllMasks, false, true), last_rows_equal) > 0);
 }
 
 TEST_CASE("conformance: stated weights reproduce the output", "[conformance][weights]") {
-  CHECK(check_all(cases({{300, 16, 12}}, kFullAndCausal, true), weights_reproduce) >= 57 + 17);
+  CHECK(check_all(cases({{300, 16, 12}}, kAllMasks, true), weights_reproduce) >= 57 + 17);
 }
 
 TEST_CASE("conformance: backward passes match central differences", "[conformance][gradients]") {
-  CHECK(check_all(cases({{12, 8, 6}}, kFullAndCausal, true), backward_matches) > 0);
+  CHECK(check_all(cases({{12, 8, 6}}, kAllMasks, true), backward_matches) > 0);
 }
 
 TEST_CASE("conformance: device versions agree with the CPU's", "[conformance][gpu]") {

@@ -21,7 +21,7 @@ void print_estimator(const EstimatorDescription& d) {
   };
   std::string per_device;
   for (const DeviceDescription& device : d.devices)
-    per_device += fmt::format(" {}: {};", device.device, forms(device.forms));
+    per_device += fmt::format(" {}: {} (decode: {});", device.device, forms(device.forms), forms(device.decode));
   fmt::print("{}\n    {}\n    docs/{}\n    canonical: {}\n    target: {}   samples knob: {}   {}\n", def.name,
              def.summary, def.page, d.spec, d.target, def.samples_knob.empty() ? "none" : def.samples_knob,
              d.random ? "random (runs --trials trials)" : "deterministic (one trial)");

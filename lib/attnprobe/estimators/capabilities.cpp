@@ -16,7 +16,7 @@ const char* device_name(Device device) { return device == Device::kCpu ? "cpu" :
 
 std::vector<std::string> Forms::names() const {
   std::vector<std::string> out;
-  for (Mask mask : {Mask::kFull, Mask::kCausal})
+  for (Mask mask : {Mask::kFull, Mask::kCausal, Mask::kWindow})
     if (has(mask)) out.push_back(mask_name(mask));
   return out;
 }

@@ -18,8 +18,8 @@ inline constexpr Device kAllDevices[] = {Device::kCpu, Device::kCuda};
 Device parse_device(const std::string& name);
 const char* device_name(Device device);
 
-/// A set of masks: the forms an estimator computes (a causal form: output row i from tokens 0..i only),
-/// or those under which it states its weights or has its backward form.
+/// A set of masks: the forms an estimator computes (a causal form: output row i from tokens 0..i only; a
+/// window form: from tokens i−W+1..i), or those under which it states its weights or has its backward form.
 class Forms {
  public:
   constexpr Forms() = default;
@@ -30,7 +30,7 @@ class Forms {
   constexpr bool empty() const { return bits_ == 0; }
   constexpr Forms operator&(Forms other) const { return from_bits(bits_ & other.bits_); }
   constexpr bool operator==(const Forms&) const = default;
-  /// The mask names, in Mask order ("full", "causal").
+  /// The mask names, in Mask order ("full", "causal", "window").
   std::vector<std::string> names() const;
 
  private:
@@ -44,6 +44,7 @@ class Forms {
 };
 inline constexpr Forms kFullOnly = {Mask::kFull};
 inline constexpr Forms kFullAndCausal = {Mask::kFull, Mask::kCausal};
+inline constexpr Forms kAllMasks = {Mask::kFull, Mask::kCausal, Mask::kWindow};
 
 /// An estimator's backward form (Estimator::backward, the gradient metrics): what the gradient is of.
 /// Gradients are compared only between an estimator and a reference of the same form.
@@ -57,8 +58,13 @@ const char* backward_name(Backward backward);
 
 struct Capabilities {
   bool random = true;       ///< draws random numbers (deterministic estimators run one trial)
-  Forms forms = kFullOnly;  ///< the masks it computes
-  Forms weights;            ///< the masks under which it states the attention weights it implies (docs/metrics.md)
+  Forms forms = kFullOnly;  ///< the masks it computes on self-attention (query row i at position i)
+  /// The masks of its decode form: query rows at positions against a longer cache of keys (decode steps, the
+  /// last rows of a slice, cross-attention under the full mask), each row computed from its own query and
+  /// the keys it sees, with the draws the whole slice would use (docs/specs.md, "Geometry"). Empty for an
+  /// estimator whose rows depend on the other query rows (landmarks or samples of queries).
+  Forms decode;
+  Forms weights;  ///< the masks under which it states the attention weights it implies (docs/metrics.md)
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 };
@@ -67,6 +73,7 @@ struct Capabilities {
 struct DeviceDeclaration {
   Device device = Device::kCuda;
   Forms forms = kFullOnly;  ///< the masks the device version computes (within the estimator's own)
+  Forms decode;             ///< the masks of its decode form there
   /// Parity with the CPU version (the conformance harness): structural outputs identical, and
   ///  - an estimator with a float64 reference: its error against it at most 2× the CPU float32 path's plus this;
   ///  - otherwise (same draws, rounding only): ‖out_device − out_cpu‖_F ≤ this·‖out_cpu‖_F.

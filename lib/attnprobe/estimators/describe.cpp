@@ -26,6 +26,7 @@ std::vector<EstimatorDescription> describe_estimators() {
     for (Device device : devices_of(*def)) {
       const DeviceDeclaration& declared = *device_declaration(*def, device);
       d.devices.push_back({device_name(device), (declared.forms & def->capabilities.forms).names(),
+                           (declared.decode & def->capabilities.decode).names(),
                            device == Device::kCpu ? 0.0 : declared.tolerance, device_compiled(device)});
     }
     out.push_back(std::move(d));
@@ -61,6 +62,7 @@ std::string estimators_json() {
     for (const DeviceDescription& device : d.devices) {
       devices.push_back(nlohmann::ordered_json{{"device", device.device},
                                                {"forms", device.forms},
+                                               {"decode", device.decode},
                                                {"tolerance", device.tolerance},
                                                {"compiled", device.compiled}});
       device_names.push_back(device.device);
@@ -81,6 +83,7 @@ std::string estimators_json() {
                                {"random", d.random},
                                {"forms", can.forms.names()},
                                {"forms_vary", d.forms_vary},
+                               {"decode", can.decode.names()},
                                {"causal", can.forms.has(Mask::kCausal)},
                                {"weights", !can.weights.empty()},
                                {"causal_weights", can.weights.has(Mask::kCausal)},
@@ -103,8 +106,9 @@ std::string forms_cell(const std::vector<std::string>& forms, bool vary) {
 
 std::string estimators_table() {
   std::string out =
-      "| estimator | family | samples knob | draws | masks | weights | backward | devices | what it is | page |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n";
+      "| estimator | family | samples knob | draws | masks | decode | weights | backward | devices | what it is | page "
+      "|\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const EstimatorDescription& d : describe_estimators()) {
     const Capabilities& can = d.capabilities;
     std::vector<std::string> devices;
@@ -113,23 +117,24 @@ std::string estimators_table() {
                                                                  : fmt::format("{} ({})", backward_name(can.backward),
                                                                                join(can.backward_forms.names(), ", "));
     // Links relative to docs/ (the tables in docs/ itself resolve them; README's point into docs/).
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
                        d.def->samples_knob.empty() ? "—" : "`" + d.def->samples_knob + "`",
                        d.random ? "random" : "deterministic", forms_cell(can.forms.names(), d.forms_vary),
-                       forms_cell(can.weights.names(), false), backward, join(devices, ", "), d.def->summary,
-                       d.def->page.empty() ? "—" : "docs/" + d.def->page);
+                       forms_cell(can.decode.names(), false), forms_cell(can.weights.names(), false), backward,
+                       join(devices, ", "), d.def->summary, d.def->page.empty() ? "—" : "docs/" + d.def->page);
   }
   return out;
 }
 
 std::string devices_table() {
-  std::string out = "| estimator | device | masks | parity with the CPU |\n|---|---|---|---|\n";
+  std::string out = "| estimator | device | masks | decode | parity with the CPU |\n|---|---|---|---|---|\n";
   for (const EstimatorDescription& d : describe_estimators())
     for (const DeviceDescription& device : d.devices) {
       if (device.device == "cpu") continue;
       const std::string parity = d.random ? fmt::format("same draws, ‖Δ‖_F ≤ {:g}·‖out‖_F", device.tolerance)
                                           : fmt::format("error ≤ 2× the CPU's + {:g}", device.tolerance);
-      out += fmt::format("| `{}` | {} | {} | {} |\n", d.def->name, device.device, join(device.forms, ", "), parity);
+      out += fmt::format("| `{}` | {} | {} | {} | {} |\n", d.def->name, device.device, forms_cell(device.forms, false),
+                         forms_cell(device.decode, false), parity);
     }
   return out;
 }

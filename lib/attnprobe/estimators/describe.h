@@ -11,10 +11,11 @@
 namespace attnprobe {
 
 struct DeviceDescription {
-  std::string device;              ///< "cpu", "cuda"
-  std::vector<std::string> forms;  ///< the masks its version computes
-  double tolerance = 0;            ///< parity with the CPU version (capabilities.h); 0 for the CPU
-  bool compiled = false;           ///< whether this build has the device's backend
+  std::string device;               ///< "cpu", "cuda"
+  std::vector<std::string> forms;   ///< the masks its version computes
+  std::vector<std::string> decode;  ///< the masks of its version's decode form
+  double tolerance = 0;             ///< parity with the CPU version (capabilities.h); 0 for the CPU
+  bool compiled = false;            ///< whether this build has the device's backend
 };
 
 struct EstimatorDescription {

@@ -167,7 +167,7 @@ std::vector<Device> devices_of(const EstimatorDef& def) {
 }
 
 const DeviceDeclaration* device_declaration(const EstimatorDef& def, Device device) {
-  static const DeviceDeclaration kCpu{Device::kCpu, kFullAndCausal, 0};
+  static const DeviceDeclaration kCpu{.device = Device::kCpu, .forms = kAllMasks, .decode = kAllMasks, .tolerance = 0};
   if (device == Device::kCpu) return &kCpu;
   for (const DeviceDeclaration& declared : def.devices)
     if (declared.device == device) return &declared;
@@ -198,31 +198,54 @@ std::vector<Device> causal_devices_of(const EstimatorDef& def) {
 
 bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal_form_on(spec.def(), device); }
 
-void require_mask_support(const Spec& spec, Mask mask, Device device) {
-  if (mask != Mask::kCausal) return;
-  if (!spec.def().capabilities.forms.has(Mask::kCausal))
+void require_form_support(const Spec& spec, Mask mask, bool decode, Device device) {
+  const char* name = mask_name(mask);
+  const Forms all = spec.def().capabilities.forms;
+  if (mask != Mask::kFull && !all.has(mask))
     throw UsageError(fmt::format(
-        "'{}' has no causal form (each of its output rows depends on later tokens), so it cannot measure causal "
-        "attention; estimators with a causal form: {}. Drop it, or measure bidirectional attention with --mask full.",
-        spec.name(), join(causal_estimators(), ", ")));
-  if (!spec.causal())
+        "'{}' has no {} form (each of its output rows depends on later tokens), so it cannot measure {} attention; "
+        "estimators with a {} form: {}. Drop it, or measure bidirectional attention with --mask full.",
+        spec.name(), name, name, name,
+        join(estimators_where([&](const Capabilities& can) { return can.forms.has(mask); }), ", ")));
+  const Capabilities can = spec.capabilities();
+  if (!can.forms.has(mask))
     throw UsageError(fmt::format(
-        "'{}' has no causal form in this configuration (`attnprobe list --variants --causal` lists the settings "
-        "that have one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, scatterbrain's "
-        "sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or --mask full.",
-        spec.canonical()));
+        "'{}' has no {} form in this configuration (`attnprobe list --variants --causal` lists the settings "
+        "that have a causal one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, "
+        "scatterbrain's sortlsh and smyrf supports sort later tokens with earlier ones); use the default settings or "
+        "--mask full.",
+        spec.canonical(), name));
+  if (decode && !can.decode.has(mask))
+    throw UsageError(fmt::format(
+        "'{}' has no decode form under the {} mask: its output rows depend on the other query rows (landmarks, "
+        "pilots or samples of the queries), so it cannot measure a few query rows against a longer cache; estimators "
+        "with one: {}. Drop it, or measure whole slices with --queries all.",
+        spec.canonical(), name,
+        join(estimators_where([&](const Capabilities& can) { return can.decode.has(mask); }), ", ")));
   // A device the estimator has no version for at all: make_estimator says so (the more useful message).
-  if (device_declaration(spec.def(), device) && !causal_on(spec, device))
+  const DeviceDeclaration* declared = device_declaration(spec.def(), device);
+  if (declared && !(decode ? declared->decode : declared->forms).has(mask))
     throw UsageError(fmt::format(
-        "'{}' has no causal form on {} yet (estimators with one there: {}); run its causal cases on the CPU "
-        "(--device cpu), or use --mask full.",
-        spec.name(), device_name(device), join(causal_estimators(device), ", ")));
+        "'{}' has no {}{} form on {} yet (estimators with one there: {}); run these cases on the CPU (--device cpu){}.",
+        spec.name(), decode ? "decode " : "", name, device_name(device),
+        join(estimators_where_on(device, mask, decode), ", "), mask == Mask::kFull ? "" : ", or use --mask full"));
 }
 
 std::vector<std::string> estimators_on(Device device) {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators())
     if (device_declaration(*def, device)) names.push_back(def->name);
+  return names;
+}
+
+std::vector<std::string> estimators_where_on(Device device, Mask mask, bool decode) {
+  std::vector<std::string> names;
+  for (const EstimatorDef* def : registered_estimators()) {
+    const DeviceDeclaration* declared = device_declaration(*def, device);
+    const Capabilities& can = def->capabilities;
+    if (declared && (decode ? can.decode & declared->decode : can.forms & declared->forms).has(mask))
+      names.push_back(def->name);
+  }
   return names;
 }
 
@@ -385,7 +408,8 @@ std::vector<std::string> Spec::values() const {
 
 Capabilities Spec::capabilities() const {
   Capabilities capabilities = def_->capabilities_for ? def_->capabilities_for(*this) : def_->capabilities;
-  // Weights and gradients exist only under the masks the setting computes.
+  // Decode forms, weights and gradients exist only under the masks the setting computes.
+  capabilities.decode = capabilities.decode & capabilities.forms;
   capabilities.weights = capabilities.weights & capabilities.forms;
   capabilities.backward_forms = capabilities.backward_forms & capabilities.forms;
   return capabilities;

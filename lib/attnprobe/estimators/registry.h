@@ -171,13 +171,19 @@ std::vector<std::string> causal_estimators(Device device = Device::kCpu);
 /// Whether this configuration has a causal form on `device`: Spec::causal(), and on a device other
 /// than the CPU, a version there declared with the causal form.
 bool causal_on(const Spec& spec, Device device);
-/// UsageError (exit 2) unless `spec` can run under `mask` on `device`: under a causal mask only
-/// configurations with a causal form on that device (causal_on). The message names the estimators that can.
-/// A device whose backend this build lacks is left to make_estimator's message.
-void require_mask_support(const Spec& spec, Mask mask, Device device = Device::kCpu);
+/// UsageError (exit 2) unless `spec` can run under `mask` on `device`, with its decode form when `decode`
+/// (query rows at positions against a longer cache). The message names the estimators that can. A device the
+/// estimator has no version for is left to make_estimator's message.
+void require_form_support(const Spec& spec, Mask mask, bool decode, Device device = Device::kCpu);
+/// require_form_support for self-attention.
+inline void require_mask_support(const Spec& spec, Mask mask, Device device = Device::kCpu) {
+  require_form_support(spec, mask, false, device);
+}
 
 /// The names of the estimators whose capabilities (declared, not per setting) satisfy `has`, in `list` order.
 std::vector<std::string> estimators_where(const std::function<bool(const Capabilities&)>& has);
+/// The names of the estimators with a form for `mask` (their decode form when `decode`) on `device`.
+std::vector<std::string> estimators_where_on(Device device, Mask mask, bool decode);
 
 /// All registered estimators, by family then name.
 std::vector<const EstimatorDef*> registered_estimators();

@@ -78,6 +78,30 @@ HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD 
   return view;
 }
 
+HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
+  HeadView view = make_head_view(like.id, like.scale, std::move(q), std::move(k), std::move(v), like.mask);
+  view.window = like.window;
+  view.first_position = like.first_position;
+  view.positions = like.positions;
+  return view;
+}
+
+HeadView last_rows(const HeadView& whole, int64_t rows) {
+  HeadView view;
+  view.id = whole.id;
+  view.scale = whole.scale;
+  view.mask = whole.mask;
+  view.window = whole.window;
+  view.first_position = whole.first_position + whole.n() - rows;
+  view.q = whole.q.bottomRows(rows);
+  view.qf = whole.qf.bottomRows(rows);
+  view.k = whole.k;
+  view.kf = whole.kf;
+  view.v = whole.v;
+  view.vf = whole.vf;
+  return view;
+}
+
 std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale) {
   constexpr double kMaxRowNorm = 1e18, kMaxScore = 1e30;  // float32 holds 3.4e38
   auto norm_bound = [](const MatrixD& m) {

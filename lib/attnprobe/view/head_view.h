@@ -43,6 +43,13 @@ struct HeadView {
 /// Builds a view from float64 matrices (fills the float32 copies): self-attention under `mask`.
 HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD v, Mask mask = Mask::kFull);
 
+/// A view of other data with the geometry of `like` (its id, scale, mask, window and query positions).
+HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v);
+
+/// The last `rows` query rows of a self-attention view against all of its keys: rows at positions
+/// keys − rows..keys − 1 (a decode step of `rows` queries with the slice as its cache), same mask.
+HeadView last_rows(const HeadView& whole, int64_t rows);
+
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
 /// s·q·k and their exponentials) and turn every metric into NaN. "" when q, k, v and scale stay within
 /// a row norm of 1e18 and a score s·|q|·|k| of 1e30; else what exceeds them, with the figures and the

@@ -32,23 +32,23 @@ MatrixD segment_means(const MatrixD& x, const std::vector<Segment>& segments, Th
 MatrixD segment_means(const MatrixF& x, const std::vector<Segment>& segments, ThreadPool* pool = nullptr,
                       VectorD* row_squared_norms = nullptr);
 
-/// Every row of out (resized to v's shape) = the mean of v's rows: uniform attention, the one-segment
-/// landmark (vmean's estimate and reference, Informer's lazy rows). The mean is summed in float64 along
-/// contiguous rows (a float sum over thousands of rows loses ~1e-5 relative; colwise().mean() strided
-/// down each column; add_rows_f64 for float32 values) in sum_row_groups' fixed groups, then each row of
-/// out is written once, in blocks on the pool (zeroing out and adding the mean wrote it twice; replicate()
-/// stored one element at a time).
+/// Every row of out (resized to rows × v.cols(); rows < 0: v.rows()) = the mean of v's rows: uniform
+/// attention over every key, the one-segment landmark (vmean's estimate and reference, Informer's lazy rows).
+/// The mean is summed in float64 along contiguous rows (a float sum over thousands of rows loses ~1e-5
+/// relative; colwise().mean() strided down each column; add_rows_f64 for float32 values) in sum_row_groups'
+/// fixed groups, then each row of out is written once, in blocks on the pool (zeroing out and adding the mean
+/// wrote it twice; replicate() stored one element at a time).
 template <class Values, class Out>
-void mean_rows(const Values& v, Out& out, ThreadPool* pool = nullptr) {
-  const int64_t n = v.rows();
+void mean_rows(const Values& v, Out& out, ThreadPool* pool = nullptr, int64_t rows = -1) {
+  const int64_t keys = v.rows(), n = rows < 0 ? keys : rows;
   const RowVectorD sum = sum_row_groups<RowVectorD>(
-      pool, n, RowVectorD::Zero(v.cols()), [&](int64_t begin, int64_t end, RowVectorD& part) {
+      pool, keys, RowVectorD::Zero(v.cols()), [&](int64_t begin, int64_t end, RowVectorD& part) {
         if constexpr (std::is_same_v<typename Values::Scalar, float>)
           add_rows_f64(v.row(begin).data(), v.outerStride(), end - begin, v.cols(), part.data());
         else
           for (int64_t i = begin; i < end; ++i) part += v.row(i);
       });
-  const auto mean = (sum / static_cast<double>(n)).template cast<typename Out::Scalar>().eval();
+  const auto mean = (sum / static_cast<double>(keys)).template cast<typename Out::Scalar>().eval();
   out.resize(n, v.cols());
   constexpr int64_t kFillRows = 1024;
   for_each_index(pool, (n + kFillRows - 1) / kFillRows, [&](int64_t b) {

@@ -11,10 +11,10 @@ namespace {
 class SoftmaxEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.mask);
+    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
-    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.mask);
+    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.geometry());
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
@@ -25,7 +25,7 @@ class SoftmaxEstimator final : public Estimator {
     out.pair_fraction = 1.0;
     for (int64_t r0 = 0; r0 < n; r0 += kBackwardRows) {
       const int64_t rows = std::min(kBackwardRows, n - r0);
-      const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);  // rows × keys
+      const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());  // rows × keys
       const auto g = upstream.middleRows(r0, rows);
       MatrixD ds = g * view.v.transpose();  // dA, then dS
       const VectorD centre = (a.array() * ds.array()).rowwise().sum();
@@ -38,7 +38,7 @@ class SoftmaxEstimator final : public Estimator {
 
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
     return [&view](int64_t r0, int64_t rows) {
-      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
+      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
     };
   }
   // backward(): A and dS of a row block (kBackwardRows × n each) and the gradients, float64.
@@ -58,10 +58,11 @@ class SoftmaxEstimator final : public Estimator {
     .summary = "exact attention softmax(s*Q*K^T)*V (float32 blocked; float64 as a reference)",
     .page = "estimators/exact.md",
     .capabilities = {.random = false,
-                     .forms = kFullAndCausal,
-                     .weights = kFullAndCausal,
+                     .forms = kAllMasks,
+                     .decode = kAllMasks,
+                     .weights = kAllMasks,
                      .backward = Backward::kOut,
-                     .backward_forms = kFullAndCausal},
+                     .backward_forms = kAllMasks},
     .target = [](const SoftmaxParams&) { return std::string("softmax"); },
     // The tensor-core kernel with each product split into three TF32 ones (tf32x3): fp32-level error.
     .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},

@@ -6,6 +6,8 @@
 // Backward (float64, blocks of 256 query rows, never n × n): with A = softmax(s·QKᵀ) and L = ⟨G, A·V⟩,
 //   dA = G·Vᵀ,  dS = A ⊙ (dA − rowsum(A ⊙ dA)),  ∇_Q = s·dS·K,  ∇_V = Aᵀ·G;
 // causal: A the masked softmax, whose zeros above the diagonal keep dS and Aᵀ·G there at 0.
+// Window and decode forms: the same with the rows' geometry (view/mask.h): query rows at positions against a
+// longer cache, each seeing keys 0..t (causal), t−W+1..t (window:W) or all (full).
 #include "attnprobe/estimators/param_set.h"
 
 namespace attnprobe {

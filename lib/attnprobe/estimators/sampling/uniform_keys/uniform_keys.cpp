@@ -39,20 +39,19 @@ class UniformKeys final : public Estimator {
   explicit UniformKeys(UniformKeysParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const int64_t n = view.n(), keys = view.k.rows(), pv = view.pv();
+    const int64_t n = view.n(), pv = view.pv();
     const RandomStream stream(ctx.key, Purpose::kColumnSample);
     const float scale = static_cast<float>(view.scale);
     out.setZero(n, pv);
     for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
       thread_local Eigen::VectorXf logits;
-      for (int64_t t = block * kRowBlock; t < std::min(n, (block + 1) * kRowBlock); ++t) {
-        const std::vector<int64_t> sample =
-            uniform_keys_sample(visible_keys(t, keys, view.mask), params_.budget, stream, t);
+      for (int64_t i = block * kRowBlock; i < std::min(n, (block + 1) * kRowBlock); ++i) {
+        const std::vector<int64_t> sample = visible_sample(view, i, params_.budget, stream);
         if (sample.empty()) continue;  // the zero row
         logits.resize(static_cast<int64_t>(sample.size()));
-        for (size_t r = 0; r < sample.size(); ++r) logits(r) = scale * view.qf.row(t).dot(view.kf.row(sample[r]));
+        for (size_t r = 0; r < sample.size(); ++r) logits(r) = scale * view.qf.row(i).dot(view.kf.row(sample[r]));
         logits = (logits.array() - logits.maxCoeff()).exp();
-        auto row = out.row(t);
+        auto row = out.row(i);
         for (size_t r = 0; r < sample.size(); ++r) row += logits(r) * view.vf.row(sample[r]);
         row /= logits.sum();
       }
@@ -61,13 +60,12 @@ class UniformKeys final : public Estimator {
 
   // Â_tj = e^{ℓ_j} / Σ_{S_t} e^{ℓ} on S_t (π_t cancels), 0 elsewhere, in float64 from the same samples.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
-    return [&view, stream = RandomStream(ctx.key, Purpose::kColumnSample), budget = params_.budget](int64_t r0,
+    return [&view, budget = params_.budget, stream = RandomStream(ctx.key, Purpose::kColumnSample)](int64_t r0,
                                                                                                     int64_t rows) {
       MatrixD w = MatrixD::Zero(rows, view.k.rows());
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t t = r0 + i;
-        const std::vector<int64_t> sample =
-            uniform_keys_sample(visible_keys(t, view.k.rows(), view.mask), budget, stream, t);
+        const std::vector<int64_t> sample = visible_sample(view, t, budget, stream);
         if (sample.empty()) continue;
         double top = -INFINITY;
         for (const int64_t j : sample) top = std::max(top, view.scale * view.q.row(t).dot(view.k.row(j)));
@@ -85,6 +83,16 @@ class UniformKeys final : public Estimator {
   }
 
  private:
+  // Row i's sample among the keys it sees, drawn at its absolute position (so a row draws the same keys
+  // whichever rows are evaluated with it).
+  static std::vector<int64_t> visible_sample(const HeadView& view, int64_t i, int64_t budget,
+                                             const RandomStream& stream) {
+    const KeyRange seen = view.visible(i);
+    std::vector<int64_t> sample = uniform_keys_sample(seen.size(), budget, stream, view.position(i));
+    for (int64_t& j : sample) j += seen.begin;
+    return sample;
+  }
+
   UniformKeysParams params_;
   static constexpr int64_t kRowBlock = 64;  ///< rows per task on the pool
 };
@@ -98,7 +106,7 @@ class UniformKeys final : public Estimator {
     .params = ParamSet<UniformKeysParams>().integer("b", &UniformKeysParams::budget, 1, 1 << 24,
                                                     "keys kept per row in expectation (b >= keys: exact)"),
     .samples_knob = "b",
-    .capabilities = {.random = true, .forms = kFullAndCausal, .weights = kFullAndCausal},
+    .capabilities = {.random = true, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks},
     .make = [](const UniformKeysParams& params) { return std::make_unique<UniformKeys>(params); },
 });
 

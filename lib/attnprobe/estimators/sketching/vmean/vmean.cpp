@@ -11,15 +11,15 @@ namespace {
 class VMeanEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    if (view.mask == Mask::kCausal) return prefix_means(view.vf, out);
-    mean_rows(view.vf, out, ctx.pool);
+    if (view.mask == Mask::kFull) return mean_rows(view.vf, out, ctx.pool, view.n());
+    visible_means(view, view.vf, out);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool*) const override {
     MatrixD out;
-    if (view.mask == Mask::kCausal)
-      prefix_means(view.v, out);
+    if (view.mask == Mask::kFull)
+      mean_rows(view.v, out, nullptr, view.n());
     else
-      mean_rows(view.v, out);
+      visible_means(view, view.v, out);
     return out;
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -38,13 +38,13 @@ class VMeanEstimator final : public Estimator {
     out.v = (upstream.colwise().sum() / static_cast<double>(view.k.rows())).replicate(view.k.rows(), 1);
     return out;
   }
-  // Uniform attention: Â_ij = 1/keys (causal: 1/(i+1) for j ≤ i).
+  // Uniform attention over the keys row i sees: Â_ij = 1/|V_i| on V_i (full: every key).
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
-    return [keys = view.v.rows(), mask = view.mask](int64_t r0, int64_t rows) {
-      MatrixD w = MatrixD::Zero(rows, keys);
+    return [&view](int64_t r0, int64_t rows) {
+      MatrixD w = MatrixD::Zero(rows, view.keys());
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t seen = mask == Mask::kCausal ? std::min(r0 + i + 1, keys) : keys;
-        w.row(i).head(seen).setConstant(1.0 / static_cast<double>(seen));
+        const KeyRange seen = view.visible(r0 + i);
+        w.row(i).segment(seen.begin, seen.size()).setConstant(1.0 / static_cast<double>(seen.size()));
       }
       return w;
     };
@@ -54,15 +54,23 @@ class VMeanEstimator final : public Estimator {
   double flops(int64_t n, int64_t, int64_t pv) const override { return static_cast<double>(n) * pv; }
 
  private:
-  // Row i of out: the mean of rows 0..i of v (n × pv), one pass with the running sum in float64
-  // (no n × pv temporary), in token order; for the float32 estimate and the float64 reference alike.
+  // Row i of out: the mean of the values row i sees, summed in float64 in key order from the first one (no
+  // n × pv temporary), for the float32 estimate and the float64 reference alike. Causal rows at consecutive
+  // positions share one running sum from key 0, so a row's sum is the same additions whichever rows are
+  // evaluated; a window row sums its own window.
   template <class Values, class Out>
-  static void prefix_means(const Values& v, Out& out) {
-    out.resize(v.rows(), v.cols());
+  static void visible_means(const HeadView& view, const Values& v, Out& out) {
+    out.resize(view.n(), v.cols());
     RowVectorD sum = RowVectorD::Zero(v.cols());
-    for (int64_t i = 0; i < v.rows(); ++i) {
-      sum += v.row(i).template cast<double>();
-      out.row(i) = (sum / static_cast<double>(i + 1)).template cast<typename Out::Scalar>();
+    int64_t next = 0;  // the running sum holds keys 0..next − 1
+    for (int64_t i = 0; i < view.n(); ++i) {
+      const KeyRange seen = view.visible(i);
+      if (view.mask == Mask::kWindow) {
+        sum.setZero();
+        next = seen.begin;
+      }
+      for (; next < seen.end; ++next) sum += v.row(next).template cast<double>();
+      out.row(i) = (sum / static_cast<double>(seen.size())).template cast<typename Out::Scalar>();
     }
   }
 };
@@ -73,8 +81,9 @@ class VMeanEstimator final : public Estimator {
     .summary = "rank-one baseline: every output row is the mean of V (uniform attention)",
     .page = "estimators/sketching.md",
     .capabilities = {.random = false,
-                     .forms = kFullAndCausal,
-                     .weights = kFullAndCausal,
+                     .forms = kAllMasks,
+                     .decode = kAllMasks,
+                     .weights = kAllMasks,
                      .backward = Backward::kOut,
                      .backward_forms = kFullAndCausal},
     .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},
