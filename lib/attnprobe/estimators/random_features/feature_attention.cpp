@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attnprobe/common/prefetch.h"
+#include "attnprobe/estimators/common/decode_blocks.h"
 #include "attnprobe/exact/tile_product.h"
 
 namespace attnprobe {
@@ -66,7 +67,7 @@ RowVectorF column_max(const MatrixF& x, const NextBlock& ahead) {
 }  // namespace
 
 void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q, const MatrixF& k, const MatrixF& v,
-                                ThreadPool* pool, MatrixF& out) {
+                                ThreadPool* pool, MatrixF& out, int64_t first_position) {
   const int64_t n = q.rows(), keys = k.rows(), pv = v.cols(), m = map.key_t.cols();
   const bool offsets = map.offsets.size() > 0;
 
@@ -128,17 +129,32 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
   // The queries carry the keys' shift (and c_m); each row's own maximum is taken out.
   if (offsets) shift += map.offsets;
 
+  // Query blocks of kRowBlock absolute positions, a first one that starts inside one led by zero rows
+  // (decode_blocks.h): block b holds rows [starts[b], starts[b + 1]).
+  std::vector<int64_t> starts{0};
+  for (int64_t i = 0; i < n;) starts.push_back(i += aligned_block(first_position + i, n - i, kRowBlock).rows);
   out.resize(n, pv);
-  for_each_index(pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
-    const int64_t i0 = b * kRowBlock, rows = std::min(kRowBlock, n - i0);
+  for_each_index(pool, static_cast<int64_t>(starts.size()) - 1, [&](int64_t b) {
+    const int64_t i0 = starts[b], rows = starts[b + 1] - i0, next = std::min(kRowBlock, n - i0 - rows);
+    const int64_t lead = b == 0 ? aligned_block(first_position, n, kRowBlock).lead : 0;
     MatrixF& logits = workspace().logits;
-    tile_product(q.middleRows(i0, rows), map.query_t, logits);  // rows × M
+    if (lead == 0)
+      tile_product(q.middleRows(i0, rows), map.query_t, logits);  // rows × M
+    else
+      tile_product(with_lead(q, i0, rows, lead), map.query_t, logits);
     logits.rowwise() += shift;
     // Evaluated first (the update below aliases), with the next block's queries and output rows asked for.
-    logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, std::min(kRowBlock, n - i0 - rows)));
+    logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, next));
     logits = logits.array().exp();
-    tile_product_assign(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
-    out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
+    if (lead == 0) {
+      tile_product_assign(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
+      out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();
+      return;
+    }
+    MatrixF led(lead + rows, pv);
+    tile_product_assign(logits.data(), m, lead + rows, m, kv_f.data(), pv, pv, led.data(), pv);
+    led.array().colwise() /= (logits * key_sum_f).array();
+    out.middleRows(i0, rows) = led.bottomRows(rows);
   });
 }
 

@@ -22,9 +22,11 @@ struct PositiveFeatureMapF {
   float key_square_weight = 0;    ///< h when it is one number (Performer's s/2): h·‖k‖²
 };
 
-/// out (resized to n × pv) for queries q (n × p), keys k (keys × p), values v (keys × pv).
+/// out (resized to n × pv) for queries q (n × p), keys k (keys × p), values v (keys × pv). Query row i is at
+/// position first_position + i (self-attention: 0): rows are blocked by absolute position, so the last rows
+/// of a slice evaluated alone get the very bits of the whole slice's (a decode step).
 void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q, const MatrixF& k, const MatrixF& v,
-                                ThreadPool* pool, MatrixF& out);
+                                ThreadPool* pool, MatrixF& out, int64_t first_position = 0);
 
 /// Bytes positive_feature_attention holds beyond its inputs and output, for M features and pv columns.
 double positive_feature_attention_bytes(int64_t features, int64_t p, int64_t pv);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/decode_blocks.h"
 #include "attnprobe/estimators/random_features/feature_attention.h"
 #include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
@@ -24,7 +25,7 @@ class Performer final : public Estimator {
                       .transpose();
     map.key_t = map.query_t;
     map.key_square_weight = static_cast<float>(0.5 * view.scale);
-    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out);
+    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out, view.first_position);
   }
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -82,13 +83,13 @@ class Performer final : public Estimator {
     MatrixD log_k = log_features(root_scale * view.k, omegas);                      // keys × M
     const RowVectorD shift = log_k.colwise().maxCoeff();
     MatrixD key_features = (log_k.rowwise() - shift).array().exp();
-    return [log_q = std::move(log_q), log_k = std::move(log_k), shift, key_features = std::move(key_features)](
+    return [&view, log_q = std::move(log_q), log_k = std::move(log_k), shift, key_features = std::move(key_features)](
                int64_t r0, int64_t rows) {
       MatrixD a = log_q.middleRows(r0, rows).rowwise() + shift;  // rows × M
       for (int64_t i = 0; i < rows; ++i) a.row(i).array() = (a.row(i).array() - a.row(i).maxCoeff()).exp();
       MatrixD w = a * key_features.transpose();  // rows × keys
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r0 + r, seen = std::min<int64_t>(i + 1, w.cols());
+        const int64_t i = r0 + r, seen = view.visible(i).end;
         w.row(r).tail(w.cols() - seen).setZero();
         double total = w.row(r).sum();
         if (!(total > 0) || !std::isfinite(total)) {  // underflowed: log φ(q_i)·φ(k_j) = logsumexp_f(…)
@@ -124,25 +125,34 @@ class Performer final : public Estimator {
   // a 1 and cannot underflow, and nothing a later token brings touches an earlier row. Query i weighs
   // feature m by exp(log ξ(q_i, ω_m) + c_m − max_m′(…)), so its denominator is ≥ 1. The ω are the
   // full form's (drawn from the key alone, independent of n), so row i equals the full estimate of
-  // the prefix 0..i (tested). O(n·M·(p + pv)) time, O(256·M + M·pv) memory.
+  // the prefix 0..i (tested). Rows at positions t (a decode step: the last rows against the whole cache)
+  // run the same sums from key 0, and keys and queries are formed in blocks aligned to absolute positions,
+  // so a row's bits do not depend on which rows are evaluated. O(keys·M·(p + pv)) time, O(256·M + M·pv)
+  // memory.
   void estimate_causal(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
-    const int64_t n = view.n(), pv = view.pv();
+    const int64_t n = view.n(), keys = view.keys(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
     const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
     CausalFeatureSums sums(features_, pv);
     RowVectorD weights(features_);
+    MatrixD log_k;     // the log-features of the key block holding key `next`
+    int64_t next = 0;  // the sums hold keys 0..next − 1
     out.resize(n, pv);
-    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, n - r0);
-      const MatrixD log_k = log_features(root_scale * view.k.middleRows(r0, rows), omegas);  // rows × M
-      const MatrixD log_q = log_features(root_scale * view.q.middleRows(r0, rows), omegas);
+    for (int64_t r0 = 0; r0 < n;) {
+      const auto [rows, lead] = aligned_block(view.position(r0), n - r0, kRowBlock);               // decode_blocks.h
+      const MatrixD log_q = log_features(root_scale * with_lead(view.q, r0, rows, lead), omegas);  // lead + rows × M
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r0 + r;
-        sums.add(log_k.row(r), view.v.row(i));
-        weights = log_q.row(r) + sums.shift;
+        for (const int64_t seen = view.visible(i).end; next < seen; ++next) {
+          if (next % kRowBlock == 0)
+            log_k = log_features(root_scale * view.k.middleRows(next, std::min(kRowBlock, keys - next)), omegas);
+          sums.add(log_k.row(next % kRowBlock), view.v.row(next));
+        }
+        weights = log_q.row(lead + r) + sums.shift;
         weights = (weights.array() - weights.maxCoeff()).exp();
         out.row(i) = (weights * sums.kv / weights.dot(sums.z)).cast<float>();
       }
+      r0 += rows;
     }
   }
 
@@ -229,6 +239,7 @@ class Performer final : public Estimator {
     .samples_knob = "M",
     .capabilities = {.random = true,
                      .forms = kFullAndCausal,
+                     .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
                      .backward = Backward::kOut,
                      .backward_forms = kFullAndCausal},

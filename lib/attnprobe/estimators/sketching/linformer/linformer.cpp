@@ -67,17 +67,18 @@ class Linformer final : public Estimator {
     MatrixF k_proj, v_proj;  // d × p, d × pv
     project_keys_values(view.kf, view.vf, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection),
                         params_.d, ctx.pool, k_proj, v_proj);
-    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool);
+    // The query rows' geometry keeps their blocks at their absolute positions (the same bits for any rows).
+    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
   }
 
-  // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × n): row i is a mixture of E's rows,
+  // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × keys): row i is a mixture of E's rows,
   // summing to Σ_r P_ir·Σ_j E_rj, not one, with entries of either sign (E is Gaussian). Float64 from the same
   // E. Setup O(d·n·p); O(rows·d·(p + n)) per block.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
     require_usage(view.mask == Mask::kFull, "linformer has no causal form");
     MatrixD e =
-        gaussian_matrix(params_.d, view.n(), params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection))
-            .cast<double>();      // d × n
+        gaussian_matrix(params_.d, view.keys(), params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection))
+            .cast<double>();      // d × keys
     MatrixD k_proj = e * view.k;  // d × p
     return [&view, e = std::move(e), k_proj = std::move(k_proj)](int64_t r0, int64_t rows) {
       MatrixD p = view.scale * (view.q.middleRows(r0, rows) * k_proj.transpose());  // rows × d
@@ -113,7 +114,7 @@ class Linformer final : public Estimator {
                   .real("std", &LinformerParams::stddev, 0, 1e6,
                         "std of E's entries; 0 = 1/sqrt(d) (JL), 0.02 = reference code"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true, .decode = kFullOnly, .weights = kFullOnly},
     // Its attention over the projected keys runs on the tf32x3 kernel: observed ≤ 1.2e-6 (H100, seed 12345).
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection

@@ -13,21 +13,21 @@ class LinformerJlt final : public Estimator {
   explicit LinformerJlt(LinformerJltParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    // S is n × d: row j of S is row j of the stream, scaled by 1/√d.
+    // S is keys × d: row j of S is row j of the stream, scaled by 1/√d.
     const MatrixF s =
-        gaussian_matrix(view.n(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection));
-    const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, n × pv
-    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out, ctx.pool);
+        gaussian_matrix(view.keys(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection));
+    const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, keys × pv
+    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
   }
 
   // out = A·S·Sᵀ·V, so Â = A·S·Sᵀ (rows × n) with A the exact softmax: unbiased for A entry by entry, rows
   // summing to A_i·S·Sᵀ·1 ≠ 1, entries of either sign. Float64 from the same S. O(rows·n·(p + d)) per block.
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
     require_usage(view.mask == Mask::kFull, "linformer-jlt has no causal form");
-    MatrixD s = gaussian_matrix(view.n(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection))
-                    .cast<double>();  // n × d
+    MatrixD s = gaussian_matrix(view.keys(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection))
+                    .cast<double>();  // keys × d
     return [&view, s = std::move(s)](int64_t r0, int64_t rows) {
-      return MatrixD((attention_rows_f64(view.q, view.k, view.scale, r0, rows) * s) * s.transpose());
+      return MatrixD((attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry()) * s) * s.transpose());
     };
   }
 
@@ -54,7 +54,7 @@ class LinformerJlt final : public Estimator {
     .params = ParamSet<LinformerJltParams>().integer("d", &LinformerJltParams::d, 1, 1 << 20,
                                                      "sketch width (S is n x d, entries N(0, 1/d))"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true, .decode = kFullOnly, .weights = kFullOnly},
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     .make = [](const LinformerJltParams& params) { return std::make_unique<LinformerJlt>(params); },
 });

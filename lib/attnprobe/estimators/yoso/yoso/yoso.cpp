@@ -60,11 +60,12 @@ class YosoSampling final : public Estimator {
         auto read_query = [&](int64_t i) {
           for (int g = 0; g < g_count; ++g) y.row(i) += tables.row(g * buckets + query_codes[i * m_ + f0 + g]);
         };
-        if (view.mask == Mask::kCausal) {  // prefix bucket sums: query i reads the tables of keys 0..i
+        if (view.mask == Mask::kCausal) {  // prefix bucket sums: query i reads the tables of keys 0..t_i
           tables.topRows(static_cast<int64_t>(g_count) * buckets).setZero();
           if (f0 == 0) y.setZero();
+          int64_t next = 0;  // the tables hold keys 0..next − 1
           for (int64_t i = 0; i < n; ++i) {
-            add_key(i);
+            for (const int64_t seen = view.visible(i).end; next < seen; ++next) add_key(next);
             read_query(i);
           }
         } else {
@@ -97,14 +98,17 @@ class YosoSampling final : public Estimator {
     } else if (view.mask == Mask::kCausal) {
       // Large τ, causal: per hash, the buckets met so far in a map (code → row of running sums).
       std::unordered_map<uint32_t, int64_t> slot;
-      MatrixF sums(n, pv);
+      MatrixF sums(keys, pv);
       y.setZero();
       for (int f = 0; f < m_; ++f) {
         slot.clear();
+        int64_t next = 0;  // the sums hold keys 0..next − 1
         for (int64_t i = 0; i < n; ++i) {
-          const auto [it, inserted] = slot.try_emplace(key_codes[i * m_ + f], static_cast<int64_t>(slot.size()));
-          if (inserted) sums.row(it->second).setZero();
-          sums.row(it->second) += view.vf.row(i);
+          for (const int64_t seen = view.visible(i).end; next < seen; ++next) {
+            const auto [it, inserted] = slot.try_emplace(key_codes[next * m_ + f], static_cast<int64_t>(slot.size()));
+            if (inserted) sums.row(it->second).setZero();
+            sums.row(it->second) += view.vf.row(next);
+          }
           if (const auto hit = slot.find(query_codes[i * m_ + f]); hit != slot.end()) y.row(i) += sums.row(hit->second);
         }
       }
@@ -181,7 +185,7 @@ class YosoSampling final : public Estimator {
           const auto [lo, hi] = std::equal_range(first, first + keys, query_codes[(r0 + i) * m + f]);
           for (auto it = lo; it != hi; ++it) w(i, sorted_keys[it - sorted_codes.begin()]) += 1.0;
         }
-      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(keys - visible_keys(r0 + i, keys, view.mask)).setZero();
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(keys - view.visible(r0 + i).end).setZero();
       w /= static_cast<double>(m);
       if (normalize) {
         const VectorD norms = (w * view.v).rowwise().norm();
@@ -253,13 +257,18 @@ class YosoSampling final : public Estimator {
     .samples_knob = "m",
     .capabilities = {.random = true,
                      .forms = kFullAndCausal,
+                     .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
                      .backward = Backward::kYoso,
                      .backward_forms = kFullAndCausal},
-    // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
+    // input=lift divides by the largest norm of the whole sequence: a later token changes row i, and any
+    // other query row changes every row (no decode form).
     .narrow =
         [](const YosoParams& params, Capabilities& can) {
-          if (params.lift) can.forms = kFullOnly;
+          if (params.lift) {
+            can.forms = kFullOnly;
+            can.decode = {};
+          }
         },
     .target =
         [](const YosoParams& params) {

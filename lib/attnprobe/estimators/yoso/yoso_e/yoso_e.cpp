@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/decode_blocks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/yoso/lsh.h"
 #include "attnprobe/estimators/yoso/yoso_backward.h"
@@ -55,26 +56,33 @@ class YosoExpectation final : public Estimator {
     yoso_inputs(view.q, view.k, lift_, q_hat, k_hat);
     const MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
     out.resize(n, view.pv());
-    MatrixF weights(kRowBlock, keys);
+    MatrixF weights(kRowBlock, keys), led_q, led_out;
     const float inv_pi = static_cast<float>(1.0 / std::numbers::pi);
-    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, n - r0);
-      // Causal: the block reads keys up to its last query only, and W_ij = 0 for j > i.
-      const int64_t cols = visible_keys(r0 + rows - 1, keys, view.mask);
-      Eigen::Map<MatrixF> w(weights.data(), rows, cols);
-      gemm_abt(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(q.cols()), 1.0f,
-               q.data() + r0 * q.cols(), static_cast<int>(q.cols()), k.data(), static_cast<int>(k.cols()), 0.0f,
-               w.data(), static_cast<int>(cols));
+    // Blocks at absolute positions, a first one that starts inside one led by zero rows (decode_blocks.h), so
+    // that rows evaluated alone get the whole slice's bits.
+    for (int64_t r0 = 0; r0 < n;) {
+      const auto [rows, lead] = aligned_block(view.position(r0), n - r0, kRowBlock);
+      if (lead > 0) led_q = with_lead(q, r0, rows, lead);
+      const int64_t computed = lead + rows;
+      // Causal: the block reads keys up to its last query only, and W_ij = 0 for j > t_i.
+      const int64_t cols = view.visible(r0 + rows - 1).end;
+      Eigen::Map<MatrixF> w(weights.data(), computed, cols);
+      gemm_abt(static_cast<int>(computed), static_cast<int>(cols), static_cast<int>(q.cols()), 1.0f,
+               lead > 0 ? led_q.data() : q.data() + r0 * q.cols(), static_cast<int>(q.cols()), k.data(),
+               static_cast<int>(k.cols()), 0.0f, w.data(), static_cast<int>(cols));
       float* data = w.data();
-      for (int64_t e = 0; e < rows * cols; ++e) {
+      for (int64_t e = 0; e < computed * cols; ++e) {
         const float c = std::clamp(data[e], -1.0f, 1.0f);
         data[e] = integer_power(1.0f - fast_acos(c) * inv_pi, tau_);
       }
       if (view.mask == Mask::kCausal)
-        for (int64_t i = 0; i < rows; ++i) w.row(i).tail(cols - visible_keys(r0 + i, cols, view.mask)).setZero();
-      gemm_ab(static_cast<int>(rows), static_cast<int>(view.pv()), static_cast<int>(cols), 1.0f, w.data(),
-              static_cast<int>(cols), view.vf.data(), static_cast<int>(view.pv()), 0.0f, out.data() + r0 * view.pv(),
-              static_cast<int>(view.pv()));
+        for (int64_t i = 0; i < rows; ++i) w.row(lead + i).tail(cols - view.visible(r0 + i).end).setZero();
+      if (lead > 0) led_out.resize(computed, view.pv());
+      gemm_ab(static_cast<int>(computed), static_cast<int>(view.pv()), static_cast<int>(cols), 1.0f, w.data(),
+              static_cast<int>(cols), view.vf.data(), static_cast<int>(view.pv()), 0.0f,
+              lead > 0 ? led_out.data() : out.data() + r0 * view.pv(), static_cast<int>(view.pv()));
+      if (lead > 0) out.middleRows(r0, rows) = led_out.bottomRows(rows);
+      r0 += rows;
     }
     for (int64_t i = 0; i < n; ++i) {
       const float norm = out.row(i).norm();
@@ -90,11 +98,11 @@ class YosoExpectation final : public Estimator {
     MatrixD y(view.n(), view.pv());
     for (int64_t r0 = 0; r0 < view.n(); r0 += kRowBlock * 2) {
       const int64_t rows = std::min(kRowBlock * 2, view.n() - r0);
-      const int64_t cols = visible_keys(r0 + rows - 1, k.rows(), view.mask);
+      const int64_t cols = view.visible(r0 + rows - 1).end;
       MatrixD w = (q.middleRows(r0, rows) * k.topRows(cols).transpose()).unaryExpr([&](double c) {
         return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau_);
       });
-      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(cols - visible_keys(r0 + i, cols, view.mask)).setZero();
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(cols - view.visible(r0 + i).end).setZero();
       y.middleRows(r0, rows).noalias() = w * view.v.topRows(cols);
     }
     return normalize_rows(y);
@@ -118,7 +126,7 @@ class YosoExpectation final : public Estimator {
       MatrixD w = (q.middleRows(r0, rows) * k.transpose()).unaryExpr([&](double c) {
         return integer_power(1.0 - std::acos(std::clamp(c, -1.0, 1.0)) / std::numbers::pi, tau);
       });
-      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(w.cols() - visible_keys(r0 + i, w.cols(), view.mask)).setZero();
+      for (int64_t i = 0; i < rows; ++i) w.row(i).tail(w.cols() - view.visible(r0 + i).end).setZero();
       const VectorD norms = (w * view.v).rowwise().norm();
       for (int64_t i = 0; i < rows; ++i)
         if (norms(i) > 0) w.row(i) /= norms(i);
@@ -152,13 +160,18 @@ class YosoExpectation final : public Estimator {
                           "backward pass: the exact gradient, or the paper's lower bound (tau/2)(1-theta/pi)^tau"),
     .capabilities = {.random = false,
                      .forms = kFullAndCausal,
+                     .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
                      .backward = Backward::kYoso,
                      .backward_forms = kFullAndCausal},
-    // input=lift divides by the largest norm of the whole sequence: a later token changes row i.
+    // input=lift divides by the largest norm of the whole sequence: a later token changes row i, and any
+    // other query row changes every row (no decode form).
     .narrow =
         [](const YosoExpectationParams& params, Capabilities& can) {
-          if (params.lift) can.forms = kFullOnly;
+          if (params.lift) {
+            can.forms = kFullOnly;
+            can.decode = {};
+          }
         },
     .target = [](const YosoExpectationParams&) { return std::string("softmax"); },
     .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},
