@@ -1,6 +1,7 @@
 #include "attnprobe/estimators/random_features/ra/ra.h"
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/estimators/common/decode_blocks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -16,9 +17,11 @@ class RandomizedAttention final : public Estimator {
     const int64_t n = view.n(), p = view.p();
     const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
     const MatrixD centres = draw_centres(view, ctx);
+    // The attention passes block their rows by the queries' absolute positions (a decode step's rows get the
+    // whole slice's bits): sample s of row i is row i of a causal pass; row i·S + s of the full one.
 
     // f(ω) for every (i, s) at once: [ω, 1]·[k̃, −‖k̃‖²/2]ᵀ with scale 1.
-    MatrixF omega_aug(centres.rows(), p + 1), key_aug(n, p + 1);
+    MatrixF omega_aug(centres.rows(), p + 1), key_aug(view.keys(), p + 1);
     omega_aug.leftCols(p) = centres.cast<float>();
     omega_aug.col(p).setOnes();
     key_aug.leftCols(p) = k_scaled.cast<float>();
@@ -29,14 +32,15 @@ class RandomizedAttention final : public Estimator {
       MatrixF omega_s(n, p + 1), per_sample;
       for (int64_t s = 0; s < samples_; ++s) {
         for (int64_t i = 0; i < n; ++i) omega_s.row(i) = omega_aug.row(i * samples_ + s);
-        exact_attention_f32(omega_s, key_aug, view.vf, 1.0f, per_sample, ctx.pool, Mask::kCausal);
+        exact_attention_f32(omega_s, key_aug, view.vf, 1.0f, per_sample, ctx.pool, view.geometry());
         out += per_sample;
       }
       out /= static_cast<float>(samples_);
       return;
     }
     MatrixF per_sample;
-    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool);
+    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool,
+                        QueryGeometry{.first_position = view.first_position * samples_});
     out.resize(n, view.pv());
     for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
   }
@@ -49,13 +53,13 @@ class RandomizedAttention final : public Estimator {
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
     const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
     RowVectorD bias = -0.5 * k_scaled.rowwise().squaredNorm().transpose();
-    return [omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_, mask = view.mask](
+    return [&view, omegas = draw_centres(view, ctx), k_scaled, bias = std::move(bias), samples = samples_](
                int64_t r0, int64_t rows) {
       MatrixD logits = omegas.middleRows(r0 * samples, rows * samples) * k_scaled.transpose();  // rows·S × keys
       logits.rowwise() += bias;
       const int64_t keys = logits.cols();
       for (int64_t r = 0; r < logits.rows(); ++r) {  // row r is query r0 + r / S; causal: keys 0..i only
-        const int64_t seen = visible_keys(r0 + r / samples, keys, mask);
+        const int64_t seen = view.visible(r0 + r / samples).end;
         auto head = logits.row(r).head(seen);
         head.array() = (head.array() - head.maxCoeff()).exp();
         head /= head.sum();
@@ -74,7 +78,9 @@ class RandomizedAttention final : public Estimator {
 
  private:
   // ω_{i,s} (row i·S + s, n·S × p), for estimate() and weights() alike. Centres: q̃_i + k̃_{j*}
-  // (j* ~ π_i, one per sample) or q̃_i + Σ_j π_i(j)·k̃_j, over j ≤ i under the causal mask; then the noise.
+  // (j* ~ π_i, one per sample) or q̃_i + Σ_j π_i(j)·k̃_j, over j ≤ t_i under the causal mask; then the noise.
+  // Draws are keyed by the row's position t_i, and the blocks of π's logits cut at absolute positions (a first
+  // one led by zero rows, decode_blocks.h), so a row draws the same ω whichever rows are evaluated.
   MatrixD draw_centres(const HeadView& view, const EstimateContext& ctx) const {
     const int64_t n = view.n(), p = view.p();
     const double root_scale = std::sqrt(view.scale);
@@ -87,27 +93,34 @@ class RandomizedAttention final : public Estimator {
       const RandomStream draw(ctx.key, Purpose::kRowSample);
       const int64_t block = 64;
       const MatrixF q_f = q_scaled.cast<float>(), k_f = k_scaled.cast<float>();
-      MatrixF logits(block, n);
-      std::vector<double> probs(n);
-      for (int64_t r0 = 0; r0 < n; r0 += block) {
-        const int64_t rows = std::min(block, n - r0);
-        const int64_t cols = visible_keys(r0 + rows - 1, n, view.mask);
-        logits.topRows(rows).leftCols(cols).noalias() = q_f.middleRows(r0, rows) * k_f.topRows(cols).transpose();
+      const int64_t keys = view.keys();
+      MatrixF logits(block, keys);
+      std::vector<double> probs(keys);
+      for (int64_t r0 = 0; r0 < n;) {
+        const auto [rows, lead] = aligned_block(view.position(r0), n - r0, block);
+        const int64_t cols = view.visible(r0 + rows - 1).end;
+        if (lead == 0)
+          logits.topRows(rows).leftCols(cols).noalias() = q_f.middleRows(r0, rows) * k_f.topRows(cols).transpose();
+        else
+          logits.topRows(lead + rows).leftCols(cols).noalias() =
+              with_lead(q_f, r0, rows, lead) * k_f.topRows(cols).transpose();
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t seen = visible_keys(r0 + r, n, view.mask);  // causal: j* ~ π_i over j ≤ i
-          auto row = logits.row(r).head(seen);
+          const int64_t seen = view.visible(r0 + r).end;  // causal: j* ~ π_i over j ≤ t_i
+          auto row = logits.row(lead + r).head(seen);
           row.array() = (row.array() - row.maxCoeff()).exp();
           probs.resize(seen);
           for (int64_t j = 0; j < seen; ++j) probs[j] = row(j);
-          const auto picked = sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(r0 + r));
+          const auto picked =
+              sample_with_replacement(probs, samples_, draw, static_cast<uint32_t>(view.position(r0 + r)));
           for (int64_t s = 0; s < samples_; ++s)
             centres.row((r0 + r) * samples_ + s) = q_scaled.row(r0 + r) + k_scaled.row(picked[s]);
         }
+        r0 += rows;
       }
     } else {
       MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃
       exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key, nullptr,
-                          view.mask);
+                          view.geometry());
       for (int64_t i = 0; i < n; ++i)
         for (int64_t s = 0; s < samples_; ++s)
           centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
@@ -115,7 +128,7 @@ class RandomizedAttention final : public Estimator {
     const RandomStream noise(ctx.key, Purpose::kNoise);
     RowVectorD eps(p);
     for (int64_t r = 0; r < centres.rows(); ++r) {
-      noise.normals(static_cast<uint32_t>(r), 0, eps.data(), p);
+      noise.normals(static_cast<uint32_t>(view.position(r / samples_) * samples_ + r % samples_), 0, eps.data(), p);
       centres.row(r) += noise_std * eps;
     }
     return centres;
@@ -138,7 +151,7 @@ class RandomizedAttention final : public Estimator {
                           "scaled: eps ~ N(0,I) in the scaled space (paper); raw: std sqrt(s) as the reference code "
                           "(biased)"),
     .samples_knob = "S",
-    .capabilities = {.random = true, .forms = kFullAndCausal, .weights = kFullAndCausal},
+    .capabilities = {.random = true, .forms = kFullAndCausal, .decode = kFullAndCausal, .weights = kFullAndCausal},
     .make = [](const RaParams& params) { return std::make_unique<RandomizedAttention>(params); },
 });
 
