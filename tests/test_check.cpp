@@ -91,7 +91,7 @@ TEST_CASE("check fails when a baseline case is missing and reports new cases", "
 }
 
 TEST_CASE("check accepts summaries and a NaN that appears is a regression", "[check]") {
-  CaseKey key{"d.h5", 0, 0, 0, 64, 8, Mask::kFull, 0, "vmean", "vmean", std::nullopt, "softmax"};
+  CaseKey key{"d.h5", 0, 0, 0, 64, 8, Mask::kFull, 0, {}, "vmean", "vmean", std::nullopt, "softmax"};
   SummaryRow base{key, "mse", 1, 0.5, 0, 0, 0.5, 0.5, 0.5};
   SummaryRow nan_row = base;
   nan_row.mean = std::nan("");

@@ -10,7 +10,7 @@ using namespace attnprobe::test;
 namespace {
 SummaryRow row(int64_t samples, double mean, int layer = 0) {
   SummaryRow r;
-  r.key = CaseKey{"d.h5",  layer,   0, 0, 256, 32, Mask::kFull, 0, "yoso", fmt::format("yoso(m={},tau=8)", samples),
+  r.key = CaseKey{"d.h5",  layer,   0, 0, 256, 32, Mask::kFull, 0, {}, "yoso", fmt::format("yoso(m={},tau=8)", samples),
                   samples, "yoso-e"};
   r.metric = "spec_rel";
   r.count = 8;
@@ -42,7 +42,7 @@ TEST_CASE("slopes recover a power law and group the sample counts of one setting
   CHECK(fit_slopes({row(8, 0.3)}).empty());
   CHECK(fit_slopes({row(8, 0.0), row(16, 0.0)}).empty());
   CHECK_THAT(slopes_csv_text(slopes),
-             Catch::StartsWith("dump,layer,head,batch,n,p,mask,estimator,spec,reference,metric,"
+             Catch::StartsWith("dump,layer,head,batch,n,p,mask,queries,estimator,spec,reference,metric,"
                                "points,slope,stderr"));
 }
 

@@ -50,6 +50,7 @@ struct RunCommandOptions {
   std::string device = "cpu";
   std::string reference = "auto";
   std::string mask = "auto";
+  std::string queries = "all";
   std::string metrics = "all";
   std::string output;
   std::string shard;  // sweep: "I/N"
@@ -93,11 +94,22 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                  "what to compare against: auto (each estimator's own target, e.g. yoso-e for yoso), softmax, or any "
                  "deterministic spec")
       ->capture_default_str();
-  cmd.add_option("--mask", o.mask,
-                 fmt::format("auto (each layer's causal attribute), full (bidirectional) or causal (query i sees keys "
-                             "j <= i: decoders). Under causal the reference is the masked softmax and only estimators "
-                             "with a causal form run: {}{}",
-                             join(causal_estimators(), ", "), causal_on_devices()))
+  cmd.add_option(
+         "--mask", o.mask,
+         fmt::format("auto (each layer's causal and window attributes), full (bidirectional), causal (the query "
+                     "at position t sees keys 0..t: decoders) or window:W (keys t-W+1..t: sliding-window "
+                     "decoders such as Mistral's). The reference is the masked softmax and only estimators "
+                     "with a form for the mask run; causal: {}{}; window: {}",
+                     join(causal_estimators(), ", "), causal_on_devices(),
+                     join(estimators_where_on(Device::kCpu, Mask::kWindow, false), ", ")))
+      ->capture_default_str();
+  cmd.add_option("--queries", o.queries,
+                 fmt::format("the query rows of each case, a list (a sweep axis): all (self-attention, default) or "
+                             "last:W, the last W rows of each length against all its keys (W decode steps with the "
+                             "rest as their cache; n stays the number of keys), e.g. --queries all,last:16. A last:W "
+                             "case draws what its all case draws, so its rows equal the last rows of the all "
+                             "estimate. Estimators with a decode form: {}",
+                             join(estimators_where_on(Device::kCpu, Mask::kFull, true), ", ")))
       ->capture_default_str();
   cmd.add_option(
          "--metrics", o.metrics,
@@ -137,6 +149,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
   r.seed = parse_seed(o.seed);
   r.reference = o.reference;
   r.mask = o.mask;
+  r.queries = parse_query_rows_list(o.queries, "--queries");
   r.metrics = parse_metrics(o.metrics);
   return r;
 }

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "attnprobe/common/atomic_file.h"
@@ -71,12 +72,18 @@ int run_summarize(const SummarizeOptions& o) {
 
   if (o.slopes) return print_slopes(result, o);
   if (o.table) {
+    // The query rows only when some case evaluates other rows than all (a decode sweep).
+    const bool decode =
+        std::any_of(result.begin(), result.end(), [](const SummaryRow& s) { return !s.key.queries.all(); });
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
-    for (const SummaryRow& s : result)
+    if (decode) rows[0].insert(rows[0].begin() + 4, "queries");
+    for (const SummaryRow& s : result) {
       rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), s.key.spec,
                       s.key.reference, s.metric, std::to_string(s.count), fmt::format("{:.6g}", s.mean),
                       fmt::format("{:.3g}", s.stderr_), fmt::format("{:.6g}", s.median)});
+      if (decode) rows.back().insert(rows.back().begin() + 4, query_rows_text(s.key.queries));
+    }
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }

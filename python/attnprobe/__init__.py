@@ -345,8 +345,11 @@ def read_csv(path: Union[str, os.PathLike]):
     if not text.strip():
         raise InputError(f"'{path}' is empty: it has no CSV header")
     df = _frame(text)
-    if "mask" not in df.columns and "p" in df.columns:  # written before masks existed: full, as the CLI reads it
+    # Written before the mask or queries columns existed: full and all, as the CLI reads them.
+    if "mask" not in df.columns and "p" in df.columns:
         df.insert(list(df.columns).index("p") + 1, "mask", "full")
+    if "queries" not in df.columns and "mask" in df.columns:
+        df.insert(list(df.columns).index("mask") + 1, "queries", "all")
     _core.validate_rows(*_rows(df, f"'{path}'"))
     return df
 
@@ -506,7 +509,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
           threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
           custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
           resume: bool = False, overwrite: bool = False, shard: Optional[str] = None, mask: str = "auto",
-          q_path: Optional[str] = None,
+          queries="all", q_path: Optional[str] = None,
           k_path: Optional[str] = None, v_path: Optional[str] = None, layout: Optional[str] = None,
           num_heads: int = 0):
     """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
@@ -514,7 +517,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
     layer x head x batch item x length x trial, each estimate compared with its reference (the
     estimator's target, or ``reference``), one row per (case, trial, metric) with the columns
-    ``dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,trial,seed,metric,value``.
+    ``dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,trial,seed,metric,value``.
 
     Arguments (the CLI's options; lists may be Python lists or the CLI's text, e.g. "64..1024:x2"):
       dump        the dump: HDF5, safetensors or .npz (docs/dumps.md); q_path/k_path/v_path, layout, num_heads as the CLI's
@@ -531,7 +534,11 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
                   is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
                   records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
                   ``sweep --resume`` take the file like one the CLI wrote
-      mask        "auto" (each layer's causal attribute), "full" or "causal", as the CLI's --mask
+      mask        "auto" (each layer's causal and window attributes), "full", "causal" or "window:W", as
+                  the CLI's --mask
+      queries     the query rows of each case, an axis: "all" (self-attention) or "last:W" (the last W rows
+                  of each length against all its keys: W decode steps), a list or text such as
+                  ["all", "last:16"] or "all,last:16", as the CLI's --queries; ``n`` stays the keys
       shard       "I/N": only shard I (0-based) of N, dealt as the CLI's ``--shard`` (the same units on
                   every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
@@ -601,10 +608,11 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     args.mode = "resume" if resume else "overwrite" if overwrite else "create"
     args.shard = "" if shard is None else str(shard)
     args.mask = str(mask)
+    args.queries = queries if isinstance(queries, str) else ",".join(map(str, queries))
     args.command_line = ["python:attnprobe.sweep", args.dump] + [f"-e {s}" for s in specs] + [
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
-        f"--metrics {args.metrics}", f"--mask {args.mask}"] + ([f"--shard {args.shard}"] if args.shard else [])
+        f"--metrics {args.metrics}", f"--mask {args.mask}", f"--queries {args.queries}"] + ([f"--shard {args.shard}"] if args.shard else [])
     wrappers = {str(name): _custom_wrapper(str(name), fn, args.seed, args.trials) for name, fn in custom.items()}
     text = _core.sweep(args, wrappers)
     return read_csv(args.output) if text is None else _frame(text)

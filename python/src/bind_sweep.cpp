@@ -38,9 +38,10 @@ struct SweepArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string device, reference, metrics;
-  std::string output, mode;   ///< mode: create | resume | overwrite
-  std::string shard;          ///< "I/N" as the CLI's --shard; "" for the whole plan
-  std::string mask = "auto";  ///< auto | full | causal, as the CLI's --mask
+  std::string output, mode;     ///< mode: create | resume | overwrite
+  std::string shard;            ///< "I/N" as the CLI's --shard; "" for the whole plan
+  std::string mask = "auto";    ///< auto | full | causal | window:W, as the CLI's --mask
+  std::string queries = "all";  ///< all | last:W, a list, as the CLI's --queries
   std::vector<std::string> command_line;
 };
 
@@ -155,6 +156,7 @@ SweepOptions sweep_options(const SweepArgs& a) {
   o.request.reference = a.reference;
   o.request.metrics = parse_metrics(a.metrics);
   o.request.mask = a.mask;
+  o.request.queries = parse_query_rows_list(a.queries, "queries");
   if (!a.shard.empty()) o.shard = ShardSpec::parse(a.shard);
   o.threads = a.threads;
   o.device = a.device;
@@ -220,6 +222,7 @@ void bind_sweep(py::module_& m) {
       .def_readwrite("mode", &SweepArgs::mode)
       .def_readwrite("shard", &SweepArgs::shard)
       .def_readwrite("mask", &SweepArgs::mask)
+      .def_readwrite("queries", &SweepArgs::queries)
       .def_readwrite("command_line", &SweepArgs::command_line);
   m.def("sweep", &sweep);
   m.def("hardware_threads", &hardware_threads);

@@ -668,3 +668,23 @@ def test_metrics_docstring_example_prints_what_it_computes():
     est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0)
     got = attnprobe.metrics(attnprobe.exact(q, k, v, scale), est, ["spec_rel", "angle"])
     assert got == pytest.approx(shown, rel=1e-12), (got, shown)
+
+
+def test_sweep_queries_and_window_mask_are_the_clis(tmp_path):
+    # sweep(mask="window:W", queries=[...]) writes the CLI's rows, number for number; a last:W case is
+    # another case (its queries column) with the all case's draws; an estimator without a decode form
+    # is refused naming those with one.
+    args = dict(layers="1", heads="1", batch="1", lengths=[64, 96], trials=2, seed=SEED, metrics="spec_rel,row_tv")
+    df = attnprobe.sweep(DUMP, ["vmean", "uniform_keys(b=8)", "softmax"], mask="window:24",
+                         queries=["all", "last:16"], **args)
+    cli("sweep", DUMP, "-e", "vmean", "-e", "uniform_keys(b=8)", "-e", "softmax", "--mask", "window:24",
+        "--queries", "all,last:16", "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "64,96",
+        "--trials", "2", "--seed", str(SEED), "--metrics", "spec_rel,row_tv", "-q", "-o", str(tmp_path / "w.csv"))
+    rows = attnprobe.read_csv(tmp_path / "w.csv")
+    assert list(df.columns) == list(rows.columns)
+    assert set(df["queries"]) == {"all", "last:16"} and set(df["mask"]) == {"window:24"}
+    assert df["value"].tolist() == rows["value"].tolist()
+    with pytest.raises(ValueError, match="no decode form"):
+        attnprobe.sweep(DUMP, ["nystrom"], queries="last:4", **args)
+    with pytest.raises(ValueError, match="last:W"):
+        attnprobe.sweep(DUMP, ["vmean"], queries="first:4", **args)

@@ -198,6 +198,13 @@ std::vector<Device> causal_devices_of(const EstimatorDef& def) {
 
 bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal_form_on(spec.def(), device); }
 
+bool form_on(const Spec& spec, Mask mask, bool decode, Device device) {
+  const DeviceDeclaration* declared = device_declaration(spec.def(), device);
+  const Capabilities can = spec.capabilities();
+  return declared && (decode ? can.decode.has(mask) && declared->decode.has(mask)
+                             : can.forms.has(mask) && declared->forms.has(mask));
+}
+
 void require_form_support(const Spec& spec, Mask mask, bool decode, Device device) {
   const char* name = mask_name(mask);
   const Forms all = spec.def().capabilities.forms;

@@ -171,6 +171,8 @@ std::vector<std::string> causal_estimators(Device device = Device::kCpu);
 /// Whether this configuration has a causal form on `device`: Spec::causal(), and on a device other
 /// than the CPU, a version there declared with the causal form.
 bool causal_on(const Spec& spec, Device device);
+/// Whether this configuration has a form for `mask` (its decode form when `decode`) on `device`.
+bool form_on(const Spec& spec, Mask mask, bool decode, Device device);
 /// UsageError (exit 2) unless `spec` can run under `mask` on `device`, with its decode form when `decode`
 /// (query rows at positions against a longer cache). The message names the estimators that can. A device the
 /// estimator has no version for is left to make_estimator's message.

@@ -30,12 +30,16 @@ struct LayerInfo {
   bool compressed = false;             ///< any filter (e.g. gzip, deflate) on q
   int64_t batch = 1, heads = 1;        ///< B, H (query heads)
   int64_t kv_heads = 1;                ///< Hkv of k and v, dividing H: query head h reads kv head h / (H / Hkv)
-  int64_t tokens = 0;                  ///< N (queries); keys M == N is required
+  int64_t tokens = 0;                  ///< Nq: query rows per batch item
+  int64_t key_tokens = 0;              ///< Nk of k and v: Nq for self-attention, more for a decode dump
   int64_t dim = 0, value_dim = 0;      ///< P, Pv
   double scale = 0;                    ///< attribute or 1/sqrt(P)
   bool scale_from_file = false;
-  std::optional<int> causal;     ///< attribute, informational
-  std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
+  std::optional<int> causal;      ///< attribute: the mask `--mask auto` chooses
+  std::optional<int64_t> window;  ///< attribute `window` (with causal = 1: `--mask auto` is window:W)
+  bool cross = false;             ///< attribute `cross` = 1: cross-attention (queries have no positions)
+  std::string q_positions_path;   ///< layer_NN/q_positions ([Nq] or [B, Nq]), "" when absent (bottom-right)
+  std::vector<int64_t> lengths;   ///< valid tokens per batch item (N when absent)
   bool has_lengths = false;
   std::string dy_path;  ///< layer_NN/dy ([B, H, N, Pv]: real upstream gradients), "" when absent
 };

@@ -58,16 +58,19 @@ std::vector<double> attention_weight_metrics(const HeadView& view, const Estimat
   double tv = 0, kl = 0, recall = 0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
-    const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.mask);
+    const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
     const MatrixD estimate = implied(r0, rows);
     if (estimate.rows() != rows || estimate.cols() != keys)
       throw std::logic_error("implied weights of the wrong shape");
     for (int64_t i = 0; i < rows; ++i) {
       tv += 0.5 * (estimate.row(i) - exact.row(i)).cwiseAbs().sum();
       kl += row_kl(exact.row(i), estimate.row(i));
-      // Among the keys row i sees (causal: 0..i), k = min(8, their count): a causal row 0 has one key to find.
-      const int64_t seen = visible_keys(r0 + i, keys, view.mask), k = std::min(kTopK, seen);
-      const int64_t found = top_k_found(exact.row(i).head(seen), estimate.row(i).head(seen), k);
+      // Among the keys row i sees (causal: 0..position), k = min(8, their count): a causal row 0 has one key
+      // to find.
+      const KeyRange seen = view.visible(r0 + i);
+      const int64_t k = std::min(kTopK, seen.size());
+      const int64_t found = top_k_found(exact.row(i).segment(seen.begin, seen.size()),
+                                        estimate.row(i).segment(seen.begin, seen.size()), k);
       recall += static_cast<double>(found) / k;
     }
   }

@@ -22,12 +22,13 @@ TrialCsvWriter::TrialCsvWriter(const std::string& path, bool append) : path_(pat
     std::string first;
     std::getline(in, first);
     if (!first.empty() && first.back() == '\r') first.pop_back();
-    if (first == csv_header(legacy_trial_columns()))
-      throw InputError(
-          fmt::format("'{}' was written by an older attnprobe (no `mask` column); attnprobe still reads it, but "
-                      "will not append rows of the new layout to it. Write the rest of the sweep to another -o "
-                      "file (the two files summarize and merge together).",
-                      path));
+    for (size_t i = 1; i < trial_layouts().size(); ++i)
+      if (first == csv_header(trial_layouts()[i]))
+        throw InputError(
+            fmt::format("'{}' was written by an older attnprobe (its columns lack some of today's); attnprobe "
+                        "still reads it, but will not append rows of the new layout to it. Write the rest of the "
+                        "sweep to another -o file (the two files summarize and merge together).",
+                        path));
     if (first != csv_header(trial_columns()))
       throw InputError(
           fmt::format("'{}' is not an attnprobe trial CSV (its header differs); refusing to append. "
@@ -89,7 +90,7 @@ CsvContents read_csv(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const std::string trial_header = csv_header(trial_columns()), summary_header = csv_header(summary_columns());
-  // Files written before the `mask` column existed are read as mask `full` (docs/csv.md).
+  // Files written before the `mask` or `queries` column existed are read as `full` and `all` (docs/csv.md).
   const std::vector<Column<TrialRow>>* trial_layout = &trial_columns();
   const std::vector<Column<SummaryRow>>* summary_layout = &summary_columns();
   CsvContents out;
@@ -105,17 +106,20 @@ CsvContents read_csv(const std::string& path) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
-      if (line == trial_header) {
-        out.summary = false;
-      } else if (line == summary_header) {
-        out.summary = true;
-      } else if (line == csv_header(legacy_trial_columns())) {
-        out.summary = false;
-        trial_layout = &legacy_trial_columns();
-      } else if (line == csv_header(legacy_summary_columns())) {
-        out.summary = true;
-        summary_layout = &legacy_summary_columns();
-      } else
+      bool known = false;
+      for (const auto& layout : trial_layouts())
+        if (!known && line == csv_header(layout)) {
+          known = true;
+          out.summary = false;
+          trial_layout = &layout;
+        }
+      for (const auto& layout : summary_layouts())
+        if (!known && line == csv_header(layout)) {
+          known = true;
+          out.summary = true;
+          summary_layout = &layout;
+        }
+      if (!known)
         throw InputError(fmt::format("'{}' is not an attnprobe CSV: its header is not\n  {}\nnor\n  {}", path,
                                      trial_header, summary_header));
       continue;

@@ -40,6 +40,7 @@ struct CaseKey {
   int64_t p = 0;                   ///< head dim
   Mask mask = Mask::kFull;         ///< `full` for files written before the column existed
   int64_t window = 0;              ///< W of `window:W`
+  QueryRows queries;               ///< the rows evaluated; `all` for files written before the column existed
   std::string estimator;           ///< estimator name
   std::string spec;                ///< canonical spec
   std::optional<int64_t> samples;  ///< samples knob value; none when the estimator has no knob

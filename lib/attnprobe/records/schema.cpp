@@ -76,6 +76,12 @@ const std::vector<KeyColumn>& case_key_columns() {
          k.mask = mask->mask;
          k.window = mask->window;
        }},
+      {"queries", [](const CaseKey& k) { return query_rows_text(k.queries); },
+       [](CaseKey& k, const std::string& t) {
+         const auto rows = parse_query_rows(t);
+         if (!rows) throw std::invalid_argument("not 'all', 'last:W' or 'dump'");
+         k.queries = *rows;
+       }},
       {"estimator", [](const CaseKey& k) { return k.estimator; },
        [](CaseKey& k, const std::string& t) { k.estimator = t; }},
       {"spec", [](const CaseKey& k) { return k.spec; }, [](CaseKey& k, const std::string& t) { k.spec = t; }},
@@ -151,14 +157,24 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
   return kColumns;
 }
 
-const std::vector<Column<TrialRow>>& legacy_trial_columns() {
-  static const std::vector<Column<TrialRow>> kColumns = without_column(trial_columns(), "mask");
-  return kColumns;
+namespace {
+// Each earlier layout is the current one without the columns added since (docs/csv.md): before `queries`, and
+// before `mask` too.
+template <class Row>
+std::vector<std::vector<Column<Row>>> layouts_of(const std::vector<Column<Row>>& current) {
+  const std::vector<Column<Row>> before_queries = without_column(current, "queries");
+  return {current, before_queries, without_column(before_queries, "mask")};
+}
+}  // namespace
+
+const std::vector<std::vector<Column<TrialRow>>>& trial_layouts() {
+  static const auto kLayouts = layouts_of(trial_columns());
+  return kLayouts;
 }
 
-const std::vector<Column<SummaryRow>>& legacy_summary_columns() {
-  static const std::vector<Column<SummaryRow>> kColumns = without_column(summary_columns(), "mask");
-  return kColumns;
+const std::vector<std::vector<Column<SummaryRow>>>& summary_layouts() {
+  static const auto kLayouts = layouts_of(summary_columns());
+  return kLayouts;
 }
 
 template <class Row>

@@ -18,7 +18,7 @@ struct Column {
   std::function<void(Row&, const std::string&)> set;
 };
 
-/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference: the case key, shared by every layout.
+/// dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference: the case key, shared by every layout.
 const std::vector<Column<CaseKey>>& case_key_columns();
 
 /// The case-key columns as columns of a row type that holds a `key`; `skip` names columns to leave out.
@@ -35,14 +35,15 @@ std::vector<Column<Row>> lifted_key_columns(const std::vector<std::string>& skip
   return columns;
 }
 
-/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,trial,seed,metric,value
+/// dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,trial,seed,metric,value
 const std::vector<Column<TrialRow>>& trial_columns();
-/// dump,layer,head,batch,n,p,mask,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
+/// dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,metric,count,mean,std,stderr,median,min,max
 const std::vector<Column<SummaryRow>>& summary_columns();
 
-/// The layouts as written before the `mask` column existed (read as mask `full`, docs/csv.md).
-const std::vector<Column<TrialRow>>& legacy_trial_columns();
-const std::vector<Column<SummaryRow>>& legacy_summary_columns();
+/// Every layout a reader accepts, the current one first, then those written before the `queries` column (read
+/// as `all`) and before the `mask` column too (read as `full`; docs/csv.md).
+const std::vector<std::vector<Column<TrialRow>>>& trial_layouts();
+const std::vector<std::vector<Column<SummaryRow>>>& summary_layouts();
 
 /// A table without the column `name`.
 template <class Row>

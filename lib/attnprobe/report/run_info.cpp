@@ -51,9 +51,10 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Units as compact arrays [index, layer, head, batch, n, p], with a 7th element "causal" for causal
-// units only (files written before masks existed read as full): a whole-model plan has tens of
-// thousands of them.
+// Units as compact arrays [index, layer, head, batch, n, p], with a 7th element, the mask ("causal",
+// "window:W"), for units under another mask than full, and an 8th, the query rows ("last:W"), for units of
+// other rows than all (files written before either existed read as full and all): a whole-model plan has
+// tens of thousands of them.
 Json plan_json(const PlanRecord& plan) {
   Json settings = Json::array();
   for (const SettingRecord& s : plan.settings)
@@ -65,7 +66,8 @@ Json plan_json(const PlanRecord& plan) {
   Json units = Json::array();
   for (const UnitRecord& u : plan.units) {
     Json unit = {u.index, u.layer, u.head, u.batch, u.n, u.p};
-    if (u.mask == Mask::kCausal) unit.push_back(mask_name(u.mask));
+    if (u.mask != Mask::kFull || !u.queries.all()) unit.push_back(mask_text(u.mask, u.window));
+    if (!u.queries.all()) unit.push_back(query_rows_text(u.queries));
     units.push_back(std::move(unit));
   }
   return {{"dump", plan.dump},
@@ -94,14 +96,20 @@ PlanRecord plan_from_json(const Json& j) {
   plan.fingerprint = j.at("fingerprint").get<std::string>();
   plan.shard_index = j.at("shard").at("index").get<int>();
   plan.shard_count = j.at("shard").at("count").get<int>();
-  for (const Json& u : j.at("units"))
+  for (const Json& u : j.at("units")) {
+    const std::optional<MaskSpec> mask = u.size() > 6 ? parse_mask(u.at(6).get<std::string>()) : MaskSpec{};
+    const std::optional<QueryRows> queries = u.size() > 7 ? parse_query_rows(u.at(7).get<std::string>()) : QueryRows{};
+    if (!mask || !queries) throw std::invalid_argument("a plan unit's mask or query rows are not valid");
     plan.units.push_back(UnitRecord{.index = u.at(0).get<long long>(),
                                     .layer = u.at(1).get<int>(),
                                     .head = u.at(2).get<int>(),
                                     .batch = u.at(3).get<int>(),
                                     .n = u.at(4).get<long long>(),
                                     .p = u.at(5).get<long long>(),
-                                    .mask = u.size() > 6 && u.at(6) == "causal" ? Mask::kCausal : Mask::kFull});
+                                    .mask = mask->mask,
+                                    .window = mask->window,
+                                    .queries = *queries});
+  }
   return plan;
 }
 

@@ -25,7 +25,9 @@ struct UnitRecord {
   long long index = 0;  ///< position among all units of the plan
   int layer = 0, head = 0, batch = 0;
   long long n = 0, p = 0;   ///< length and head dim (the `n` and `p` columns)
-  Mask mask = Mask::kFull;  ///< the `mask` column
+  Mask mask = Mask::kFull;  ///< the `mask` column (with `window`)
+  long long window = 0;     ///< W of window:W
+  QueryRows queries;        ///< the `queries` column
   bool operator==(const UnitRecord&) const = default;
 };
 

@@ -30,7 +30,7 @@ CanonicalOrder::CanonicalOrder(const PlanRecord& plan) : plan_(plan), units_tota
   rows_per_unit_ = offset;
   for (size_t u = 0; u < plan_.units.size(); ++u) {
     const UnitRecord& unit = plan_.units[u];
-    unit_of_[{unit.layer, unit.head, unit.batch, unit.n}] = u;
+    unit_of_[{unit.layer, unit.head, unit.batch, unit.n, unit.queries}] = u;
     unit_by_index_[unit.index] = u;
   }
 }
@@ -45,14 +45,15 @@ std::optional<int64_t> CanonicalOrder::position(const TrialRow& row, size_t* uni
       k.n.is_all())
     return std::nullopt;
   const auto unit = unit_of_.find({static_cast<int>(k.layer.value()), static_cast<int>(k.head.value()),
-                                   static_cast<int>(k.batch.value()), k.n.value()});
+                                   static_cast<int>(k.batch.value()), k.n.value(), k.queries});
   const auto setting = setting_of_.find({k.spec, k.reference});
   const auto metric = metric_of_.find(row.metric);
   if (unit == unit_of_.end() || setting == setting_of_.end() || metric == metric_of_.end()) return std::nullopt;
   const UnitRecord& u = plan_.units[unit->second];
   const SettingRecord& s = plan_.settings[setting->second];
   const std::optional<long long> samples = k.samples ? std::optional<long long>(*k.samples) : std::nullopt;
-  if (k.p != u.p || k.mask != u.mask || k.estimator != s.estimator || samples != s.samples) return std::nullopt;
+  if (k.p != u.p || k.mask != u.mask || k.window != u.window || k.estimator != s.estimator || samples != s.samples)
+    return std::nullopt;
   const int64_t base = u.index * rows_per_unit_ + setting_offset_[setting->second];
   const int64_t per_trial = static_cast<int64_t>(trial_metrics_.size());
   const bool case_metric = metric->second < case_metrics_.size() && case_metrics_[metric->second] == row.metric;
@@ -81,6 +82,8 @@ TrialRow CanonicalOrder::row_at(int64_t position) const {
                     .n = u.n,
                     .p = u.p,
                     .mask = u.mask,
+                    .window = u.window,
+                    .queries = u.queries,
                     .estimator = setting.estimator,
                     .spec = setting.spec,
                     .samples = setting.samples ? std::optional<int64_t>(*setting.samples) : std::nullopt,

@@ -39,9 +39,10 @@ class CanonicalOrder {
  private:
   PlanRecord plan_;
   int64_t units_total_ = 0, rows_per_unit_ = 0;
-  std::vector<int64_t> setting_offset_;                               ///< first row of each setting within a unit
-  std::vector<std::string> trial_metrics_, case_metrics_;             ///< the record's metrics, split by kind
-  std::map<std::tuple<int, int, int, long long>, size_t> unit_of_;    ///< (layer, head, batch, n) → units[i]
+  std::vector<int64_t> setting_offset_;                    ///< first row of each setting within a unit
+  std::vector<std::string> trial_metrics_, case_metrics_;  ///< the record's metrics, split by kind
+  /// (layer, head, batch, n, query rows) → units[i]
+  std::map<std::tuple<int, int, int, long long, QueryRows>, size_t> unit_of_;
   std::map<std::pair<std::string, std::string>, size_t> setting_of_;  ///< (spec, reference) → settings[i]
   std::map<std::string, size_t> metric_of_;                           ///< index within its kind's list
   std::map<long long, size_t> unit_by_index_;                         ///< plan index → units[i]

@@ -23,8 +23,6 @@ std::string names_where(const std::function<bool(const Capabilities&)>& has) {
   return join(estimators_where(has), ", ");
 }
 bool states_weights(const Capabilities& can) { return !can.weights.empty(); }
-bool states_causal_weights(const Capabilities& can) { return can.weights.has(Mask::kCausal); }
-bool has_causal_backward(const Capabilities& can) { return can.backward_forms.has(Mask::kCausal); }
 }  // namespace
 
 double SweepPlan::total_rows() const {
@@ -53,19 +51,48 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
   return out;
 }
 
+std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries) {
+  std::string suffix = mask == Mask::kFull ? "" : ";mask=" + mask_text(mask, window);
+  if (!queries.all()) suffix += ";queries=" + query_rows_text(queries);
+  return suffix;
+}
+
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
   return fmt::format("layer={};head={};batch={};n={};spec={}{}", slice.layer, slice.head, slice.batch, slice.n,
-                     canonical_spec, slice.mask == Mask::kCausal ? ";mask=causal" : "");
+                     canonical_spec, geometry_suffix(slice.mask, slice.window, slice.queries));
 }
 
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial) {
-  return make_random_key(seed, case_id(slice, canonical_spec), trial);
+  SliceRef every_row = slice;
+  every_row.queries = QueryRows{};
+  return make_random_key(seed, case_id(every_row, canonical_spec), trial);
 }
 
-Mask resolve_mask(const std::string& mask, const LayerInfo& layer) {
-  if (mask == "auto") return layer.causal.value_or(0) ? Mask::kCausal : Mask::kFull;
-  if (const auto parsed = parse_mask(mask); parsed && parsed->mask != Mask::kWindow) return parsed->mask;
-  throw UsageError(fmt::format("--mask is '{}'; it must be auto (the dump's causal attribute), full or causal", mask));
+std::vector<QueryRows> parse_query_rows_list(const std::string& text, const std::string& what) {
+  std::vector<QueryRows> rows;
+  for (const std::string& item : split(text, ',')) {
+    const auto parsed = parse_query_rows(trim(item));
+    if (!parsed || parsed->kind == QueryRows::Kind::kDump)
+      throw UsageError(fmt::format(
+          "{} '{}': '{}' is not all or last:W (W >= 1 query rows, the last ones of each length, e.g. last:16)", what,
+          text, trim(item)));
+    if (std::find(rows.begin(), rows.end(), *parsed) == rows.end()) rows.push_back(*parsed);
+  }
+  if (rows.empty()) throw UsageError(fmt::format("{} is empty: give all, last:W or a list of them", what));
+  return rows;
+}
+
+MaskSpec resolve_mask(const std::string& mask, const LayerInfo& layer) {
+  if (mask == "auto") {
+    if (!layer.causal.value_or(0)) return {};
+    if (layer.window) return {Mask::kWindow, *layer.window};
+    return {Mask::kCausal, 0};
+  }
+  if (const auto parsed = parse_mask(mask)) return *parsed;
+  throw UsageError(fmt::format(
+      "--mask is '{}'; it must be auto (the dump's causal and window attributes), full, causal or window:W (W keys "
+      "up to and including the query's own, e.g. window:4096)",
+      mask));
 }
 
 SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
@@ -129,35 +156,48 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         join(names, ","), request.trials));
   }
 
+  const bool decode =
+      std::any_of(request.queries.begin(), request.queries.end(), [](QueryRows rows) { return !rows.all(); });
+  if (request.queries.empty()) throw UsageError("--queries selects no query rows (use all, or last:W)");
+  const auto gradient = std::find_if(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
+  if (decode && gradient != plan.metrics.end())
+    throw UsageError(fmt::format(
+        "{} compares backward passes, which attnprobe computes for self-attention only (--queries all); drop the "
+        "gradient metrics or the last:W queries",
+        metric_name(*gradient)));
+
   std::vector<int> layer_numbers;
   for (const LayerInfo& info : dump.layers()) layer_numbers.push_back(info.number);
   for (int layer : resolve_indices(request.layers, 0, "layer", layer_numbers)) {
     const LayerInfo& info = dump.layer(layer);
-    const Mask mask = resolve_mask(request.mask, info);
-    if (mask == Mask::kCausal) {
-      for (const EstimatorSetting& setting : plan.settings) {
-        require_mask_support(setting.spec, mask);
-        require_mask_support(parse_spec(setting.reference), mask);
+    const MaskSpec mask = resolve_mask(request.mask, info);
+    const std::string why =
+        request.mask == "auto" ? fmt::format(" (layer {}'s mask, from the dump's attributes)", layer) : "";
+    for (const EstimatorSetting& setting : plan.settings)
+      for (const Spec& spec : {setting.spec, parse_spec(setting.reference)}) {
+        require_form_support(spec, mask.mask, false);
+        if (decode) require_form_support(spec, mask.mask, true);
       }
-      const std::string why = request.mask == "auto" ? ", from the dump's causal attribute" : "";
-      const auto gradient = std::find_if(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
+    if (mask.mask != Mask::kFull) {
       if (gradient != plan.metrics.end())
         for (const EstimatorSetting& setting : plan.settings)
           for (const Spec& spec : {setting.spec, parse_spec(setting.reference)})
-            if (spec.capabilities().backward != Backward::kNone && !has_causal_backward(spec.capabilities()))
+            if (spec.capabilities().backward != Backward::kNone && !spec.capabilities().backward_forms.has(mask.mask))
               throw UsageError(fmt::format(
-                  "'{}' has no backward pass for its causal form yet, so {} is not computed for it in causal cases "
-                  "(layer {} is causal{}); estimators that have one: {}. Drop the gradient metrics or that "
-                  "estimator, or measure bidirectional attention with --mask full.",
-                  spec.name(), metric_name(*gradient), layer, why, names_where(has_causal_backward)));
+                  "'{}' has no backward pass for its {} form yet, so {} is not computed for it under that mask{}; "
+                  "estimators that have one: {}. Drop the gradient metrics or that estimator, or measure "
+                  "bidirectional attention with --mask full.",
+                  spec.name(), mask_name(mask.mask), metric_name(*gradient), why,
+                  names_where([&](const Capabilities& can) { return can.backward_forms.has(mask.mask); })));
       if (wants_weights)
         for (const EstimatorSetting& setting : plan.settings)
-          if (!states_causal_weights(setting.spec.capabilities())) {
+          if (!setting.spec.capabilities().weights.has(mask.mask)) {
             throw UsageError(fmt::format(
-                "'{}' does not state the attention weights of its causal form yet, so row_tv/row_kl/topk_recall "
-                "are not computed for it in causal cases (layer {} is causal{}); estimators that do: {}. Drop "
-                "those metrics or that estimator, or measure bidirectional attention with --mask full.",
-                setting.spec.name(), layer, why, names_where(states_causal_weights)));
+                "'{}' does not state the attention weights of its {} form yet, so row_tv/row_kl/topk_recall are "
+                "not computed for it under that mask{}; estimators that do: {}. Drop those metrics or that "
+                "estimator, or measure bidirectional attention with --mask full.",
+                setting.spec.name(), mask_name(mask.mask), why,
+                names_where([&](const Capabilities& can) { return can.weights.has(mask.mask); })));
           }
     }
     const std::vector<int> heads = resolve_indices(request.heads, info.heads, "head");
@@ -174,13 +214,21 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
               "or leave --lengths out to use each item's full length.",
               n, layer, b, dump.path(), info.lengths[b], info.has_lengths ? ", from its lengths dataset" : "",
               info.lengths[b]));
+        for (QueryRows rows : request.queries)
+          if (rows.kind == QueryRows::Kind::kLast && rows.last > n)
+            throw UsageError(fmt::format(
+                "--queries {} asks for more query rows than the {} keys of layer {} batch item {} at length {}; "
+                "use last:W with W up to {} (or a longer --lengths)",
+                query_rows_text(rows), n, layer, b, n, n));
       }
     }
-    // Order: layer, head, batch item, length — the runner reads one (layer, head, item) once at
-    // its longest length and serves the shorter prefixes from it.
+    // Order: layer, head, batch item, length, query rows — the runner reads one (layer, head, item) once at
+    // its longest length and serves the shorter prefixes and their last rows from it.
     for (int h : heads)
       for (int b : batch)
-        for (int64_t n : lengths_of[b]) plan.slices.push_back(SliceRef{layer, h, b, n, mask});
+        for (int64_t n : lengths_of[b])
+          for (QueryRows rows : request.queries)
+            plan.slices.push_back(SliceRef{layer, h, b, n, mask.mask, mask.window, rows});
   }
   return plan;
 }

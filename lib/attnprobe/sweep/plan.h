@@ -21,8 +21,9 @@ struct SweepRequest {
   std::vector<int64_t> lengths;  ///< prefix lengths; empty: each batch item's full valid length
   int trials = 8;                ///< per random setting; deterministic ones run once
   uint64_t seed = 0;
-  std::string reference = "auto";  ///< auto | softmax | any deterministic spec
-  std::string mask = "auto";       ///< auto (each layer's `causal` attribute) | full | causal
+  std::string reference = "auto";                  ///< auto | softmax | any deterministic spec
+  std::string mask = "auto";                       ///< auto (each layer's attributes) | full | causal | window:W
+  std::vector<QueryRows> queries = {QueryRows{}};  ///< the query rows of each case: all | last:W (an axis)
   std::vector<Metric> metrics = all_metrics();
 };
 
@@ -37,8 +38,10 @@ struct EstimatorSetting {
 
 struct SliceRef {
   int layer = 0, head = 0, batch = 0;
-  int64_t n = 0;
+  int64_t n = 0;  ///< keys (self-attention: also the queries)
   Mask mask = Mask::kFull;
+  int64_t window = 0;  ///< W of Mask::kWindow
+  QueryRows queries;   ///< the rows evaluated: all, or the last W against the n keys
 };
 
 struct SweepPlan {
@@ -54,9 +57,13 @@ struct SweepPlan {
   double total_rows() const;
 };
 
-/// The mask of a layer's cases: `mask` is auto | full | causal (auto: the layer's `causal`
-/// attribute, full when absent). UsageError for any other word.
-Mask resolve_mask(const std::string& mask, const LayerInfo& layer);
+/// The mask of a layer's cases: `mask` is auto | full | causal | window:W (auto: the layer's `causal` attribute,
+/// with its `window` attribute window:W, full when absent). UsageError for any other word.
+MaskSpec resolve_mask(const std::string& mask, const LayerInfo& layer);
+
+/// Parses a comma-separated list of query rows ("all,last:16"), each once, in order; UsageError naming `what`
+/// (the option) for anything else.
+std::vector<QueryRows> parse_query_rows_list(const std::string& text, const std::string& what);
 
 /// Throws UsageError/InputError on an empty or invalid request.
 SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request);
@@ -65,13 +72,19 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request);
 std::vector<int> resolve_indices(const std::string& text, int64_t count, const std::string& what,
                                  const std::vector<int>& valid = {});
 
-/// The canonical case id that keys randomness (docs/randomness.md): independent of the dump's file
-/// name, of the thread and of which other cases run. Causal cases end in ";mask=causal", so every
-/// full-mask case keeps the id (and the numbers) it had before masks existed.
+/// The canonical case id, the identity of a case's rows (docs/randomness.md): independent of the dump's file
+/// name, of the thread and of which other cases run. A case under another mask than full ends in ";mask=causal"
+/// or ";mask=window:W", one of other query rows than all in ";queries=last:W", so every full-mask self-attention
+/// case keeps the id (and the numbers) it had before masks and query rows existed.
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 
 /// The key of trial `trial` of a case: what the runner's estimators draw with, and what Python's
-/// estimate(case=...) draws with to give the same numbers.
+/// estimate(case=...) draws with to give the same numbers. Keyed by the case id without its queries part, so the
+/// `last:W` case of a slice draws what its `all` case draws (its rows are the last rows of the `all` estimate).
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial);
+
+/// The ";mask=…" and ";queries=…" suffix of a case id or a plan unit's name: empty for a full-mask
+/// self-attention case.
+std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries);
 
 }  // namespace attnprobe

@@ -92,7 +92,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   // The planner checked the CPU; a device may lack the causal form. Checked before the estimators
   // are made, so this usage error (exit 2) comes before a missing GPU (exit 3).
   for (const SliceRef& slice : plan.slices)
-    for (const EstimatorSetting& s : plan.settings) require_mask_support(s.spec, slice.mask, options.device);
+    for (const EstimatorSetting& s : plan.settings)
+      require_form_support(s.spec, slice.mask, !slice.queries.all(), options.device);
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
   // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come
@@ -148,6 +149,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                      .n = slice.n,
                      .p = dump.layer(slice.layer).dim,
                      .mask = slice.mask,
+                     .window = slice.window,
+                     .queries = slice.queries,
                      .estimator = s.spec.name(),
                      .spec = s.canonical,
                      .samples = s.samples,
@@ -182,12 +185,17 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       cached_id = id;
     }
     cached.mask = slice.mask;
-    HeadView prefix;
-    if (slice.n != cached.n())
+    cached.window = slice.window;
+    HeadView prefix, decode_rows;
+    if (slice.n != cached.n()) {
       prefix =
           make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, cached.scale,
                          cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n), slice.mask);
-    const HeadView& view = slice.n == cached.n() ? cached : prefix;
+      prefix.window = slice.window;
+    }
+    const HeadView& whole = slice.n == cached.n() ? cached : prefix;
+    if (slice.queries.kind == QueryRows::Kind::kLast) decode_rows = last_rows(whole, slice.queries.last);
+    const HeadView& view = slice.queries.kind == QueryRows::Kind::kLast ? decode_rows : whole;
 
     // G: the dump's layer_NN/dy when present, else the keyed generator's.
     MatrixD upstream;
@@ -203,7 +211,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       const Estimator& estimator = *reference_estimators.at(ref);
       std::optional<MatrixD> output;
       if (const auto device = device_references.find(ref);
-          device != device_references.end() && (view.mask == Mask::kFull || causal_on(parse_spec(ref), options.device)))
+          device != device_references.end() &&
+          form_on(parse_spec(ref), view.mask, !view.self_attention(), options.device))
         output = device->second->reference(view, &pool);
       Reference r{output ? std::move(*output) : reference_output(estimator, view, &pool), {}, std::nullopt};
       r.norms = reference_norms(r.output);

@@ -195,14 +195,15 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
                                        ? earlier["plan"]["fingerprint"].get<std::string>()
                                        : std::string();
   if (!earlier_plan.empty() && info_.plan && !info_.plan->fingerprint.empty())
-    require_usage(earlier_plan == info_.plan->fingerprint,
-                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
-                  "trials, metrics or mask differ from the earlier run's{}. Resume with the same command, or write "
-                  "to another -o file.",
-                  csv_path_, command);
+    require_usage(
+        earlier_plan == info_.plan->fingerprint,
+        "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
+        "trials, metrics, mask or query rows differ from the earlier run's{}. Resume with the same command, or write "
+        "to another -o file.",
+        csv_path_, command);
   // Every row must be a case of this grid (a check that needs no run.json).
-  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask>> slices;
-  for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n, s.mask);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask, int64_t, QueryRows>> slices;
+  for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n, s.mask, s.window, s.queries);
   std::set<std::pair<std::string, std::string>> settings;
   for (const EstimatorSetting& s : plan_.settings) settings.emplace(s.canonical, s.reference);
   const std::string label = dump_label(dump_.path());
@@ -210,15 +211,16 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
   for (const TrialRow& r : rows) {
     if (!checked.insert(r.key).second) continue;
     const CaseKey& k = r.key;
-    const bool in_grid = k.dump == label && !k.layer.is_all() && !k.head.is_all() && !k.batch.is_all() &&
-                         !k.n.is_all() &&
-                         slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value(), k.mask}) &&
-                         settings.count({k.spec, k.reference});
-    require_usage(in_grid,
-                  "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} mask={} {} vs {}, which "
-                  "this command does not measure{}. Resume with the same command, or write to another -o file.",
-                  csv_path_, k.dump, k.layer.text(), k.head.text(), k.batch.text(), k.n.text(), mask_name(k.mask),
-                  k.spec, k.reference, command);
+    const bool in_grid =
+        k.dump == label && !k.layer.is_all() && !k.head.is_all() && !k.batch.is_all() && !k.n.is_all() &&
+        slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value(), k.mask, k.window, k.queries}) &&
+        settings.count({k.spec, k.reference});
+    require_usage(
+        in_grid,
+        "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} mask={} queries={} {} vs {}, which "
+        "this command does not measure{}. Resume with the same command, or write to another -o file.",
+        csv_path_, k.dump, k.layer.text(), k.head.text(), k.batch.text(), k.n.text(), mask_text(k.mask, k.window),
+        query_rows_text(k.queries), k.spec, k.reference, command);
   }
 }
 

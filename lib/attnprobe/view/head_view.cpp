@@ -40,6 +40,29 @@ std::optional<MaskSpec> parse_mask(std::string_view text) {
   return std::nullopt;
 }
 
+std::string query_rows_text(QueryRows rows) {
+  switch (rows.kind) {
+    case QueryRows::Kind::kLast:
+      return "last:" + std::to_string(rows.last);
+    case QueryRows::Kind::kDump:
+      return "dump";
+    case QueryRows::Kind::kAll:
+      break;
+  }
+  return "all";
+}
+
+std::optional<QueryRows> parse_query_rows(std::string_view text) {
+  if (text == "all") return QueryRows{};
+  if (text == "dump") return QueryRows{QueryRows::Kind::kDump, 0};
+  constexpr std::string_view kLast = "last:";
+  if (text.substr(0, kLast.size()) == kLast) {
+    int64_t rows = 0;
+    if (parse_int(text.substr(kLast.size()), rows) && rows >= 1) return QueryRows{QueryRows::Kind::kLast, rows};
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // The float32 copy the estimators compute from, on 2 MiB pages where the system allows it. Estimators that

@@ -27,6 +27,23 @@ struct MaskSpec {
 };
 std::optional<MaskSpec> parse_mask(std::string_view text);
 
+/// Which query rows of a slice a case evaluates (docs/specs.md, "Geometry"): every row (`all`, self-attention),
+/// the last W rows against all the slice's keys (`last:W`: W decode steps with the rest as their cache), or the
+/// query rows a dump stores itself when it has fewer than its keys (`dump`).
+struct QueryRows {
+  enum class Kind { kAll, kLast, kDump };
+  Kind kind = Kind::kAll;
+  int64_t last = 0;  ///< W of kLast, else 0
+
+  bool all() const { return kind == Kind::kAll; }
+  auto operator<=>(const QueryRows&) const = default;
+  bool operator==(const QueryRows&) const = default;
+};
+/// The CSV's `queries` column and the case id's `;queries=…`: "all", "last:W" or "dump".
+std::string query_rows_text(QueryRows rows);
+/// Parses "all" | "last:W" (W ≥ 1) | "dump"; nullopt for anything else.
+std::optional<QueryRows> parse_query_rows(std::string_view text);
+
 /// Keys [begin, end) of a row.
 struct KeyRange {
   int64_t begin = 0, end = 0;
