@@ -8,11 +8,24 @@
 #include "attnprobe/diagnose/slice_diagnostics.h"
 #include "attnprobe/metrics/head_diagnostics.h"
 #include "attnprobe/report/table.h"
+#include "attnprobe/sweep/plan.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
 
 namespace {
+
+// "N" for self-attention, "Nq/Nk" for a layer with its own query rows.
+std::string tokens_text(const LayerInfo& l) {
+  return l.own_queries() ? fmt::format("{}/{}", l.tokens, l.key_tokens) : std::to_string(l.tokens);
+}
+
+// The mask --mask auto chooses for the layer, from its causal, window and cross attributes.
+std::string auto_mask_text(const LayerInfo& l) {
+  if (l.cross) return "full (cross)";
+  const MaskSpec mask = resolve_mask("auto", l);
+  return mask_text(mask.mask, mask.window);
+}
 
 struct InfoOptions {
   std::string path;
@@ -31,21 +44,25 @@ int run_info(const InfoOptions& o) {
   }
   fmt::print("layers: {}\n\n", dump.layers().size());
   std::vector<std::vector<std::string>> table = {{"layer", "group", "batch", "heads", "kv heads", "tokens", "p", "pv",
-                                                  "dtype", "gzip", "scale", "causal", "lengths"}};
+                                                  "dtype", "gzip", "scale", "mask (auto)", "lengths"}};
   for (const LayerInfo& l : dump.layers()) {
     std::string lengths = l.has_lengths ? fmt::format("{}", fmt::join(l.lengths, ",")) : "all full";
     if (lengths.size() > 40) lengths = lengths.substr(0, 37) + "...";
-    table.push_back({std::to_string(l.number), l.name, std::to_string(l.batch), std::to_string(l.heads),
-                     std::to_string(l.kv_heads), std::to_string(l.tokens), std::to_string(l.dim),
-                     std::to_string(l.value_dim), l.dtype, l.compressed ? "yes" : "no",
-                     fmt::format("{:.6g}{}", l.scale, l.scale_from_file ? "" : " (1/sqrt(p))"),
-                     l.causal ? std::to_string(*l.causal) : "-", lengths});
+    table.push_back(
+        {std::to_string(l.number), l.name, std::to_string(l.batch), std::to_string(l.heads), std::to_string(l.kv_heads),
+         tokens_text(l), std::to_string(l.dim), std::to_string(l.value_dim), l.dtype, l.compressed ? "yes" : "no",
+         fmt::format("{:.6g}{}", l.scale, l.scale_from_file ? "" : " (1/sqrt(p))"), auto_mask_text(l), lengths});
   }
   fmt::print("{}", format_table(table));
   if (std::any_of(dump.layers().begin(), dump.layers().end(), [](const LayerInfo& l) { return l.causal.value_or(0); }))
     fmt::print(
         "note: layers with causal=1 are measured under a causal mask by default (--mask auto); --mask full measures "
         "them bidirectionally.\n");
+  if (std::any_of(dump.layers().begin(), dump.layers().end(), [](const LayerInfo& l) { return l.own_queries(); }))
+    fmt::print(
+        "note: tokens Nq/Nk: layers with fewer queries than keys store decode steps (queries at the last positions "
+        "of the cache, or at layer_NN/q_positions); each case measures those rows against the whole cache "
+        "(queries=dump in the CSV), only with estimators that have a decode form.\n");
   if (!o.check) return 0;
 
   // Read every slice in full: values are checked for NaN/Inf by the reader, zero-norm rows counted.
@@ -98,8 +115,11 @@ Action add_info(CLI::App& app) {
       "Example:\n  attnprobe info data/synth-demo.h5 --entropy\n\n"
       "The layout (docs/dumps.md): /layer_NN/q [B,H,N,P], k [B,Hkv,N,P] and v [B,Hkv,N,Pv] (float16/32/64, gzip or "
       "not); grouped-query attention: Hkv divides H and query head h reads kv head h/(H/Hkv); optional layer "
-      "attributes scale (default 1/sqrt(P)) and causal; optional /layer_NN/lengths [B] with the valid tokens of each "
-      "batch item, /layer_NN/dy [B,H,N,Pv] with real upstream gradients. A length L < N means the first L tokens.\n\n"
+      "attributes scale (default 1/sqrt(P)), causal, window (with causal = 1: a sliding window of W keys) and cross "
+      "(cross-attention); optional /layer_NN/lengths [B] with the valid tokens (keys) of each batch item, "
+      "/layer_NN/dy [B,H,N,Pv] with real upstream gradients. A length L < N means the first L tokens.\n"
+      "Decode dumps: q [B,H,Nq,P] with Nq < Nk (the last Nq queries with the whole cache of Nk keys; positions "
+      "Nk-Nq+i, or /layer_NN/q_positions [Nq] or [B,Nq], strictly increasing).\n\n"
       "Containers, chosen by the file's first bytes: HDF5 (above); safetensors (tensors layer_NN.q, .k, .v, .lengths, "
       ".dy in BF16/F16/F32/F64, lengths I32/I64; __metadata__ strings model, source, layer_NN.scale, "
       "layer_NN.causal; memory-mapped); .npz (arrays layer_NN.q ... as '<f2'/'<f4'/'<f8', 0-d arrays "

@@ -77,6 +77,80 @@ int64_t dim_of(const std::vector<int64_t>& dims, const std::string& layout, char
   return pos == std::string::npos ? 1 : dims[pos];
 }
 
+// The attributes of a layer's geometry (docs/dumps.md, "Queries ≠ keys"): `cross` and `window`, and what
+// they may not be combined with; checked once q/k/v's token counts are known.
+void read_geometry_attributes(const Container& c, const std::string& path, LayerInfo& info) {
+  if (const auto cross = c.number_attribute(info.group, "cross")) {
+    require_input(*cross == 0 || *cross == 1, "'{}' {}: the cross attribute is {}; it must be 0 or 1.", path, info.name,
+                  *cross);
+    info.cross = *cross == 1;
+  }
+  if (const auto window = c.number_attribute(info.group, "window")) {
+    require_input(*window >= 1 && *window == std::floor(*window) && *window <= 1e15,
+                  "'{}' {}: the window attribute is {}; it must be a whole number of keys W >= 1 (a query at position "
+                  "t sees keys t-W+1..t).",
+                  path, info.name, *window);
+    require_input(info.causal.value_or(0) == 1,
+                  "'{}' {}: the window attribute ({}) needs causal = 1 as well (a sliding window is a causal mask "
+                  "that also forgets keys older than W); set causal = 1, or remove window.",
+                  path, info.name, *window);
+    info.window = static_cast<int64_t>(*window);
+  }
+  require_input(!(info.cross && info.causal.value_or(0)),
+                "'{}' {}: cross = 1 and causal = 1 contradict each other: cross-attention queries have no position "
+                "among the keys, so only the full mask applies. Remove one of the two attributes.",
+                path, info.name);
+  require_input(info.cross || info.tokens <= info.key_tokens,
+                "'{}' {}: q has {} tokens but k and v only {}. Each query needs a position among the keys: a decode "
+                "dump stores the last Nq <= Nk queries with the whole cache. If this is cross-attention (queries from "
+                "another sequence), set the layer's attribute cross = 1.",
+                path, info.name, info.tokens, info.key_tokens);
+}
+
+// layer_NN/q_positions: integer [Nq] (every batch item) or [B, Nq], strictly increasing, each below the item's
+// valid keys. Read after the lengths, which bound them.
+void read_query_positions(const Container& c, const std::string& path, LayerInfo& info) {
+  const std::string name = c.member_name(info.group, "q_positions");
+  if (!c.has_tensor(name)) {
+    for (int64_t b = 0; b < info.batch; ++b)
+      require_input(info.cross || info.lengths[b] >= info.tokens,
+                    "'{}' {}: batch item {} has {} valid keys, fewer than its {} query rows, so the queries cannot be "
+                    "the last {} tokens of the cache (bottom-right alignment). Give their positions in {} or fix the "
+                    "lengths.",
+                    path, info.name, b, info.lengths[b], info.tokens, info.tokens, name);
+    return;
+  }
+  require_input(!info.cross,
+                "'{}': {} gives query positions, but the layer is cross-attention (cross = 1), whose queries have no "
+                "position among the keys. Remove one of the two.",
+                path, name);
+  const TensorInfo t = c.tensor(name);
+  const bool per_item = t.shape.size() == 2;
+  require_input(t.integer && (t.shape == std::vector<int64_t>{info.tokens} ||
+                              t.shape == std::vector<int64_t>{info.batch, info.tokens}),
+                "'{}': {} must be an integer array [{}] or [{}, {}] (a position per query row, per batch item or for "
+                "all), but it is {} {}.",
+                path, name, info.tokens, info.batch, info.tokens, t.dtype, shape_text(t.shape));
+  std::vector<double> values(static_cast<size_t>(per_item ? info.batch * info.tokens : info.tokens));
+  c.read(name, per_item ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{0}, t.shape, values.data());
+  info.q_positions.assign(info.batch, {});
+  for (int64_t b = 0; b < info.batch; ++b) {
+    std::vector<int64_t>& positions = info.q_positions[b];
+    for (int64_t i = 0; i < info.tokens; ++i) {
+      const double t_i = values[static_cast<size_t>((per_item ? b * info.tokens : 0) + i)];
+      require_input(t_i >= 0 && t_i < static_cast<double>(info.lengths[b]),
+                    "'{}': {}[{}{}] = {} is not a position among batch item {}'s {} valid keys (0..{}).", path, name,
+                    per_item ? fmt::format("{}, ", b) : "", i, t_i, b, info.lengths[b], info.lengths[b] - 1);
+      require_input(positions.empty() || t_i > static_cast<double>(positions.back()),
+                    "'{}': {} must increase strictly along the query rows (row i + 1 comes after row i), but row {} "
+                    "is at {} after {}{}.",
+                    path, name, i, t_i, positions.empty() ? 0 : positions.back(),
+                    per_item ? fmt::format(" in batch item {}", b) : "");
+      positions.push_back(static_cast<int64_t>(t_i));
+    }
+  }
+}
+
 }  // namespace
 
 Dump Dump::open(const std::string& path, const DumpOptions& options) {
@@ -171,12 +245,13 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     info.heads = dim_of(qs, info.layout, 'h');
     info.kv_heads = dim_of(ks, info.layout, 'h');
     info.tokens = dim_of(qs, info.layout, 'n');
+    info.key_tokens = dim_of(ks, info.layout, 'n');
     info.dim = dim_of(qs, info.layout, 'p');
     info.value_dim = dim_of(vs, info.layout, 'p');
     auto mismatch = [&](const char* what) {
       return InputError(
           fmt::format("'{}' {}: q {}, k {} and v {} do not match in {} (layout {}). q/k/v must share "
-                      "batch and tokens, k/v their heads, and q/k the head dim.",
+                      "batch, k/v their heads and tokens, and q/k the head dim.",
                       path, info.name, shape_text(qs), shape_text(ks), shape_text(vs), what, info.layout));
     };
     if (dim_of(ks, info.layout, 'b') != info.batch || dim_of(vs, info.layout, 'b') != info.batch)
@@ -201,8 +276,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       info.value_dim /= options.num_heads;
     }
     if (dim_of(ks, info.layout, 'p') != dim_of(qs, info.layout, 'p')) throw mismatch("head dim");
-    if (dim_of(ks, info.layout, 'n') != info.tokens || dim_of(vs, info.layout, 'n') != info.tokens)
-      throw mismatch("tokens (attnprobe measures self-attention, so keys and values need as many tokens as queries)");
+    if (dim_of(vs, info.layout, 'n') != info.key_tokens) throw mismatch("tokens (k and v)");
 
     if (auto scale = c.number_attribute(info.group, "scale")) {
       if (!std::isfinite(*scale) || *scale <= 0)
@@ -220,6 +294,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
                     info.name, *causal);
       info.causal = static_cast<int>(*causal);
     }
+    read_geometry_attributes(c, path, info);
 
     // Optional real upstream gradients of the attention output: one per query head, [B, H, N, Pv]
     // (v's shape with q's heads; docs/dumps.md).
@@ -228,6 +303,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       const auto dys = shape_of(dy_path, "upstream gradients");
       std::vector<int64_t> expected = vs;
       if (const size_t h = info.layout.find('h'); h != std::string::npos) expected[h] = dim_of(qs, info.layout, 'h');
+      if (const size_t n = info.layout.find('n'); n != std::string::npos) expected[n] = info.tokens;
       if (dys != expected)
         throw InputError(
             fmt::format("'{}': {} has shape {}, but it must have the shape of v with the query heads, {} (upstream "
@@ -236,7 +312,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       info.dy_path = dy_path;
     }
 
-    info.lengths.assign(info.batch, info.tokens);
+    info.lengths.assign(info.batch, info.key_tokens);
     const std::string lengths_path = c.member_name(info.group, "lengths");
     if (c.has_tensor(lengths_path)) {
       const TensorInfo t = c.tensor(lengths_path);
@@ -246,13 +322,14 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       std::vector<double> values(info.batch);
       c.read(lengths_path, {0}, {info.batch}, values.data());
       for (int64_t b = 0; b < info.batch; ++b) {
-        if (!(values[b] >= 1 && values[b] <= static_cast<double>(info.tokens)))
-          throw InputError(fmt::format("'{}': {}[{}] = {} is outside 1..{} (the token count).", path, lengths_path, b,
-                                       values[b], info.tokens));
+        if (!(values[b] >= 1 && values[b] <= static_cast<double>(info.key_tokens)))
+          throw InputError(fmt::format("'{}': {}[{}] = {} is outside 1..{} (the keys' token count).", path,
+                                       lengths_path, b, values[b], info.key_tokens));
         info.lengths[b] = static_cast<int64_t>(values[b]);
       }
       info.has_lengths = true;
     }
+    read_query_positions(c, path, info);
     dump.layers_.push_back(std::move(info));
   }
   return dump;
@@ -315,8 +392,13 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
         fmt::format("length {} asked for '{}' layer {} batch item {}, which has {} valid tokens{}. Use "
                     "lengths in 1..{} (a length L takes the first L tokens).",
                     n, path_, info.number, batch, valid, info.has_lengths ? " (from its lengths dataset)" : "", valid));
+  // A layer with its own query rows is read whole: every query against the item's whole valid cache.
+  require_input(!info.own_queries() || n == valid,
+                "length {} asked for '{}' layer {} batch item {}, which stores its own {} query rows against {} keys: "
+                "its cases use the whole cache (a shorter prefix would leave queries without their keys).",
+                n, path_, info.number, batch, info.tokens, valid);
   MatrixD q, k, v;
-  read_block(info.q_path, info, head, batch, n, info.dim, q);
+  read_block(info.q_path, info, head, batch, info.own_queries() ? info.tokens : n, info.dim, q);
   // Grouped-query attention: query head h reads kv head h / (H / Hkv) (Llama's repeat_kv).
   const int kv_head = static_cast<int>(head / (info.heads / info.kv_heads));
   read_block(info.k_path, info, kv_head, batch, n, info.dim, k);
@@ -326,7 +408,15 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
   require_input(problem.empty(),
                 "'{}' layer {} head {} batch item {}: {}. Check the dump's values and its scale attribute.", path_,
                 info.number, head, batch, problem);
-  return make_head_view(SliceId{info.number, head, batch, n}, info.scale, std::move(q), std::move(k), std::move(v));
+  HeadView view =
+      make_head_view(SliceId{info.number, head, batch, n}, info.scale, std::move(q), std::move(k), std::move(v));
+  if (info.own_queries() && !info.cross) {
+    if (info.q_positions.empty())
+      view.first_position = n - info.tokens;
+    else
+      view.positions = info.q_positions[batch];
+  }
+  return view;
 }
 
 std::optional<MatrixD> Dump::read_upstream(int layer_number, int head, int batch, int64_t n) const {

@@ -38,8 +38,14 @@ struct LayerInfo {
   std::optional<int> causal;      ///< attribute: the mask `--mask auto` chooses
   std::optional<int64_t> window;  ///< attribute `window` (with causal = 1: `--mask auto` is window:W)
   bool cross = false;             ///< attribute `cross` = 1: cross-attention (queries have no positions)
-  std::string q_positions_path;   ///< layer_NN/q_positions ([Nq] or [B, Nq]), "" when absent (bottom-right)
-  std::vector<int64_t> lengths;   ///< valid tokens per batch item (N when absent)
+  /// layer_NN/q_positions per batch item ([Nq] or [B, Nq] in the file), empty when absent: query row i of item b
+  /// is then at lengths[b] − Nq + i (bottom-right, FlashAttention's convention for Nq ≠ Nk).
+  std::vector<std::vector<int64_t>> q_positions;
+
+  /// Whether the layer stores its own query rows: fewer than its keys (a decode step), or cross-attention.
+  /// Its cases evaluate those rows (`queries` = dump) against each item's whole valid cache.
+  bool own_queries() const { return cross || tokens != key_tokens; }
+  std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
   bool has_lengths = false;
   std::string dy_path;  ///< layer_NN/dy ([B, H, N, Pv]: real upstream gradients), "" when absent
 };
@@ -59,8 +65,9 @@ class Dump {
   std::string root_attribute(const std::string& name) const;  ///< "" when absent
 
   /// Reads the prefix of n tokens of one (query) head of one batch item; k and v come from the
-  /// head's kv head h / (H / Hkv). n must be ≤ the item's valid
-  /// length. Values are checked: NaN/Inf throws InputError naming layer, head, batch and token.
+  /// head's kv head h / (H / Hkv). n must be ≤ the item's valid length; a layer with its own query rows
+  /// (own_queries()) reads all of them against the whole valid cache (n must be that length), at their
+  /// positions. Values are checked: NaN/Inf throws InputError naming layer, head, batch and token.
   HeadView read_slice(int layer, int head, int batch, int64_t n) const;
   /// The prefix of n rows of layer_NN/dy (n × Pv, upstream gradients of the attention output, for
   /// the gradient metrics), or nullopt when the layer has none. Same checks as read_slice.

@@ -85,6 +85,17 @@ void write_dump(const std::string& path, const DumpContents& contents, const Dum
       write_number_attribute(group.get(), "scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &*layer.scale, path);
     if (layer.causal)
       write_number_attribute(group.get(), "causal", H5T_STD_I32LE, H5T_NATIVE_INT, &*layer.causal, path);
+    for (const auto& [name, value] : layer.integer_attributes)
+      write_number_attribute(group.get(), name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &value, path);
+    for (const auto& [name, array] : layer.integer_datasets) {
+      H5Handle space(H5Screate_simple(static_cast<int>(array.shape.size()), array.shape.data(), nullptr), H5Sclose);
+      const std::vector<int64_t> values(array.values.begin(), array.values.end());
+      H5Handle ds(
+          H5Dcreate2(group.get(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+          H5Dclose);
+      check(H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), path,
+            layer.name + "/" + name);
+    }
     for (const auto& [name, array] : layer.datasets) {
       H5Handle space(H5Screate_simple(static_cast<int>(array.shape.size()), array.shape.data(), nullptr), H5Sclose);
       H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);

@@ -173,10 +173,40 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     const MaskSpec mask = resolve_mask(request.mask, info);
     const std::string why =
         request.mask == "auto" ? fmt::format(" (layer {}'s mask, from the dump's attributes)", layer) : "";
+    // A layer that stores its own query rows (a decode or cross-attention dump) is measured as stored.
+    const bool own = info.own_queries();
+    if (own) {
+      const std::string what =
+          fmt::format("layer {} of '{}' stores its own {} query rows against {} keys{}", layer, dump.path(),
+                      info.tokens, info.key_tokens, info.cross ? " (cross-attention)" : "");
+      if (info.cross && mask.mask != Mask::kFull)
+        throw UsageError(
+            fmt::format("{}: cross-attention queries have no position among the keys, so only --mask "
+                        "full applies (not {})",
+                        what, mask_text(mask.mask, mask.window)));
+      if (decode)
+        throw UsageError(
+            fmt::format("{}: --queries applies to self-attention dumps (it picks rows of a slice); "
+                        "leave it out to measure the stored rows",
+                        what));
+      if (gradient != plan.metrics.end())
+        throw UsageError(
+            fmt::format("{}: {} compares backward passes, which attnprobe computes for self-attention "
+                        "only; drop the gradient metrics",
+                        what, metric_name(*gradient)));
+      for (int b = 0; b < info.batch; ++b)
+        for (int64_t n : asked_lengths)
+          if (n != info.lengths[b])
+            throw UsageError(fmt::format(
+                "{}: --lengths {} would cut the cache of batch item {} ({} keys) and leave queries without their "
+                "keys; leave --lengths out (each item's whole cache is used). Cache-length sweeps use a "
+                "self-attention dump with --queries last:W.",
+                what, n, b, info.lengths[b]));
+    }
     for (const EstimatorSetting& setting : plan.settings)
       for (const Spec& spec : {setting.spec, parse_spec(setting.reference)}) {
         require_form_support(spec, mask.mask, false);
-        if (decode) require_form_support(spec, mask.mask, true);
+        if (decode || own) require_form_support(spec, mask.mask, true);
       }
     if (mask.mask != Mask::kFull) {
       if (gradient != plan.metrics.end())
@@ -228,7 +258,8 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
       for (int b : batch)
         for (int64_t n : lengths_of[b])
           for (QueryRows rows : request.queries)
-            plan.slices.push_back(SliceRef{layer, h, b, n, mask.mask, mask.window, rows});
+            plan.slices.push_back(
+                SliceRef{layer, h, b, n, mask.mask, mask.window, own ? QueryRows{QueryRows::Kind::kDump, 0} : rows});
   }
   return plan;
 }

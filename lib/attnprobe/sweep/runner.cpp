@@ -187,13 +187,13 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     cached.mask = slice.mask;
     cached.window = slice.window;
     HeadView prefix, decode_rows;
-    if (slice.n != cached.n()) {
+    if (slice.n != cached.keys()) {
       prefix =
           make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, cached.scale,
                          cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n), slice.mask);
       prefix.window = slice.window;
     }
-    const HeadView& whole = slice.n == cached.n() ? cached : prefix;
+    const HeadView& whole = slice.n == cached.keys() ? cached : prefix;
     if (slice.queries.kind == QueryRows::Kind::kLast) decode_rows = last_rows(whole, slice.queries.last);
     const HeadView& view = slice.queries.kind == QueryRows::Kind::kLast ? decode_rows : whole;
 
