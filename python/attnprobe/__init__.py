@@ -11,9 +11,13 @@ draws, metrics, CSV schema and regression gate, and your own estimator measured 
     >>> df = attnprobe.sweep("data/synth-demo.h5", ["performer(M=64)"], lengths=[256], trials=4,
     ...                      custom={"mine": my_estimator})       # rows with spec "py:mine" too
     >>> attnprobe.check(attnprobe.summarize(df), "baseline.csv").passed
+    >>> step = attnprobe.estimate("performer(M=64)", q[-16:], k, v, scale, mask="causal")  # decode:
+    >>> step.shape                                          # the last 16 queries against all 256 keys
+    (16, 32)
 
-Matrices are 2-D, one token per row (q, k: n x p, v: n x pv), numpy arrays of any float dtype or
-torch tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
+Matrices are 2-D, one token per row (q: n_q x p, k: n_k x p, v: n_k x pv; n_q = n_k for
+self-attention, fewer for a decode step, see exact()), numpy arrays of any float dtype or torch
+tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
 Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
 read_csv, write_csv, case_id, random_key. See docs/python.md.
@@ -86,10 +90,51 @@ def _matrices(q, k, v):
     return _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
 
 
-def _slice_causal(causal: bool) -> None:
-    if causal:
-        raise ValueError("a Slice carries its mask: build it with Slice(q, k, v, scale, causal=True) "
-                         "and leave causal out of the call")
+def _mask_text(causal: bool, mask: Optional[str]) -> str:
+    """The mask of a call: ``mask`` ("full", "causal" or "window:W"), with ``causal=True`` as the shorthand for
+    "causal"; both given must agree."""
+    if mask is None:
+        return "causal" if causal else "full"
+    if not isinstance(mask, str):
+        raise TypeError(f"mask must be 'full', 'causal' or 'window:W', got {mask!r}")
+    if causal and mask != "causal":
+        raise ValueError(f"causal=True and mask={mask!r} contradict each other: give one of them")
+    return mask
+
+
+def _positions(q_positions) -> Optional[list]:
+    """``q_positions`` as a list of ints (the C++ side checks their count, order and range against q and k),
+    refusing what is not a 1-D array of integers."""
+    if q_positions is None:
+        return None
+    a = np.asarray(q_positions) if isinstance(q_positions, (list, tuple, range)) else _as_array(q_positions,
+                                                                                                   "q_positions")
+    if a.ndim != 1:
+        raise ValueError(f"q_positions must be 1-D (one position per query row), got shape {a.shape}")
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise ValueError(f"q_positions[{int(np.flatnonzero(np.isnan(a))[0])}] is NaN: positions are the key "
+                         "indices of the query rows' tokens (integers)")
+    if a.dtype.kind not in "iu" and a.size:
+        raise TypeError(f"q_positions must hold integers (key indices, e.g. np.arange(n_k - n_q, n_k)), got dtype "
+                        f"{a.dtype}")
+    positions = [int(x) for x in a]
+    huge = next((i for i, x in enumerate(positions) if abs(x) >= 2**62), None)
+    if huge is not None:  # beyond int64, which the core takes; no cache has that many keys
+        raise ValueError(f"q_positions[{huge}] = {positions[huge]} is not a key position (0..n_k - 1)")
+    return positions
+
+
+def _geometry(causal: bool, mask: Optional[str], q_positions, cross: bool) -> tuple:
+    """(mask text, positions, cross) as the core takes them."""
+    if not isinstance(cross, (bool, np.bool_)):
+        raise TypeError(f"cross must be True or False, got {cross!r}")
+    return _mask_text(bool(causal), mask), _positions(q_positions), bool(cross)
+
+
+def _slice_geometry(causal: bool, mask: Optional[str], q_positions, cross: bool) -> None:
+    if causal or mask is not None or q_positions is not None or cross:
+        raise ValueError("a Slice carries its geometry: build it with Slice(q, k, v, scale, mask=..., "
+                         "q_positions=..., cross=...) and leave causal, mask, q_positions and cross out of the call")
 
 
 _INT31, _UINT32, _UINT64 = 2**31 - 1, 2**32 - 1, 2**64 - 1
@@ -134,17 +179,23 @@ class Slice(_core.Slice):
     """One slice (q, k, v, scale) converted once into what estimators read (float64 and float32
     copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
     ``attnprobe bench`` times, without the per-call conversion (~1 ms at 4096 x 64). Pass it as ``q``
-    to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v and scale out).
-    Attributes: ``n``, ``p``, ``pv``, ``scale``, ``causal`` (the slice's mask: every call on it is
-    causal or full), and ``q``, ``k``, ``v`` (float64 copies).
+    to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v, scale and the geometry out).
+    The geometry arguments are :func:`exact`'s (``causal``, ``mask``, ``q_positions``, ``cross``).
+    Attributes: ``n`` (query rows), ``keys``, ``p``, ``pv``, ``scale``, ``mask`` ("full", "causal" or
+    "window:W"), ``causal``, ``cross``, ``q_positions`` (each row's key position; None for
+    cross-attention), and ``q``, ``k``, ``v`` (float64 copies).
 
         >>> s = attnprobe.Slice(q, k, v, scale)
         >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
+        >>> step = attnprobe.Slice(q[-16:], k, v, scale, mask="causal")   # 16 queries, 4096 keys
+        >>> step.n, step.keys, step.q_positions[0]
+        (16, 4096, 4080)
     """
 
-    def __init__(self, q, k, v, scale: Optional[float] = None, causal: bool = False):
+    def __init__(self, q, k, v, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
+                 q_positions=None, cross: bool = False):
         q, k, v = _matrices(q, k, v)
-        super().__init__(q, k, v, None if scale is None else float(scale), bool(causal))
+        super().__init__(q, k, v, None if scale is None else float(scale), *_geometry(causal, mask, q_positions, cross))
 
 
 def _slice_only(q, k, v, scale) -> bool:
@@ -200,32 +251,44 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
                       _dump_options(q_path, k_path, v_path, layout, num_heads))
 
 
-def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, dtype=np.float64,
-          threads: int = 0) -> np.ndarray:
-    """Exact attention softmax(scale * q kᵀ) v, n x pv.
+def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
+          q_positions=None, cross: bool = False, dtype=np.float64, threads: int = 0) -> np.ndarray:
+    """Exact attention softmax(scale * q kᵀ) v, n_q x pv.
 
     ``dtype=np.float64`` (default) is the reference every metric compares against (row blocks,
     max-subtracted); ``np.float32`` the blocked online-softmax kernel the ``softmax`` estimator uses.
-    ``scale`` defaults to 1/sqrt(p). ``causal=True``: query i attends to keys 0..i only (the CLI's
-    ``--mask causal``). The result does not depend on ``threads`` (0 = all cores).
+    ``scale`` defaults to 1/sqrt(p). The result does not depend on ``threads`` (0 = all cores).
+
+    Geometry (the CLI's ``--mask`` and ``--queries``): q has n_q rows, k and v n_k ≥ n_q rows. Query
+    row i is the token at key position t_i: ``q_positions`` (strictly increasing, each < n_k), by
+    default the last ones, t_i = n_k − n_q + i (bottom-right alignment; self-attention when n_q = n_k).
+    ``mask="full"`` sees every key, ``"causal"`` keys 0..t_i (``causal=True`` says the same),
+    ``"window:W"`` keys t_i−W+1..t_i. ``cross=True``: cross-attention, queries without positions (any
+    n_k ≥ 1; only ``mask="full"``).
 
         >>> out = attnprobe.exact(q, k, v, scale)
+        >>> q, k, v, scale, _ = attnprobe.load(dump, layer=0, head=0, length=4096)   # p = pv = 64
+        >>> step = attnprobe.exact(q[-16:], k, v, scale, mask="causal")   # one decode step: 16 queries
+        >>> step.shape                                                     # against a 4096-key cache
+        (16, 64)
     """
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dt}")
     if _slice_only(q, k, v, scale):
-        _slice_causal(causal)
+        _slice_geometry(causal, mask, q_positions, cross)
         return _core.exact_slice(q, dt == np.float64, _threads(threads))
     q, k, v = _matrices(q, k, v)
-    return _core.exact(q, k, v, None if scale is None else float(scale), bool(causal), dt == np.float64,
-                       _threads(threads))
+    return _core.exact(q, k, v, None if scale is None else float(scale), *_geometry(causal, mask, q_positions, cross),
+                       dt == np.float64, _threads(threads))
 
 
 _CASE_FIELDS = ("layer", "head", "batch")
 
 
-def _case_fields(case, n: int) -> tuple:
+def _case_fields(case, keys: int, rows: int, mask: str) -> tuple:
+    """(layer, head, batch) of ``case``, refusing a case of another slice: its ``n`` (the keys), ``mask`` or
+    ``queries`` (all: as many rows as keys; last:W: W rows) disagreeing with the call's."""
     if case is None:
         return 0, 0, 0
     if isinstance(case, Mapping) or hasattr(case, "get"):
@@ -235,54 +298,79 @@ def _case_fields(case, n: int) -> tuple:
     missing = [f for f in _CASE_FIELDS if get(f, None) is None]
     if missing:
         raise ValueError(f"case lacks {', '.join(missing)}: give layer, head, batch (and optionally n)")
-    if get("n", None) is not None and _integer(get("n"), "case n", 1, 2**62) != n:
-        raise ValueError(f"case has n={int(get('n'))} but q has {n} rows: pass the slice of that length")
+    if get("n", None) is not None and _integer(get("n"), "case n", 1, 2**62) != keys:
+        raise ValueError(f"case has n={int(get('n'))} but k has {keys} rows: n is the number of keys, so pass "
+                         "k and v of that length")
+    if get("mask", None) is not None and get("mask") != mask:
+        raise ValueError(f"case has mask={get('mask')} but the call's mask is {mask}: pass mask={get('mask')!r}")
+    queries = get("queries", None)
+    if queries is not None and queries != "dump":
+        want = keys if queries == "all" else int(str(queries).split(":")[-1])
+        if want != rows:
+            raise ValueError(f"case has queries={queries} but q has {rows} rows: pass q[-{want}:] for last:{want}, "
+                             "all of q for all")
     return tuple(_integer(get(f), f"case {f}", 0, _INT31) for f in _CASE_FIELDS)
 
 
+def _rows_and_keys(q, k) -> tuple:
+    return (q.shape[0] if q.ndim == 2 else -1), (k.shape[0] if k.ndim == 2 else -1)
+
+
 def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
-             trial: int = 0, case=None, *, threads: int = 0, device: str = "cpu") -> np.ndarray:
-    """One estimate (float32, n x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
+             trial: int = 0, case=None, *, mask: Optional[str] = None, q_positions=None, cross: bool = False,
+             threads: int = 0, device: str = "cpu") -> np.ndarray:
+    """One estimate (float32, n_q x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
     :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
 
     ``case`` is the case the draws belong to: a mapping with ``layer``, ``head``, ``batch`` (and
-    optionally ``n``, which must be q's row count), e.g. a row of a :func:`sweep` DataFrame; then the
-    result is bit for bit what ``attnprobe sweep --seed SEED`` computed for that case and trial.
-    ``case=None`` means layer 0, head 0, batch 0. ``threads`` (0 = all cores) never changes the
-    result; ``device="cuda"`` runs the estimator's CUDA version where one exists. ``q`` may be a
-    :class:`Slice` (then leave k, v, scale and causal out): converted once, it is the fastest way to
-    call many estimates on one slice. ``causal=True`` runs the estimator's causal form (the CLI's
-    ``--mask causal``, with that case's draws); an estimator without one raises ValueError naming
-    those that have one (``estimators()``' ``causal`` field).
+    optionally ``n``, the number of keys, ``mask`` and ``queries``, which must be the call's), e.g. a
+    row of a :func:`sweep` DataFrame; then the result is bit for bit what ``attnprobe sweep --seed SEED``
+    computed for that case and trial. ``case=None`` means layer 0, head 0, batch 0. ``threads`` (0 =
+    all cores) never changes the result; ``device="cuda"`` runs the estimator's CUDA version where one
+    exists. ``q`` may be a :class:`Slice` (then leave k, v, scale and the geometry out): converted
+    once, it is the fastest way to call many estimates on one slice.
+
+    The geometry arguments ``causal``, ``mask``, ``q_positions`` and ``cross`` are :func:`exact`'s. A
+    mask other than full runs the estimator's form for it, and fewer query rows than keys its decode
+    form; an estimator without the form raises ValueError naming those that have one
+    (``estimators()``' ``forms`` and ``decode`` fields). The draws of the last W rows are the whole
+    slice's (the sweep's ``--queries last:W``), so a decode step's rows equal the same rows of the
+    whole slice's estimate.
 
         >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 1, 0, 0, length=256)
         >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0, trial=3,
         ...                          case={"layer": 1, "head": 0, "batch": 0})
         >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est)["spec_rel"]   # = the CSV's value
+        >>> # One decode step: 16 queries against a 4096-key cache (a --queries last:16 row's draws).
+        >>> step = attnprobe.estimate("performer(M=64)", q[-16:], k, v, scale, mask="causal", seed=0)
     """
     if _slice_only(q, k, v, scale):
-        _slice_causal(causal)
-        layer, head, batch = _case_fields(case, q.n)
+        _slice_geometry(causal, mask, q_positions, cross)
+        layer, head, batch = _case_fields(case, q.keys, q.n, q.mask)
         return _core.estimate_slice(str(spec), q, _seed(seed), _trial(trial), layer, head, batch, _threads(threads),
                                     _device(device))
     q, k, v = _matrices(q, k, v)
-    layer, head, batch = _case_fields(case, q.shape[0] if q.ndim == 2 else -1)
-    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), bool(causal), _seed(seed),
+    geometry = _geometry(causal, mask, q_positions, cross)
+    rows, keys = _rows_and_keys(q, k)
+    layer, head, batch = _case_fields(case, keys, rows, geometry[0])
+    return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), *geometry, _seed(seed),
                           _trial(trial), layer, head, batch, _threads(threads), _device(device))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
-              threads: int = 0) -> np.ndarray:
+              mask: Optional[str] = None, q_positions=None, cross: bool = False, threads: int = 0) -> np.ndarray:
     """What a sweep compares against when ``spec`` is the reference (a deterministic estimator, e.g.
-    ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n x pv. ``reference("softmax", ...)``
-    equals ``exact(...)``; ``causal=True`` is its masked form.
+    ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n_q x pv. ``reference("softmax", ...)``
+    equals ``exact(...)``; the geometry arguments are :func:`exact`'s.
+
+        >>> ref = attnprobe.reference("softmax", q[-16:], k, v, scale, mask="causal")   # a decode step's
     """
     if _slice_only(q, k, v, scale):
-        _slice_causal(causal)
+        _slice_geometry(causal, mask, q_positions, cross)
         return _core.reference_slice(str(spec), q, _threads(threads))
     q, k, v = _matrices(q, k, v)
-    return _core.reference(str(spec), q, k, v, None if scale is None else float(scale), bool(causal),
-                           _threads(threads))
+    return _core.reference(str(spec), q, k, v, None if scale is None else float(scale),
+                           *_geometry(causal, mask, q_positions, cross), _threads(threads))
 
 
 def metric_names() -> list:
@@ -307,10 +395,13 @@ def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) 
     return dict(_core.metrics(_as_array(reference, "reference"), _as_array(estimate, "estimate"), text))
 
 
-def case_id(layer: int, head: int, batch: int, n: int, spec: str, causal: bool = False) -> str:
-    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL``, plus
-    ``;mask=causal`` for a causal case (as the sweep's)."""
-    return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec), bool(causal))
+def case_id(layer: int, head: int, batch: int, n: int, spec: str, causal: bool = False, *,
+            mask: Optional[str] = None, queries: str = "all") -> str:
+    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL`` (n: the
+    keys), plus ``;mask=causal`` or ``;mask=window:W`` and ``;queries=last:W`` where not full and all, as
+    the sweep's. The draws are keyed without the queries part."""
+    return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec), _mask_text(bool(causal), mask),
+                         str(queries))
 
 
 def random_key(seed: int, case: str, trial: int) -> int:
@@ -450,7 +541,7 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
 
     def fail(what, where, cause=None):
         key, layer, head, batch, n, causal = where  # the call's case, as the runner passed it
-        case = _core.case_id(layer, head, batch, n, spec, causal)
+        case = _core.case_id(layer, head, batch, n, spec, "causal" if causal else "full", "all")
         trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
         error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
                                f"(its seed argument was {key})", case, trial, key)

@@ -141,17 +141,67 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 
 }  // namespace
 
-void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
+QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross) {
+  const std::optional<MaskSpec> parsed = parse_mask(mask);
+  require_usage(parsed.has_value(), "mask='{}': use 'full', 'causal' or 'window:W' (W >= 1 keys, e.g. 'window:4096')",
+                mask);
+  require_usage(!cross || parsed->mask == Mask::kFull,
+                "cross=True with mask='{}': cross-attention queries have no positions among the keys, so only "
+                "mask='full' applies; drop cross=True if q and k are one sequence",
+                mask);
+  require_usage(!cross || !positions,
+                "cross=True with q_positions: cross-attention queries have no positions among the keys; drop one "
+                "of the two");
+  return {*parsed, std::move(positions), cross};
+}
+
+namespace {
+
+// The positions of `rows` query rows among `keys` keys into `view`: consecutive ones as first_position (a run
+// ending at the last key is the bottom-right default, so giving those positions changes no bit), others as the
+// explicit list. Refuses what no query row could be at.
+void place_rows(HeadView& view, const std::vector<int64_t>& positions, int64_t rows, int64_t keys) {
+  require_usage(static_cast<int64_t>(positions.size()) == rows,
+                "q_positions has {} entries but q has {} rows: give one position per query row", positions.size(),
+                rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    require_usage(positions[i] >= 0 && positions[i] < keys,
+                  "q_positions[{}] = {} is not a key position (0..{} for {} keys): the query at position t is the "
+                  "token of key t",
+                  i, positions[i], keys - 1, keys);
+    require_usage(i == 0 || positions[i] > positions[i - 1],
+                  "q_positions[{}] = {} follows q_positions[{}] = {}: positions must be strictly increasing (one "
+                  "query row per token, in order)",
+                  i, positions[i], i - 1, i == 0 ? 0 : positions[i - 1]);
+  }
+  const bool consecutive = positions.back() - positions.front() == rows - 1;
+  view.first_position = consecutive ? positions.front() : 0;
+  view.positions = consecutive ? std::vector<int64_t>() : positions;
+}
+
+}  // namespace
+
+void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, const QueryPlacement& placement, SliceId id,
+               ThreadPool* pool) {
   const Input &q = in.q, &k = in.k, &v = in.v;
-  const int64_t n = q.rows, p = q.cols;
+  const int64_t n = q.rows, p = q.cols, keys = k.rows;
   require_usage(n >= 1 && p >= 1, "q is {}x{}: it needs at least one token and one dimension", n, p);
-  require_usage(k.rows == n && k.cols == p, "k is {}x{} but q is {}x{}: keys must match queries", k.rows, k.cols, n, p);
-  require_usage(v.rows == n && v.cols >= 1, "v is {}x{} but q has {} tokens: v needs one row per key", v.rows, v.cols,
-                n);
-  id.n = n;
+  require_usage(k.cols == p, "k is {}x{} but q is {}x{}: keys need the queries' dimension", k.rows, k.cols, n, p);
+  require_usage(keys >= 1, "k has no rows: attention needs at least one key");
+  require_usage(v.rows == keys && v.cols >= 1, "v is {}x{} but k has {} rows: v needs one row per key", v.rows, v.cols,
+                keys);
+  require_usage(placement.cross || keys >= n,
+                "q has {} rows but k only {}: each query row is one of the keys' tokens (the last ones unless "
+                "q_positions says which); pass cross=True for cross-attention",
+                n, keys);
+  id.n = keys;  // the case's n is its keys, as the sweep's (the cache length of a decode step)
   view.id = id;
   view.scale = default_scale(scale, p);
-  view.mask = mask;
+  view.mask = placement.mask.mask;
+  view.window = placement.mask.window;
+  view.first_position = placement.cross ? 0 : keys - n;  // bottom-right alignment; cross rows have no position
+  view.positions.clear();
+  if (placement.positions) place_rows(view, *placement.positions, n, keys);
   assign_matrix(q, view.q, view.qf, pool);
   assign_matrix(k, view.k, view.kf, pool);
   assign_matrix(v, view.v, view.vf, pool);
@@ -159,10 +209,12 @@ void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask 
   require_usage(problem.empty(), "{}: rescale the inputs or pass a smaller scale", problem);
 }
 
-const HeadView& make_view(const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool) {
+const HeadView& make_view(const QKV& in, std::optional<double> scale, const QueryPlacement& placement, SliceId id,
+                          ThreadPool* pool) {
   thread_local HeadView view;
-  if (in.q.rows * (2 * in.q.cols + in.v.cols) > kReusedElements) view = HeadView();  // keep no huge slice alive
-  fill_view(view, in, scale, mask, id, pool);
+  if (in.q.rows * in.q.cols + in.k.rows * (in.k.cols + in.v.cols) > kReusedElements)
+    view = HeadView();  // keep no huge slice alive
+  fill_view(view, in, scale, placement, id, pool);
   return view;
 }
 

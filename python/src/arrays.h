@@ -1,14 +1,17 @@
 #pragma once
 // numpy arrays in and out of attnprobe._core (docs/python.md): inputs read in place where numpy's
 // layout allows, checked and copied into the library's row-major slices once; outputs handed to numpy
-// without a copy; and the thread pools the calls reuse. Matrices: q, k are n × p, v n × pv, outputs
-// n × pv, all row-major (C order) float64 or float32.
+// without a copy; and the thread pools the calls reuse. Matrices: q is n × p (query rows), k keys × p,
+// v keys × pv (keys ≥ n, or any count for cross-attention), outputs n × pv, all row-major (C order)
+// float64 or float32.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
@@ -89,21 +92,37 @@ class PoolLease {
   std::unique_ptr<ThreadPool> own_;
 };
 
-// Checks shapes and builds the slice the library works on in `view` (float64 as given, float32
-// copies), in its memory when the shape is unchanged. Runs without the GIL: the Inputs' owners keep the
-// arrays alive.
-void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool);
+// Where a call's query rows sit among its keys (DESIGN §11, docs/python.md): the mask, and explicit
+// positions, else bottom-right alignment (row i at keys − n + i, FlashAttention's convention for
+// seqlen_q ≠ seqlen_k); or cross-attention, whose queries have no positions, so only the full mask applies.
+struct QueryPlacement {
+  MaskSpec mask;
+  std::optional<std::vector<int64_t>> positions;
+  bool cross = false;
+};
+
+// Python's mask= ("full" | "causal" | "window:W"), q_positions= and cross=, refusing what cross-attention
+// cannot mean (a mask that needs positions, or positions).
+QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross);
+
+// Checks shapes and positions and builds the slice the library works on in `view` (float64 as given,
+// float32 copies), in its memory when the shape is unchanged. Runs without the GIL: the Inputs' owners
+// keep the arrays alive.
+void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, const QueryPlacement& placement, SliceId id,
+               ThreadPool* pool);
 
 // fill_view into a per-thread view reused from call to call: on the VMs this was measured on,
 // first-touching fresh pages costs ~1 ms per 2 MiB, as much as a whole performer(M=64) call at n = 4096
 // spends on its own arithmetic, while `bench` builds its slice once. The returned view is valid until
 // this thread's next call.
-const HeadView& make_view(const QKV& in, std::optional<double> scale, Mask mask, SliceId id, ThreadPool* pool);
+const HeadView& make_view(const QKV& in, std::optional<double> scale, const QueryPlacement& placement, SliceId id,
+                          ThreadPool* pool);
 
 /// attnprobe.Slice: q, k, v and the scale converted once (float64 and float32 copies), for many
 /// estimate() calls on one slice without rebuilding it: what `bench` times.
 struct Slice {
   HeadView view;
+  bool cross = false;  ///< cross-attention: the rows have no positions (the view places them at 0..n−1, full mask)
 };
 
 // A placeholder for the q, k, v arguments when a Slice carries them.

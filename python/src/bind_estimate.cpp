@@ -25,19 +25,32 @@ namespace attnprobe::python {
 
 namespace {
 
+// The case a view's draws belong to, as the sweep names it: n is the keys (the cache length), the mask
+// and the query rows are the view's (all for self-attention, last:W for the last W rows, dump otherwise).
+// case_key leaves the query rows out, so the last rows draw what the whole slice draws.
+SliceRef slice_ref(const HeadView& view, int layer, int head, int batch) {
+  QueryRows rows;
+  if (!view.self_attention())
+    rows = view.positions.empty() && view.first_position == view.keys() - view.n()
+               ? QueryRows{QueryRows::Kind::kLast, view.n()}
+               : QueryRows{QueryRows::Kind::kDump, 0};
+  return SliceRef{layer, head, batch, view.keys(), view.mask, view.window, rows};
+}
+
 py::array exact(const HeadView* given, const py::array& q, const py::array& k, const py::array& v,
-                std::optional<double> scale, Mask mask, bool float64, int threads) {
+                std::optional<double> scale, const QueryPlacement& placement, bool float64, int threads) {
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   MatrixD out64;
   MatrixF out32;
   {
     py::gil_scoped_release release;
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
     if (float64)
-      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.mask);
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.geometry());
     else
-      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.mask);
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(),
+                          view.geometry());
   }
   return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
@@ -49,22 +62,23 @@ uint32_t checked_trial(int64_t trial) {
 }
 
 py::array estimate_view(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
-                        const py::array& v, std::optional<double> scale, Mask mask, uint64_t seed, int64_t trial,
-                        int layer, int head, int batch, int threads, const std::string& device) {
+                        const py::array& v, std::optional<double> scale, const QueryPlacement& placement, uint64_t seed,
+                        int64_t trial, int layer, int head, int batch, int threads, const std::string& device_name) {
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
-  if (given) mask = given->mask;
-  require_mask_support(spec, mask, parse_device(device));  // the sweep's refusal (exit 2 there)
+  const Device device = parse_device(device_name);
+  const uint32_t checked = checked_trial(trial);
   MatrixF out;
   {
     py::gil_scoped_release release;
-    const std::unique_ptr<Estimator> estimator = make_estimator(spec, parse_device(device));
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
-    const RandomKey key =
-        case_key(seed, SliceRef{layer, head, batch, view.n(), view.mask}, spec.canonical(), checked_trial(trial));
+    const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
+    // The sweep's refusal (exit 2 there): the geometry is known once the view is.
+    require_form_support(spec, view.mask, !view.self_attention(), device);
+    const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
+    const RandomKey key = case_key(seed, slice_ref(view, layer, head, batch), spec.canonical(), checked);
     estimator->estimate(view, EstimateContext{key, pool.get()}, out);
   }
   return to_numpy(std::move(out));
@@ -72,19 +86,18 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, con
 
 // What the sweep compares `spec` against when it is the reference (the runner's reference_output).
 py::array reference(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
-                    const py::array& v, std::optional<double> scale, Mask mask, int threads) {
+                    const py::array& v, std::optional<double> scale, const QueryPlacement& placement, int threads) {
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   const Spec spec = parse_spec(spec_text);
   require_usage(!spec.random(), "reference '{}' is random; a reference must be deterministic (e.g. softmax, yoso-e)",
                 spec.canonical());
-  if (given) mask = given->mask;
-  require_mask_support(spec, mask);
   MatrixD out;
   {
     py::gil_scoped_release release;
-    const std::unique_ptr<Estimator> estimator = spec.make();
     PoolLease pool(threads);
-    const HeadView& view = given ? *given : make_view(*in, scale, mask, SliceId{}, pool.get());
+    const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
+    require_form_support(spec, view.mask, !view.self_attention());
+    const std::unique_ptr<Estimator> estimator = spec.make();
     out = reference_output(*estimator, view, pool.get());
   }
   return to_numpy(std::move(out));
@@ -122,38 +135,44 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
 }  // namespace
 
 void bind_estimate(py::module_& m) {
-  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, bool causal) {
+  m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, const std::string& mask,
+                      const std::string& queries) {
     // A custom estimator's spec is its name, registered only once a sweep has run it.
     const std::string canonical = spec.rfind(kCustomPrefix, 0) == 0 ? spec : parse_spec(spec).canonical();
-    return case_id(SliceRef{layer, head, batch, n, causal ? Mask::kCausal : Mask::kFull}, canonical);
+    const MaskSpec geometry = parse_placement(mask, std::nullopt, false).mask;
+    const std::optional<QueryRows> rows = parse_query_rows(queries);
+    require_usage(rows.has_value(), "queries='{}': use 'all', 'last:W' (W >= 1) or 'dump'", queries);
+    return case_id(SliceRef{layer, head, batch, n, geometry.mask, geometry.window, *rows}, canonical);
   });
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
     return make_random_key(seed, case_text, checked_trial(trial)).value;
   });
-  m.def("exact",
-        [](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal, bool float64, int threads) {
-          return exact(nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, float64, threads);
-        });
-  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
-    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, float64, threads);
+  // The geometry arguments (mask, q_positions, cross) as parse_placement takes them.
+  using Positions = std::optional<std::vector<int64_t>>;
+  m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
+                    Positions positions, bool cross, bool float64, int threads) {
+    return exact(nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), float64, threads);
   });
-  m.def("estimate",
-        [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale, bool causal,
-           uint64_t seed, int64_t trial, int layer, int head, int batch, int threads, const std::string& device) {
-          return estimate_view(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, seed, trial, layer,
-                               head, batch, threads, device);
-        });
-  m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
-                             int batch, int threads, const std::string& device) {
-    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, seed, trial,
+  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, {}, float64, threads);
+  });
+  m.def("estimate", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
+                       const std::string& mask, Positions positions, bool cross, uint64_t seed, int64_t trial,
+                       int layer, int head, int batch, int threads, const std::string& device) {
+    return estimate_view(spec, nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), seed, trial,
                          layer, head, batch, threads, device);
   });
+  m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
+                             int batch, int threads, const std::string& device) {
+    return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, {}, seed, trial, layer, head,
+                         batch, threads, device);
+  });
   m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
-                        bool causal, int threads) {
-    return reference(spec, nullptr, q, k, v, scale, causal ? Mask::kCausal : Mask::kFull, threads);
+                        const std::string& mask, Positions positions, bool cross, int threads) {
+    return reference(spec, nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), threads);
   });
   m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
-    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, s.view.mask, threads);
+    return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, {}, threads);
   });
   m.def("metrics", &metrics);
   m.def("metric_names", [] {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
 #include "attnprobe/common/error.h"
@@ -52,17 +53,31 @@ void bind_slices(py::module_& m) {
   py::class_<DumpOptions>(m, "DumpOptions");
   m.def("load", &load);
   py::class_<Slice>(m, "Slice")
-      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, bool causal) {
+      .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
+                       std::optional<std::vector<int64_t>> positions, bool cross) {
              const QKV in = prepared(q, k, v);
+             const QueryPlacement placement = parse_placement(mask, std::move(positions), cross);
              auto slice = std::make_unique<Slice>();
+             slice->cross = cross;
              py::gil_scoped_release release;
-             fill_view(slice->view, in, scale, causal ? Mask::kCausal : Mask::kFull, SliceId{}, nullptr);
+             fill_view(slice->view, in, scale, placement, SliceId{}, nullptr);
              return slice;
            }),
-           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("causal") = false)
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("mask") = "full",
+           py::arg("q_positions") = py::none(), py::arg("cross") = false)
       .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
+      .def_property_readonly("mask", [](const Slice& s) { return mask_text(s.view.mask, s.view.window); })
       .def_property_readonly("causal", [](const Slice& s) { return s.view.mask == Mask::kCausal; })
+      .def_property_readonly("cross", [](const Slice& s) { return s.cross; })
       .def_property_readonly("n", [](const Slice& s) { return s.view.n(); })
+      .def_property_readonly("keys", [](const Slice& s) { return s.view.keys(); })
+      .def_property_readonly("q_positions",
+                             [](const Slice& s) -> py::object {
+                               if (s.cross) return py::none();
+                               std::vector<int64_t> at(s.view.n());
+                               for (int64_t i = 0; i < s.view.n(); ++i) at[i] = s.view.position(i);
+                               return py::array_t<int64_t>(static_cast<py::ssize_t>(at.size()), at.data());
+                             })
       .def_property_readonly("p", [](const Slice& s) { return s.view.p(); })
       .def_property_readonly("pv", [](const Slice& s) { return s.view.pv(); })
       .def_property_readonly("q", [](const Slice& s) { return to_numpy(MatrixD(s.view.q)); })

@@ -527,8 +527,10 @@ def test_errors_carry_the_cli_messages():
         attnprobe.estimate("yoso(x=1)", q, k, v)
     with pytest.raises(ValueError, match="has no causal form"):
         attnprobe.estimate("nystrom", q, k, v, causal=True)
-    with pytest.raises(ValueError, match="keys must match queries"):
+    with pytest.raises(ValueError, match="v needs one row per key"):
         attnprobe.estimate("vmean", q, k[:10], v)
+    with pytest.raises(ValueError, match="q has 32 rows but k only 10.*cross=True"):
+        attnprobe.estimate("vmean", q, k[:10], v[:10])
     with pytest.raises(ValueError, match="2-D array"):
         attnprobe.exact(q[0], k, v)
     with pytest.raises(OSError, match="cannot read 'missing.h5'") as info:
@@ -688,3 +690,156 @@ def test_sweep_queries_and_window_mask_are_the_clis(tmp_path):
         attnprobe.sweep(DUMP, ["nystrom"], queries="last:4", **args)
     with pytest.raises(ValueError, match="last:W"):
         attnprobe.sweep(DUMP, ["vmean"], queries="first:4", **args)
+
+
+def masked_attention(q, k, v, scale, positions, mask):
+    """Softmax attention in float64 numpy, written apart from the library: query row i at key position
+    positions[i] (None: cross-attention, every key) sees keys 0..t (causal), t-W+1..t (window:W) or all."""
+    logits = scale * q @ k.T
+    keys = np.arange(k.shape[0])
+    if mask != "full":
+        t = np.asarray(positions)[:, None]
+        width = int(mask.split(":")[1]) if mask.startswith("window:") else k.shape[0] + 1
+        logits[(keys[None, :] > t) | (keys[None, :] <= t - width)] = -np.inf
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (w / w.sum(axis=1, keepdims=True)) @ v
+
+
+def test_decode_exact_matches_numpy():
+    # exact() with fewer queries than keys (n_q = 1, 7 against n_k = 97, p = 50): bottom-right causal and
+    # window rows, explicit q_positions, and cross-attention, against masked_attention to 1e-12 in float64
+    # and within float32 rounding for dtype=float32. Seed 11.
+    rng = np.random.default_rng(11)
+    n_k, p, scale = 97, 50, 0.2
+    q, k, v = rng.normal(size=(n_k, p)), rng.normal(size=(n_k, p)), rng.normal(size=(n_k, p))
+    worst64 = worst32 = 0.0
+    for n_q in (1, 7):
+        last = q[-n_q:]
+        bottom_right = np.arange(n_k - n_q, n_k)
+        explicit = np.array([3, 10, 11, 40, 41, 80, 96][-n_q:])
+        cases = [(dict(mask="causal"), last, bottom_right, "causal"),
+                 (dict(causal=True), last, bottom_right, "causal"),
+                 (dict(mask="window:20"), last, bottom_right, "window:20"),
+                 (dict(mask="full"), last, bottom_right, "full"),
+                 (dict(mask="causal", q_positions=explicit), q[explicit], explicit, "causal"),
+                 (dict(mask="window:20", q_positions=list(explicit)), q[explicit], explicit, "window:20"),
+                 (dict(cross=True), rng.normal(size=(n_q, p)), None, "full")]
+        for kwargs, rows, positions, mask in cases:
+            want = masked_attention(rows, k, v, scale, positions, mask)
+            got = attnprobe.exact(rows, k, v, scale, **kwargs)
+            assert got.shape == (n_q, p)
+            worst64 = max(worst64, np.abs(got - want).max())
+            got32 = attnprobe.exact(rows, k, v, scale, dtype=np.float32, **kwargs)
+            worst32 = max(worst32, np.abs(got32 - want).max())
+    assert worst64 < 1e-12  # observed 1.2e-15
+    # float32 rounds inputs, scores and sums: a few units of 6e-8 on outputs up to 1.6.
+    assert worst32 < 4e-6  # observed 5.2e-7
+    # A window row sees only its window: the keys before it do not change it.
+    row = attnprobe.exact(q[-1:], k, v, scale, mask="window:20")
+    k2, v2 = k.copy(), v.copy()
+    k2[:n_k - 20], v2[:n_k - 20] = 0, 0
+    assert np.array_equal(row, attnprobe.exact(q[-1:], k2, v2, scale, mask="window:20"))
+    # Cross-attention takes any number of keys, fewer than the queries too.
+    few = attnprobe.exact(q[:7], k[:3], v[:3], scale, cross=True)
+    assert np.abs(few - masked_attention(q[:7], k[:3], v[:3], scale, None, "full")).max() < 1e-12
+    # The last rows of the whole slice are the decode rows: bit for bit in float32, whose blocks are aligned to
+    # absolute positions (exact_attention.h); float64's row blocks start at the first row evaluated.
+    whole = attnprobe.exact(q, k, v, scale, mask="causal", dtype=np.float32)
+    assert np.array_equal(whole[-7:], attnprobe.exact(q[-7:], k, v, scale, mask="causal", dtype=np.float32))
+    whole = attnprobe.exact(q, k, v, scale, mask="causal")
+    assert np.abs(whole[-7:] - attnprobe.exact(q[-7:], k, v, scale, mask="causal")).max() < 1e-14  # observed 4.2e-16
+
+
+def test_decode_estimates_match_the_cli_and_the_whole_slice(tmp_path):
+    # Every estimator with a causal decode form (estimators()' "decode"): estimate() of the last 16 rows
+    # against all 96 keys with a --queries last:16 row as its case gives the CLI's metrics bit for bit,
+    # and the very bits of the last 16 rows of the whole slice's estimate (the draws are the all case's).
+    specs = [e["spec"] for e in attnprobe.estimators() if "causal" in e["decode"]]
+    assert "softmax" in specs and not any(s.startswith("nystrom") for s in specs)
+    out = tmp_path / "decode.csv"
+    cli("sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--trials", "2",
+        "--seed", str(SEED), "--mask", "causal", "--queries", "last:16", "-q", "-o", str(out),
+        *[a for s in specs for a in ("-e", s)])
+    rows = attnprobe.read_csv(out)
+    assert set(rows["queries"]) == {"last:16"} and set(rows["n"]) == {96}
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    step = attnprobe.Slice(q[-16:], k, v, scale, mask="causal")
+    checked = set()
+    for (spec, ref, trial), group in rows.groupby(["spec", "reference", "trial"], sort=False):
+        case = group.iloc[0]
+        reference = attnprobe.reference(ref, q[-16:], k, v, scale, mask="causal")
+        est = attnprobe.estimate(spec, q[-16:], k, v, scale, mask="causal", case=case, seed=SEED, trial=int(trial))
+        values = attnprobe.metrics(reference, est, list(group["metric"]))
+        for metric, value in zip(group["metric"], group["value"]):
+            assert same(values[metric], value), (spec, trial, metric, values[metric], value)
+        whole = attnprobe.estimate(spec, q, k, v, scale, causal=True, seed=SEED, trial=int(trial),
+                                   case={"layer": 1, "head": 1, "batch": 1})
+        assert np.array_equal(est, whole[-16:]), spec
+        assert np.array_equal(est, attnprobe.estimate(spec, step, case=case, seed=SEED, trial=int(trial))), spec
+        checked.add(spec)
+    assert checked == {attnprobe._core.canonical(s) for s in specs}
+    # The case id carries the geometry as the sweep's; the key leaves the queries part out.
+    assert attnprobe.case_id(1, 1, 1, 96, "softmax", mask="causal", queries="last:16") == \
+        "layer=1;head=1;batch=1;n=96;spec=softmax;mask=causal;queries=last:16"
+    assert attnprobe.case_id(1, 1, 1, 96, "softmax", mask="window:8") == \
+        "layer=1;head=1;batch=1;n=96;spec=softmax;mask=window:8"
+
+
+def test_decode_refusals_say_what_to_do():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=64)
+    last = q[-4:]
+    with pytest.raises(ValueError, match="'nystrom.*' has no decode form under the full mask.*estimators with one:.*"
+                                         "softmax"):
+        attnprobe.estimate("nystrom", last, k, v, scale)
+    with pytest.raises(ValueError, match="no decode form"):
+        attnprobe.reference("nystrom", last, k, v, scale)
+    bad = [([60, 62, 61, 63], ValueError, r"q_positions\[2\] = 61 follows q_positions\[1\] = 62: positions must be "
+                                          "strictly increasing"),
+           ([60, 61, 62, 64], ValueError, r"q_positions\[3\] = 64 is not a key position \(0..63"),
+           ([-1, 61, 62, 63], ValueError, r"q_positions\[0\] = -1 is not a key position"),
+           ([61, 62, 63], ValueError, "q_positions has 3 entries but q has 4 rows"),
+           (np.array([60.0, 61, 62, 63]), TypeError, "q_positions must hold integers"),
+           (np.array([60, np.nan, 62, 63]), ValueError, r"q_positions\[1\] is NaN"),
+           (np.array([[60, 61, 62, 63]]), ValueError, "q_positions must be 1-D")]
+    for positions, error, message in bad:
+        with pytest.raises(error, match=message):
+            attnprobe.exact(last, k, v, scale, mask="causal", q_positions=positions)
+    with pytest.raises(ValueError, match="cross=True with mask='causal'.*only mask='full'"):
+        attnprobe.exact(last, k, v, scale, causal=True, cross=True)
+    with pytest.raises(ValueError, match="cross=True with q_positions"):
+        attnprobe.estimate("softmax", last, k, v, scale, cross=True, q_positions=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="contradict"):
+        attnprobe.exact(last, k, v, scale, causal=True, mask="window:8")
+    with pytest.raises(ValueError, match="mask='window:0': use 'full', 'causal' or 'window:W'"):
+        attnprobe.exact(last, k, v, scale, mask="window:0")
+    with pytest.raises(ValueError, match="case has n=96 but k has 64 rows"):
+        attnprobe.estimate("softmax", last, k, v, scale, case={"layer": 0, "head": 0, "batch": 0, "n": 96})
+    with pytest.raises(ValueError, match="case has queries=last:16 but q has 4 rows"):
+        attnprobe.estimate("softmax", last, k, v, scale, mask="causal",
+                           case={"layer": 0, "head": 0, "batch": 0, "mask": "causal", "queries": "last:16"})
+    with pytest.raises(ValueError, match="pass mask='causal'"):
+        attnprobe.estimate("softmax", last, k, v, scale, case={"layer": 0, "head": 0, "batch": 0, "mask": "causal"})
+    # Custom Python estimators declare no decode form.
+    with pytest.raises(ValueError, match="no decode form"):
+        attnprobe.sweep(DUMP, [], custom={"mine": exact_softmax}, layers=0, heads=0, batch=0, lengths=[16],
+                        queries="last:4")
+
+
+def test_slice_carries_the_decode_geometry():
+    q, k, v, scale, _ = attnprobe.load(DUMP, 0, 1, 0, length=80)
+    positions = np.array([5, 30, 31, 79])
+    s = attnprobe.Slice(q[positions], k, v, scale, mask="window:16", q_positions=positions)
+    assert (s.n, s.keys, s.mask, s.causal, s.cross) == (4, 80, "window:16", False, False)
+    assert s.q_positions.tolist() == positions.tolist()
+    assert np.array_equal(attnprobe.exact(s), attnprobe.exact(q[positions], k, v, scale, mask="window:16",
+                                                              q_positions=positions))
+    assert np.array_equal(attnprobe.estimate("uniform_keys(b=8)", s, seed=3),
+                          attnprobe.estimate("uniform_keys(b=8)", q[positions], k, v, scale, mask="window:16",
+                                             q_positions=positions, seed=3))
+    assert attnprobe.Slice(q[-3:], k, v, scale).q_positions.tolist() == [77, 78, 79]  # bottom-right
+    cross = attnprobe.Slice(q[:3], k[:50], v[:50], scale, cross=True)
+    assert (cross.n, cross.keys, cross.mask, cross.cross, cross.q_positions) == (3, 50, "full", True, None)
+    with pytest.raises(ValueError, match="carries its geometry"):
+        attnprobe.exact(s, mask="causal")
+    with pytest.raises(ValueError, match="carries its geometry"):
+        attnprobe.estimate("softmax", s, q_positions=positions)
