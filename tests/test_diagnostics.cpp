@@ -20,6 +20,30 @@ TEST_CASE("diagnostics of uniform and of one-hot attention", "[diagnostics]") {
     CHECK(d.mean_distance == Approx((300.0 * 300 - 1) / (3 * 300)).epsilon(1e-12));
     CHECK(d.max_logit == 0);
     CHECK(d.q_norm_cv == 0);
+    CHECK(d.sink_mass == Approx(4.0 / 300).epsilon(1e-12));  // 4 sink keys of weight 1/300
+  }
+  SECTION("uniform over the visible keys: the last 8 rows of a causal slice, and of a window") {
+    const HeadView whole = make_head_view(SliceId{0, 0, 0, n}, 0.5, MatrixD::Zero(n, p), MatrixD::Random(n, p),
+                                          MatrixD::Random(n, p), Mask::kCausal);
+    const HeadDiagnostics d = diagnose_head(last_rows(whole, 8));
+    // Rows at t = 292..299 see t + 1 keys each, uniformly: entropy ln(t + 1), sinks 4/(t + 1), distance t/2.
+    double entropy = 0, sinks = 0, distance = 0;
+    for (int t = 292; t < 300; ++t) {
+      entropy += std::log(t + 1.0) / 8;
+      sinks += 4.0 / (t + 1) / 8;
+      distance += t / 2.0 / 8;
+    }
+    CHECK(d.entropy == Approx(entropy).epsilon(1e-12));
+    CHECK(d.sink_mass == Approx(sinks).epsilon(1e-12));
+    CHECK(d.mean_distance == Approx(distance).epsilon(1e-12));
+    HeadView window = whole;
+    window.mask = Mask::kWindow;
+    window.window = 10;
+    const HeadDiagnostics w = diagnose_head(last_rows(window, 8));
+    CHECK(w.entropy == Approx(std::log(10.0)).epsilon(1e-12));
+    CHECK(w.sink_mass == 0);                               // the first keys are outside every window
+    CHECK(w.mean_distance == Approx(4.5).epsilon(1e-12));  // (0 + 1 + ... + 9) / 10
+    CHECK(w.effective_support == 9);
   }
   SECTION("one-hot: each query sees only its own key") {
     MatrixD q = MatrixD::Zero(n, n);
@@ -48,7 +72,14 @@ TEST_CASE("diagnose writes one long row per slice, length and diagnostic", "[dia
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const std::string text = read_text(temp_path("diag.csv"));
-  CHECK_THAT(text, Catch::StartsWith("dump,layer,head,batch,n,p,diagnostic,value\n"));
-  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 2 * 2 * 7);  // 2 heads × 2 lengths × 7 diagnostics
+  CHECK_THAT(text, Catch::StartsWith("dump,layer,head,batch,n,p,mask,queries,diagnostic,value\n"));
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 2 * 2 * 8);  // 2 heads × 2 lengths × 8 diagnostics
   CHECK(run_attnprobe("diagnose " + dump + " --lengths 65 -q").exit_code == 3);
+  const auto decode = run_attnprobe("diagnose " + dump + " --lengths 32,64 --mask causal --queries all,last:4 -q -o " +
+                                    temp_path("diag-decode.csv"));
+  REQUIRE(decode.exit_code == 0);
+  const std::string rows = read_text(temp_path("diag-decode.csv"));
+  CHECK(std::count(rows.begin(), rows.end(), '\n') == 1 + 2 * 2 * 2 * 8);  // × 2 query sets
+  CHECK_THAT(rows, Catch::Contains(",64,8,causal,last:4,sink_mass,"));
+  CHECK(run_attnprobe("diagnose " + dump + " --lengths 32 --queries last:33 -q").exit_code == 2);
 }

@@ -245,9 +245,14 @@ TEST_CASE("bad files give input errors that say what and where", "[dump][errors]
     CHECK_THAT(error_of([&] { Dump::open(mixed); }), Catch::Contains("different ranks"));
   }
   SECTION("mismatched shapes") {
+    // Fewer queries than keys is a decode dump (test_decode_dumps.cpp); more, without cross = 1, is refused.
     const std::string tokens = write_arrays(
-        "tok.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 6, 4})}, {"v", iota_array({2, 6, 4})}});
-    CHECK_THAT(error_of([&] { Dump::open(tokens); }), Catch::Contains("tokens") && Catch::Contains("[2, 5, 4]"));
+        "tok.h5", {{"q", iota_array({2, 6, 4})}, {"k", iota_array({2, 5, 4})}, {"v", iota_array({2, 5, 4})}});
+    CHECK_THAT(error_of([&] { Dump::open(tokens); }), Catch::Contains("6 tokens") && Catch::Contains("cross = 1"));
+    const std::string kv_tokens = write_arrays(
+        "kv-tok.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 4})}, {"v", iota_array({2, 6, 4})}});
+    CHECK_THAT(error_of([&] { Dump::open(kv_tokens); }),
+               Catch::Contains("tokens (k and v)") && Catch::Contains("[2, 6, 4]"));
     const std::string dims = write_arrays(
         "dim.h5", {{"q", iota_array({2, 5, 4})}, {"k", iota_array({2, 5, 3})}, {"v", iota_array({2, 5, 4})}});
     CHECK_THAT(error_of([&] { Dump::open(dims); }), Catch::Contains("head dim"));

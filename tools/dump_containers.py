@@ -43,7 +43,9 @@ class Layer:
     scale: Optional[float] = None  # None: 1/sqrt(P)
     causal: int = 0
     dy: Optional[np.ndarray] = None  # [B, H, N, Pv]
-    lengths: Optional[np.ndarray] = None  # [B] integers
+    lengths: Optional[np.ndarray] = None  # [B] integers: valid keys per batch item
+    window: Optional[int] = None  # with causal = 1: a sliding window of W keys (attribute window)
+    q_positions: Optional[np.ndarray] = None  # [Nq] or [B, Nq] integers; None: the last Nq positions
 
 
 def check_layer(layer, index):
@@ -51,11 +53,12 @@ def check_layer(layer, index):
     q, k, v = (np.asarray(a) for a in (layer.q, layer.k, layer.v))
     if not (q.ndim == k.ndim == v.ndim == 4):
         raise ValueError(f"layer {index}: q, k, v must be [B, H, N, P] (got {q.shape}, {k.shape}, {v.shape})")
-    if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2] or k.shape[3] != q.shape[3]:
+    # A decode dump holds the last Nq <= Nk queries with the whole cache (docs/dumps.md, "Queries ≠ keys").
+    if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[2] < q.shape[2] or k.shape[3] != q.shape[3]:
         raise ValueError(f"layer {index}: q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"layer {index}: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
-    want = (v.shape[0], q.shape[1], v.shape[2], v.shape[3])  # one upstream gradient per query head
+    want = (v.shape[0], q.shape[1], q.shape[2], v.shape[3])  # one upstream gradient per query row and head
     if layer.dy is not None and np.asarray(layer.dy).shape != want:
         raise ValueError(f"layer {index}: dy {np.asarray(layer.dy).shape} must be [B, H, N, Pv] = {want}")
 
@@ -77,6 +80,12 @@ def bfloat16_bits(array):
 def bfloat16_to_float32(bits):
     """bfloat16 bit patterns (uint16) -> float32, exactly (the widening attnprobe does)."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _integers(layer):
+    """(member, int64 array) of one layer: lengths and q_positions where given."""
+    return [(name, np.asarray(value, dtype=np.int64)) for name, value in
+            (("lengths", layer.lengths), ("q_positions", layer.q_positions)) if value is not None]
 
 
 def _scale(layer):
@@ -105,6 +114,8 @@ def write_hdf5(path, layers, dtype="float16", model="", source="", compress=True
             group = f.create_group(f"layer_{li:02d}", track_order=True)
             group.attrs["scale"] = _scale(layer)
             group.attrs["causal"] = int(layer.causal)
+            if layer.window is not None:
+                group.attrs["window"] = int(layer.window)
             for name, array in _tensors(layer):
                 array = np.asarray(array)
                 options = {}
@@ -112,8 +123,8 @@ def write_hdf5(path, layers, dtype="float16", model="", source="", compress=True
                     options = dict(chunks=(1, 1, min(array.shape[2], 1024), array.shape[3]), compression="gzip",
                                    compression_opts=9, shuffle=True)
                 group.create_dataset(name, data=array.astype(dtype), track_times=False, **options)
-            if layer.lengths is not None:
-                group.create_dataset("lengths", data=np.asarray(layer.lengths, dtype=np.int64), track_times=False)
+            for name, array in _integers(layer):
+                group.create_dataset(name, data=array, track_times=False)
 
 
 _SAFETENSORS_DTYPES = {"float16": ("F16", "<f2"), "float32": ("F32", "<f4"), "float64": ("F64", "<f8")}
@@ -136,6 +147,8 @@ def write_safetensors(path, layers, dtype="float16", model="", source=""):
         prefix = f"layer_{li:02d}"
         metadata[f"{prefix}.scale"] = repr(_scale(layer))
         metadata[f"{prefix}.causal"] = str(int(layer.causal))
+        if layer.window is not None:
+            metadata[f"{prefix}.window"] = str(int(layer.window))
         for name, array in _tensors(layer):
             if dtype == "bfloat16":
                 raw = np.ascontiguousarray(bfloat16_bits(array).astype("<u2"))
@@ -143,8 +156,8 @@ def write_safetensors(path, layers, dtype="float16", model="", source=""):
             else:
                 code, numpy_type = _SAFETENSORS_DTYPES[dtype]
                 add(f"{prefix}.{name}", code, np.ascontiguousarray(np.asarray(array).astype(numpy_type)))
-        if layer.lengths is not None:
-            add(f"{prefix}.lengths", "I64", np.ascontiguousarray(np.asarray(layer.lengths).astype("<i8")))
+        for name, array in _integers(layer):
+            add(f"{prefix}.{name}", "I64", np.ascontiguousarray(array.astype("<i8")))
     header["__metadata__"] = metadata
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the reference writer pads
@@ -166,8 +179,10 @@ def write_npz(path, layers, dtype="float16", model="", source="", compress=True)
             arrays[f"{prefix}.{name}"] = np.asarray(array).astype(dtype)
         arrays[f"{prefix}.scale"] = np.array(_scale(layer), dtype=np.float64)
         arrays[f"{prefix}.causal"] = np.array(int(layer.causal), dtype=np.int64)
-        if layer.lengths is not None:
-            arrays[f"{prefix}.lengths"] = np.asarray(layer.lengths, dtype=np.int64)
+        if layer.window is not None:
+            arrays[f"{prefix}.window"] = np.array(int(layer.window), dtype=np.int64)
+        for name, array in _integers(layer):
+            arrays[f"{prefix}.{name}"] = array
     with open(path, "wb") as f:  # a file object: numpy would append .npz to a name without it
         (np.savez_compressed if compress else np.savez)(f, **arrays)
 

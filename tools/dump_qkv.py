@@ -37,6 +37,8 @@ Command line (for this project's character model):
     /usr/bin/python3 tools/train_charlm.py ... --held-out-text held_out.txt   # writes the held-out split
     /usr/bin/python3 tools/dump_qkv.py --checkpoint data/models/charlm-hd32.pt --text held_out.txt \\
         --length 4096 --sequences 2 -o data/charlm-hd32.h5
+    # a decode dump: the last 16 queries of each sequence against its whole cache of 4096 keys:
+    /usr/bin/python3 tools/dump_qkv.py --checkpoint data/models/charlm-causal.pt ... --last 16 -o decode.h5
     # the same as safetensors in bfloat16, with real upstream gradients:
     /usr/bin/python3 tools/dump_qkv.py ... --format safetensors --dtype bfloat16 --with-dy -o charlm.safetensors
 """
@@ -137,13 +139,23 @@ def capture(model, run, layers, heads, kv_heads=None, repeat_kv=1):
     return result
 
 
-def write(captured, path, scale=None, causal=0, model="", source="", dtype="float16", lengths=None, fmt="hdf5"):
+def write(captured, path, scale=None, causal=0, model="", source="", dtype="float16", lengths=None, fmt="hdf5",
+          last=None, window=None):
     """Writes captured layers (dump_containers.Layer, or (q, k, v) tuples) to `path` in container `fmt`
-    (hdf5 | safetensors | npz; docs/dumps.md)."""
+    (hdf5 | safetensors | npz; docs/dumps.md).
+
+    last=W writes a decode dump: the last W query rows (and their dy) with the whole cache of keys and values,
+    what W decode steps of a causal model attend to; attnprobe places them at the cache's last W positions.
+    window=W (with causal=1) records a sliding-window model's window, which `--mask auto` then applies."""
     layers = []
     for item in captured:
         layer = item if isinstance(item, dump_containers.Layer) else dump_containers.Layer(*item)
-        layers.append(dataclasses.replace(layer, scale=scale, causal=int(causal),
+        if last is not None:
+            if not 1 <= last <= np.asarray(layer.q).shape[2]:
+                raise ValueError(f"last={last} must be between 1 and the {np.asarray(layer.q).shape[2]} tokens")
+            layer = dataclasses.replace(layer, q=np.asarray(layer.q)[:, :, -last:],
+                                        dy=None if layer.dy is None else np.asarray(layer.dy)[:, :, -last:])
+        layers.append(dataclasses.replace(layer, scale=scale, causal=int(causal), window=window,
                                           lengths=None if lengths is None else np.asarray(lengths)))
     dump_containers.write(path, layers, fmt=fmt, dtype=dtype, model=model, source=source)
 
@@ -165,6 +177,9 @@ def main():
                              "cross-entropy for a --causal checkpoint) with respect to each "
                              "layer's per-head attention output; Q/K/V are then those of the masked input")
     parser.add_argument("--dy-seed", type=int, default=1234, help="seed of the masked positions for --with-dy")
+    parser.add_argument("--last", type=int, default=None,
+                        help="write a decode dump: the last W query rows of each sequence with its whole cache of "
+                             "keys and values (W decode steps; for a --causal checkpoint)")
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args()
     if args.dtype == "bfloat16" and args.format != "safetensors":
@@ -209,7 +224,7 @@ def main():
           source=f"{meta['corpus']}; characters {args.offset}..{need} of the held-out split (the last 5% of the "
                  f"text, never trained on)"
                  + ("; 15% of the characters masked (dy)" if args.with_dy and not causal else ""),
-          dtype=args.dtype, fmt=args.format)
+          dtype=args.dtype, fmt=args.format, last=args.last)
     print(f"dump_qkv: wrote {args.output} ({args.format}): {meta['layers']} layers x {heads} heads "
           f"({kv_heads} kv) x {args.sequences} x {args.length} tokens, head dim {meta['head_dim']}, {args.dtype}"
           + (", with dy" if args.with_dy else ""))

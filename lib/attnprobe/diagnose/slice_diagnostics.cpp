@@ -13,11 +13,12 @@ std::vector<DiagnosticRow> diagnose_slices(const Dump& dump, const std::vector<S
   const std::string label = dump_label(dump.path());
   for (size_t s = 0; s < slices.size(); ++s) {
     const SliceRef& slice = slices[s];
-    const HeadView view = dump.read_slice(slice.layer, slice.head, slice.batch, slice.n);
+    HeadView read = dump.read_slice(slice.layer, slice.head, slice.batch, slice.n), cut;
+    const HeadView& view = view_of_case(read, slice, cut);
     const std::vector<double> values = diagnostic_values(diagnose_head(view, &pool));
     for (size_t d = 0; d < values.size(); ++d)
-      rows.push_back(DiagnosticRow{label, slice.layer, slice.head, slice.batch, slice.n, view.p(),
-                                   diagnostic_names()[d], values[d]});
+      rows.push_back(DiagnosticRow{label, slice.layer, slice.head, slice.batch, slice.n, view.p(), slice.mask,
+                                   slice.window, slice.queries, diagnostic_names()[d], values[d]});
     if (progress) progress(static_cast<int64_t>(s + 1));
   }
   return rows;

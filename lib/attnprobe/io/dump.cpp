@@ -113,7 +113,7 @@ void read_query_positions(const Container& c, const std::string& path, LayerInfo
   const std::string name = c.member_name(info.group, "q_positions");
   if (!c.has_tensor(name)) {
     for (int64_t b = 0; b < info.batch; ++b)
-      require_input(info.cross || info.lengths[b] >= info.tokens,
+      require_input(!info.own_queries() || info.cross || info.lengths[b] >= info.tokens,
                     "'{}' {}: batch item {} has {} valid keys, fewer than its {} query rows, so the queries cannot be "
                     "the last {} tokens of the cache (bottom-right alignment). Give their positions in {} or fix the "
                     "lengths.",

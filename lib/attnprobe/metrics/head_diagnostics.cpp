@@ -14,10 +14,21 @@ namespace {
 constexpr int64_t kRowBlock = 256;
 constexpr int kPowerIterations = 30;
 
-// Rows [r0, r0 + rows) of A; `max_logit` gets the block's largest s·q_i·k_j.
+// Keys StreamingLLM keeps as attention sinks: the first four tokens of the cache.
+constexpr int64_t kSinkKeys = 4;
+
+// Rows [r0, r0 + rows) of A under the view's mask and query positions; `max_logit` gets the block's largest
+// s·q_i·k_j over the keys each row sees.
 MatrixD attention_rows(const HeadView& view, int64_t r0, int64_t rows, double* max_logit = nullptr) {
-  if (max_logit) *max_logit = (view.scale * (view.q.middleRows(r0, rows) * view.k.transpose())).maxCoeff();
-  return attention_rows_f64(view.q, view.k, view.scale, r0, rows);
+  if (max_logit) {
+    const MatrixD logits = view.scale * (view.q.middleRows(r0, rows) * view.k.transpose());
+    *max_logit = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < rows; ++i) {
+      const KeyRange seen = view.visible(r0 + i);
+      *max_logit = std::max(*max_logit, logits.row(i).segment(seen.begin, seen.size()).maxCoeff());
+    }
+  }
+  return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
 }
 
 double row_entropy(const Eigen::Ref<const Eigen::RowVectorXd>& row) {
@@ -51,18 +62,19 @@ double mean_attention_entropy(const HeadView& view) {
 
 const std::vector<std::string>& diagnostic_names() {
   static const std::vector<std::string> kNames = {"entropy",       "effective_support", "max_logit", "stable_rank",
-                                                  "mean_distance", "q_norm_cv",         "k_norm_cv"};
+                                                  "mean_distance", "q_norm_cv",         "k_norm_cv", "sink_mass"};
   return kNames;
 }
 
 std::vector<double> diagnostic_values(const HeadDiagnostics& d) {
-  return {d.entropy, d.effective_support, d.max_logit, d.stable_rank, d.mean_distance, d.q_norm_cv, d.k_norm_cv};
+  return {d.entropy,       d.effective_support, d.max_logit, d.stable_rank,
+          d.mean_distance, d.q_norm_cv,         d.k_norm_cv, d.sink_mass};
 }
 
 HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
-  const int64_t n = view.n(), blocks = (n + kRowBlock - 1) / kRowBlock;
+  const int64_t n = view.n(), keys = view.keys(), blocks = (n + kRowBlock - 1) / kRowBlock;
   struct RowStats {
-    double entropy = 0, support = 0, distance = 0, fro2 = 0, max_logit = 0;
+    double entropy = 0, support = 0, distance = 0, fro2 = 0, max_logit = 0, sink = 0;
   };
   std::vector<RowStats> parts(blocks);
   for_each_block(n, pool, [&](int64_t b, int64_t r0, int64_t rows) {
@@ -78,8 +90,10 @@ HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
       // 0.9 less a rounding margin: 270 weights of 1/300 sum to 0.8999999999999999 in float64.
       while (mass < 0.9 - 1e-12 && keys < a.cols()) mass += sorted[keys++];
       s.support += static_cast<double>(keys);
-      for (int64_t j = 0; j < a.cols(); ++j) s.distance += a(i, j) * std::abs(static_cast<double>(r0 + i - j));
+      const auto position = static_cast<double>(view.position(r0 + i));
+      for (int64_t j = 0; j < a.cols(); ++j) s.distance += a(i, j) * std::abs(position - static_cast<double>(j));
       s.fro2 += a.row(i).squaredNorm();
+      s.sink += a.row(i).head(std::min(kSinkKeys, keys)).sum();
     }
   });
   HeadDiagnostics d;
@@ -89,12 +103,13 @@ HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
     d.entropy += s.entropy / n;
     d.effective_support += s.support / n;
     d.mean_distance += s.distance / n;
+    d.sink_mass += s.sink / n;
     fro2 += s.fro2;
     d.max_logit = std::max(d.max_logit, s.max_logit);
   }
   // ‖A‖₂² by power iteration on AᵀA (x ← Aᵀ(A x) / ‖·‖) from the all-ones direction: attention
   // rows sum to one, so that start is never orthogonal to the top singular vector.
-  Eigen::VectorXd x = Eigen::VectorXd::Ones(n) / std::sqrt(static_cast<double>(n));
+  Eigen::VectorXd x = Eigen::VectorXd::Ones(keys) / std::sqrt(static_cast<double>(keys));
   double sigma2 = 0;
   std::vector<Eigen::VectorXd> products(blocks);
   for (int it = 0; it < kPowerIterations; ++it) {
@@ -102,7 +117,7 @@ HeadDiagnostics diagnose_head(const HeadView& view, ThreadPool* pool) {
       const MatrixD a = attention_rows(view, r0, rows);
       products[b] = a.transpose() * (a * x);
     });
-    Eigen::VectorXd y = Eigen::VectorXd::Zero(n);
+    Eigen::VectorXd y = Eigen::VectorXd::Zero(keys);
     for (const Eigen::VectorXd& p : products) y += p;
     sigma2 = y.norm();
     if (sigma2 == 0) break;

@@ -82,6 +82,9 @@ struct DiagnosticRow {
   std::string dump;
   Coordinate layer, head, batch, n;
   int64_t p = 0;
+  Mask mask = Mask::kFull;
+  int64_t window = 0;
+  QueryRows queries;
   std::string diagnostic;
   double value = 0;
 };

@@ -142,11 +142,19 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
   static const std::vector<Column<DiagnosticRow>> kColumns = [] {
     std::vector<Column<DiagnosticRow>> c;
     for (const KeyColumn& k : case_key_columns()) {
-      if (k.name == "mask") break;  // dump, layer, head, batch, n, p: diagnostics describe the slice
+      // dump, layer, head, batch, n, p, mask, queries: diagnostics describe the case's rows, not an estimator
+      if (k.name == "estimator") break;
       c.push_back({k.name,
                    [get = k.get](const DiagnosticRow& r) {
-                     return get(CaseKey{
-                         .dump = r.dump, .layer = r.layer, .head = r.head, .batch = r.batch, .n = r.n, .p = r.p});
+                     return get(CaseKey{.dump = r.dump,
+                                        .layer = r.layer,
+                                        .head = r.head,
+                                        .batch = r.batch,
+                                        .n = r.n,
+                                        .p = r.p,
+                                        .mask = r.mask,
+                                        .window = r.window,
+                                        .queries = r.queries});
                    },
                    nullptr});
     }

@@ -83,6 +83,20 @@ struct CaseState {
 
 }  // namespace
 
+const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage) {
+  read.mask = slice.mask;
+  read.window = slice.window;
+  const bool prefix = slice.n != read.keys(), last = slice.queries.kind == QueryRows::Kind::kLast;
+  if (!prefix && !last) return read;
+  if (prefix) {
+    storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, read.scale,
+                             read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
+    storage.window = slice.window;
+  }
+  if (last) storage = last_rows(prefix ? storage : read, slice.queries.last);
+  return storage;
+}
+
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink) {
   ThreadPool pool(options.threads);
@@ -184,18 +198,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       cached = dump.read_slice(slice.layer, slice.head, slice.batch, longest[id]);
       cached_id = id;
     }
-    cached.mask = slice.mask;
-    cached.window = slice.window;
-    HeadView prefix, decode_rows;
-    if (slice.n != cached.keys()) {
-      prefix =
-          make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, cached.scale,
-                         cached.q.topRows(slice.n), cached.k.topRows(slice.n), cached.v.topRows(slice.n), slice.mask);
-      prefix.window = slice.window;
-    }
-    const HeadView& whole = slice.n == cached.keys() ? cached : prefix;
-    if (slice.queries.kind == QueryRows::Kind::kLast) decode_rows = last_rows(whole, slice.queries.last);
-    const HeadView& view = slice.queries.kind == QueryRows::Kind::kLast ? decode_rows : whole;
+    HeadView cut;
+    const HeadView& view = view_of_case(cached, slice, cut);
 
     // G: the dump's layer_NN/dy when present, else the keyed generator's.
     MatrixD upstream;
