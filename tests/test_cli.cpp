@@ -453,6 +453,47 @@ TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]")
   CHECK_THAT(refused.output, Catch::Contains("sum must be at most 1024"));
 }
 
+TEST_CASE("bench --queries last:W times decode steps beside the measured bandwidth", "[cli][bench]") {
+  // What is checked is the shape of the output, never a time (unit tests run on loaded machines).
+  const std::string csv = temp_path("bench-decode.csv");
+  const auto r = run_attnprobe(
+      "bench -e softmax -e vmean --queries last:4,last:1 --lengths 64 --threads 1 --repeat 1 "
+      "--csv " +
+      csv);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::istringstream lines(read_text(csv));
+  std::string line;
+  std::getline(lines, line);
+  CHECK(line ==
+        "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction,"
+        "queries,bytes_per_second,bandwidth_fraction");
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) {
+    const auto cells = split(line, ',');
+    REQUIRE(cells.size() == 17);
+    rows.push_back(cells[0] + "/" + cells[14]);
+    if (cells[0] == "read-bandwidth") CHECK(cells[16] == "1");
+    if (cells[0] == "softmax" || cells[0] == "vmean") {
+      CHECK(!cells[15].empty());  // bytes per second
+      CHECK(!cells[16].empty());  // over the read bandwidth
+    }
+    if (cells[0] == "softmax") CHECK(!cells[10].empty());  // exact attention counts W rows' flops
+  }
+  // No sgemm floor: it times a whole slice's n × n products.
+  CHECK(rows == std::vector<std::string>{"fma-peak/all", "read-bandwidth/all", "copy-bandwidth/all", "softmax/last:4",
+                                         "vmean/last:4", "softmax/last:1", "vmean/last:1"});
+  const auto no_decode = run_attnprobe("bench -e nystrom --queries last:4 --lengths 64 --repeat 1");
+  CHECK(no_decode.exit_code == 2);
+  CHECK_THAT(no_decode.output, Catch::Contains("no decode form"));
+  const auto cuda = run_attnprobe("bench --device cuda --queries last:1 --lengths 64 --repeat 1");
+  CHECK(cuda.exit_code == 2);
+  CHECK_THAT(cuda.output, Catch::Contains("CUDA versions have no decode form yet"));
+  const auto past = run_attnprobe("bench --queries last:65 --lengths 64 --repeat 1");
+  CHECK(past.exit_code == 2);
+  CHECK_THAT(past.output, Catch::Contains("past the length 64"));
+}
+
 TEST_CASE("bench --backward times backward passes and refuses estimators without one", "[cli][bench]") {
   const std::string csv = temp_path("bench-backward.csv");
   const auto r = run_attnprobe("bench --backward -e " + quote("yoso(m=4)") +
@@ -461,11 +502,12 @@ TEST_CASE("bench --backward times backward passes and refuses estimators without
   REQUIRE(r.exit_code == 0);
   const std::string text = read_text(csv);
   CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,"
-                   "peak_fraction\n",
+                   "peak_fraction,queries,bytes_per_second,bandwidth_fraction\n",
                    0) == 0);
   CHECK(count_lines(text) == 5);  // header + 2 lengths x 2 estimators, no ceiling rows
   size_t backward_rows = 0;
-  for (size_t at = text.find(",backward,\n"); at != std::string::npos; at = text.find(",backward,\n", at + 1))
+  for (size_t at = text.find(",backward,,all,,\n"); at != std::string::npos;
+       at = text.find(",backward,,all,,\n", at + 1))
     ++backward_rows;
   CHECK(backward_rows == 4);
   // The causal forms' backward passes: the same rows with mask causal.

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "attnprobe/bench/bench.h"
@@ -7,6 +8,7 @@
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/report/table.h"
+#include "attnprobe/sweep/plan.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
@@ -14,7 +16,7 @@ namespace attnprobe::cli {
 namespace {
 struct BenchCommandOptions {
   std::vector<std::string> estimators;
-  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", csv;
+  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", queries = "all", csv;
   int64_t p = 64;
   int repeat = 5;
   bool no_sgemm = false, backward = false;
@@ -34,6 +36,11 @@ Action add_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--mask", o->mask,
                  "full or causal (each estimator's causal form; `attnprobe list` says which have one)")
+      ->capture_default_str();
+  app.add_option("--queries", o->queries,
+                 "query rows, a list: all (n rows against n keys) or last:W (a decode step: the last W rows against "
+                 "the n keys; CPU, estimators with a decode form), e.g. last:1,last:64; decode rows report bytes read "
+                 "per second beside the read and copy bandwidths measured in the same run")
       ->capture_default_str();
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
   app.add_option("--csv", o->csv, "also write the rows to this CSV");
@@ -69,6 +76,7 @@ Action add_bench(CLI::App& app) {
       throw UsageError(fmt::format("--mask is '{}'; it must be full or causal", o->mask));
     r.mask = mask->mask;
     r.backward = o->backward;
+    r.queries = parse_query_rows_list(o->queries, "--queries");
     check_bench_request(r);  // fail before any output (device, specs, masks, backward passes)
     std::ofstream csv;
     if (!o->csv.empty()) {
@@ -84,13 +92,22 @@ Action add_bench(CLI::App& app) {
       fmt::print("backward passes (float64, CPU): time of Estimator::backward for an N(0,1) upstream gradient\n");
     else if (r.device == "cpu")
       fmt::print("sgemm floor: {}\n", bench_floor_description());
-    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8} {:>6}\n", "estimator", "spec", "n", "p",
-               "samples", "threads", "median ms", "min ms", "GFLOP/s", "%peak");
+    // Decode runs add the rows timed and the bytes per second against the measured read bandwidth.
+    const bool decode = std::any_of(r.queries.begin(), r.queries.end(), [](const QueryRows& q) { return !q.all(); });
+    const std::string decode_header =
+        decode ? fmt::format(" {:>8} {:>7} {:>5}", "queries", "GB/s", "%read") : std::string();
+    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8} {:>6}{}\n", "estimator", "spec", "n", "p",
+               "samples", "threads", "median ms", "min ms", "GFLOP/s", "%peak", decode_header);
     run_bench(r, [&](const BenchRow& row) {
-      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8} {:>6}\n", row.estimator, row.spec,
+      const std::string decode_columns =
+          decode ? fmt::format(" {:>8} {:>7} {:>5}", row.n > 0 ? query_rows_text(row.queries) : "",
+                               row.bytes_per_second ? fmt::format("{:.1f}", *row.bytes_per_second * 1e-9) : "",
+                               row.bandwidth_fraction ? fmt::format("{:.0f}", 100 * *row.bandwidth_fraction) : "")
+                 : std::string();
+      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8} {:>6}{}\n", row.estimator, row.spec,
                  row.n, row.p, row.samples, row.threads, row.seconds_median * 1e3, row.seconds_min * 1e3,
                  row.gflops ? fmt::format("{:.1f}", *row.gflops) : "",
-                 row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "");
+                 row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "", decode_columns);
       std::fflush(stdout);
       if (!o->csv.empty()) {
         csv << format_bench_csv_row(row) << std::flush;

@@ -1,6 +1,7 @@
 #include "attnprobe/bench/bench.h"
 
 #include "attnprobe/bench/fma_peak.h"
+#include "attnprobe/bench/memory_bandwidth.h"
 #include "attnprobe/bench/openblas_floor.h"
 
 #include <fmt/format.h>
@@ -20,13 +21,15 @@
 namespace attnprobe {
 
 const char* const kBenchHeader =
-    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction";
+    "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction,"
+    "queries,bytes_per_second,bandwidth_fraction";
 
 std::string format_bench_csv_row(const BenchRow& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{},{}\n", csv_field(r.estimator), csv_field(r.spec),
-                     r.n, r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median, r.seconds_min,
-                     r.gflops ? fmt::format("{:.4g}", *r.gflops) : "", mask_name(r.mask), r.pass,
-                     r.peak_fraction ? fmt::format("{:.4g}", *r.peak_fraction) : "");
+  auto optional = [](const std::optional<double>& x) { return x ? fmt::format("{:.4g}", *x) : std::string(); };
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{},{},{},{},{}\n", csv_field(r.estimator),
+                     csv_field(r.spec), r.n, r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median,
+                     r.seconds_min, optional(r.gflops), mask_name(r.mask), r.pass, optional(r.peak_fraction),
+                     query_rows_text(r.queries), optional(r.bytes_per_second), optional(r.bandwidth_fraction));
 }
 
 namespace {
@@ -108,9 +111,25 @@ void check_bench_request(const BenchRequest& request) {
                     "be at most {} (got {}); time fewer counts per run",
                     kMaxThreads, pooled));
   const Device device = parse_device(request.device);
+  bool decode = false;
+  for (const QueryRows& rows : request.queries) {
+    if (rows.kind == QueryRows::Kind::kDump) throw UsageError("bench --queries takes all or last:W");
+    if (rows.all()) continue;
+    decode = true;
+    for (int64_t n : request.lengths)
+      if (rows.last > n)
+        throw UsageError(fmt::format("--queries {}: W is past the length {} (W query rows need at least W keys)",
+                                     query_rows_text(rows), n));
+  }
+  if (decode && device != Device::kCpu)
+    throw UsageError(
+        "--queries last:W: the CUDA versions have no decode form yet (only the CPU times decode steps); use "
+        "--device cpu or --queries all");
+  if (decode && request.backward) throw UsageError("--backward times whole slices: leave --queries all");
   for (const Spec& spec : bench_specs(request)) {
     require_mask_support(spec, request.mask, device);  // before a missing GPU (exit 3) can hide it
-    make_estimator(spec, device);                      // an estimator without a version for the device: UsageError
+    if (decode) require_form_support(spec, request.mask, /*decode=*/true, device);
+    make_estimator(spec, device);  // an estimator without a version for the device: UsageError
     if (!request.backward) continue;
     // Backward passes are float64 host code (sweeps take them from the CPU version too).
     if (device != Device::kCpu) throw UsageError("--backward times the CPU backward passes: leave --device cpu");
@@ -144,6 +163,25 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
         emit(BenchRow{"fma-peak", fma_peak_isa(), 0, 0, "", threads, "cpu", 1, 0.3, 0.3, peak[threads], Mask::kFull,
                       "forward", 1.0});
     }
+  // Decode steps read memory: the read and copy bandwidths per thread count, rows of their own beside the FMA
+  // peak, and the denominator (read) of every decode row's bandwidth_fraction.
+  std::map<int64_t, double> read_bandwidth;
+  const bool decode =
+      std::any_of(request.queries.begin(), request.queries.end(), [](const QueryRows& q) { return !q.all(); });
+  if (device == Device::kCpu && decode)
+    for (int64_t threads : request.threads) {
+      const MemoryBandwidth bandwidth = measure_memory_bandwidth(static_cast<int>(threads));
+      read_bandwidth[threads] = bandwidth.read;
+      if (!request.sgemm_floor) continue;
+      BenchRow read{"read-bandwidth", "sum of 256 MiB of floats", 0, 0, "", threads, "cpu", 1, 0.15, 0.15};
+      read.bytes_per_second = bandwidth.read;
+      read.bandwidth_fraction = 1.0;
+      emit(read);
+      BenchRow copy{"copy-bandwidth", "memcpy of 256 MiB (read + written)", 0, 0, "", threads, "cpu", 1, 0.15, 0.15};
+      copy.bytes_per_second = bandwidth.copy;
+      copy.bandwidth_fraction = bandwidth.copy / bandwidth.read;
+      emit(copy);
+    }
   auto fraction = [&](int64_t threads, std::optional<double> gflops) -> std::optional<double> {
     if (!gflops || !peak.count(threads) || !(peak[threads] > 0)) return std::nullopt;
     return *gflops / peak[threads];
@@ -154,47 +192,80 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   // (time_interleaved), so its --threads 1,2 ratio comes from the same minutes of the host.
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int64_t threads : request.threads) pools.push_back(std::make_unique<ThreadPool>(static_cast<int>(threads)));
-  for (int64_t n : request.lengths) {
-    HeadView view = random_view(n, request.p, request.seed);
-    view.mask = request.mask;
-    const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
-    for (const Spec& spec : specs) {
-      const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
-      const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
-      std::vector<MatrixF> outs(pools.size());
-      std::vector<std::function<void()>> calls, wake;
-      for (size_t t = 0; t < pools.size(); ++t) {
-        const EstimateContext ctx{key, pools[t].get()};
-        if (request.backward)
-          calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
-        else
-          calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
-        // An empty parallel region before each timed call: the pool's threads went to sleep during the other
-        // thread counts' calls (they spin only 1 ms), and the call's first region would pay their futex
-        // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
-        // on one pool, as a sweep makes them, find them awake.
-        ThreadPool* pool = pools[t].get();
-        wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
-      }
-      const auto times = time_interleaved(request.repeat, calls, wake);
-      // flops() counts the forward pass: no GFLOP/s for a backward row.
-      double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
-      // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
-      // linear estimators' causal forms do the same work as their full forms.
-      if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
-      for (size_t t = 0; t < pools.size(); ++t) {
-        const int64_t threads = request.threads[t];
-        const auto [median, min] = times[t];
-        const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
-        emit(BenchRow{spec.name(), spec.canonical(), n, request.p,
-                      spec.has_samples_knob() ? std::to_string(spec.samples()) : "", threads, request.device,
-                      request.repeat, median, min, gflops, request.mask, request.backward ? "backward" : "forward",
-                      fraction(threads, gflops)});
+  for (int64_t n : request.lengths)
+    for (const QueryRows& queries : request.queries) {
+      HeadView whole = random_view(n, request.p, request.seed);
+      whole.mask = request.mask;
+      // A decode step: the last W rows at positions n − W..n − 1 against all n keys (view/head_view.h).
+      const HeadView view = queries.all() ? std::move(whole) : last_rows(whole, queries.last);
+      const int64_t rows_timed = view.n();
+      const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
+      for (const Spec& spec : specs) {
+        const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
+        const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
+        std::vector<MatrixF> outs(pools.size());
+        std::vector<std::function<void()>> calls, wake;
+        for (size_t t = 0; t < pools.size(); ++t) {
+          const EstimateContext ctx{key, pools[t].get()};
+          if (request.backward)
+            calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
+          else
+            calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
+          // An empty parallel region before each timed call: the pool's threads went to sleep during the other
+          // thread counts' calls (they spin only 1 ms), and the call's first region would pay their futex
+          // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
+          // on one pool, as a sweep makes them, find them awake.
+          ThreadPool* pool = pools[t].get();
+          wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
+        }
+        const auto times = time_interleaved(request.repeat, calls, wake);
+        // flops() counts the forward pass: no GFLOP/s for a backward row.
+        double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
+        // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
+        // linear estimators' causal forms do the same work as their full forms.
+        if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
+        // Decode rows: exact attention does W of the n rows' work (bottom-right rows see nearly every key); the
+        // other estimators' flops() count whole slices, so their decode rows have none.
+        if (!queries.all())
+          flops = spec.def().family == "exact"
+                      ? estimator->flops(n, request.p, view.pv()) * static_cast<double>(rows_timed) / n
+                      : 0;
+        // The least a decode step reads and writes: K and V once, the W query rows and the W output rows.
+        const double bytes =
+            queries.all() ? 0 : 4.0 * (n * (request.p + view.pv()) + rows_timed * (request.p + view.pv()));
+        for (size_t t = 0; t < pools.size(); ++t) {
+          const int64_t threads = request.threads[t];
+          const auto [median, min] = times[t];
+          const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
+          BenchRow row{spec.name(),
+                       spec.canonical(),
+                       n,
+                       request.p,
+                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "",
+                       threads,
+                       request.device,
+                       request.repeat,
+                       median,
+                       min,
+                       gflops,
+                       request.mask,
+                       request.backward ? "backward" : "forward",
+                       fraction(threads, gflops)};
+          row.queries = queries;
+          if (bytes > 0) {
+            row.bytes_per_second = bytes / median;
+            if (read_bandwidth.count(threads)) row.bandwidth_fraction = bytes / median / read_bandwidth[threads];
+          }
+          emit(row);
+        }
       }
     }
-  }
   const OpenBlasFloor& blas = OpenBlasFloor::instance();
-  if (!request.sgemm_floor || !blas.available() || device != Device::kCpu || request.backward) return rows;
+  // The floor is a whole slice's two products (an n × n score matrix): nothing to compare a decode step with.
+  const bool whole_slices =
+      std::any_of(request.queries.begin(), request.queries.end(), [](const QueryRows& q) { return q.all(); });
+  if (!request.sgemm_floor || !blas.available() || device != Device::kCpu || request.backward || !whole_slices)
+    return rows;
   for (int64_t n : request.lengths) {
     const HeadView view = random_view(n, request.p, request.seed);
     // The floor: the same two products exact attention needs, as two whole sgemm calls with the

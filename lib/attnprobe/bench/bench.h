@@ -4,7 +4,9 @@
 // OpenBLAS sgemm floor (bench/openblas_floor.h) on the same shapes (the two products Q·Kᵀ and
 // P·V, 4·n²·p flops), so exact attention's GFLOP/s reads as a fraction of both. With `backward`,
 // it times Estimator::backward (the gradient of ⟨G, Y⟩ for an N(0,1) upstream G, float64, on the
-// CPU) instead of the forward estimate: how a gradient estimate's cost grows with n.
+// CPU) instead of the forward estimate: how a gradient estimate's cost grows with n. With `queries` last:W it
+// times a decode step, the last W query rows against all n keys, and reports the bytes it must read per
+// second beside the machine's memory bandwidth measured in the same run (bench/memory_bandwidth.h).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -28,6 +30,9 @@ struct BenchRequest {
   std::string device = "cpu";  ///< cpu | cuda (the fma-peak and sgemm-floor rows are CPU ceilings)
   bool backward = false;       ///< time Estimator::backward (CPU only; estimators with a backward form)
   Mask mask = Mask::kFull;     ///< causal: every estimator runs its causal form
+  /// all (self-attention of n rows) or last:W (the last W rows against the n keys: a decode step; CPU, forward,
+  /// estimators with a decode form). Each length is timed for each entry, in this order.
+  std::vector<QueryRows> queries = {QueryRows{}};
 };
 
 struct BenchRow {
@@ -44,6 +49,13 @@ struct BenchRow {
   /// gflops as a fraction of the fp32 FMA peak measured in the same run on as many threads (CPU rows
   /// with counted flops): where the estimator sits under the roofline.
   std::optional<double> peak_fraction;
+  QueryRows queries;  ///< all, or last:W (n is then the key count)
+  /// Decode rows (last:W): the bytes a call must move at least — K and V once (n·(p + pv) floats), the W query
+  /// rows and the W output rows, 4 bytes each — per median second. On the `read-bandwidth` and
+  /// `copy-bandwidth` ceiling rows, the measured bandwidth.
+  std::optional<double> bytes_per_second;
+  /// bytes_per_second over the read bandwidth measured in the same run on as many threads (1 on that row).
+  std::optional<double> bandwidth_fraction;
 };
 
 extern const char* const kBenchHeader;

@@ -75,9 +75,15 @@ namespace {
 // The keys as the tile products read them: column j − first of a p × (keys) row-major block with leading
 // dimension ld holds scale·k_j. Transposed once per call (exact attention: each key block was otherwise
 // transposed again for every query block, ~10% of the call) or once per key chunk.
+// With `source` set instead, each key block is transposed from source's rows into a small per-thread buffer
+// when it is read (same products, same bits: each entry is one multiplication): for a few query rows against
+// many keys (a decode step), where transposing all the keys first wrote and read a second copy of K through
+// memory for one pass over it.
 struct ScaledKeysT {
   const float* data;
   int64_t ld, first;
+  const MatrixF* source = nullptr;
+  float scale = 1;
 };
 
 // The online-softmax state of `rows` query rows (q: rows × p, leading dimension p) over keys [c0, c1)
@@ -118,7 +124,13 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
     const int64_t prefetch_step0 = (start - c0) / kKeyBlock * rows;
     const int64_t cols = std::min(kKeyBlock, c1 - start);
     Eigen::Map<MatrixF> scores(score_buffer.data() + buffer_row0 * cols, rows, cols);
-    tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
+    if (keys_t.source != nullptr) {
+      thread_local MatrixF block_keys_t;  // p × cols
+      transpose_scaled(keys_t.source->middleRows(start, cols), keys_t.scale, block_keys_t);
+      tile_product_assign(q, p, rows, p, block_keys_t.data(), cols, cols, scores.data(), cols);
+    } else {
+      tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
+    }
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
     if (logits != nullptr)
       Eigen::Map<MatrixF, 0, Eigen::OuterStride<>>(logits + start, rows, cols, Eigen::OuterStride<>(ld_logits)) =
@@ -188,13 +200,42 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
   return out;
 }
 
+namespace {
+// One query block's online-softmax state over one key chunk (exact_attention_f32).
+struct ChunkState {
+  std::vector<float> max, sum;
+  MatrixF acc;  // rows × pv, unnormalised
+};
+
+// Rows [0, acc.rows()) of a query block from its states over consecutive key chunks, in chunk order, in log
+// space: with M_i the largest chunk maximum of row i, out_i = Σ_c e^(m_ci − M_i)·acc_ci / Σ_c e^(m_ci − M_i)·l_ci.
+// Explicit FMAs so the compiler cannot contract some terms and not others (vector body against scalar tail,
+// which depends on the output row's alignment): a row that saw keys in one chunk only gets weight e^0 = 1
+// there and exact zeros from the others (their empty states: m = −∞, l = 0, acc = 0), so its bits are those
+// of the unchunked state, acc_i / l_i, whichever chunks its block visited.
+void merge_chunk_states(const ChunkState* states, int64_t chunks, Eigen::Ref<MatrixF, 0, Eigen::OuterStride<>> out) {
+  const int64_t rows = out.rows(), pv = out.cols();
+  for (int64_t i = 0; i < rows; ++i) {
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < chunks; ++c) top = std::max(top, states[c].max[i]);
+    float total = 0;
+    float* o = out.row(i).data();
+    std::fill(o, o + pv, 0.0f);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float weight = std::exp(states[c].max[i] - top);
+      total = std::fma(weight, states[c].sum[i], total);
+      const float* a = states[c].acc.row(i).data();
+      for (int64_t j = 0; j < pv; ++j) o[j] = std::fma(weight, a[j], o[j]);
+    }
+    out.row(i) /= total;
+  }
+}
+}  // namespace
+
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
                          ThreadPool* pool, const QueryGeometry& geometry) {
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
-  MatrixF scaled_keys_t;  // p × keys, once per call (O(n·p) beside O(n²·p))
-  transpose_scaled(k, scale, scaled_keys_t);
-  const ScaledKeysT keys_t{scaled_keys_t.data(), keys, 0};
   // Query blocks of kQueryBlock rows. Rows at consecutive positions are blocked by absolute position
   // (position / kQueryBlock), so that a row has the same place in its block — and the same bits — whether
   // the whole slice is evaluated or only its last rows.
@@ -204,27 +245,111 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     r += geometry.contiguous() ? kQueryBlock - geometry.position(r) % kQueryBlock : kQueryBlock;
   }
   block_start.push_back(n);
+  const int64_t blocks = static_cast<int64_t>(block_start.size()) - 1;
+  // A few query blocks (a decode step: W ≤ 128 rows span at most two) read each key once: transposing all
+  // keys up front would write and read a copy of K through memory, so each key block is transposed as it
+  // is read. Many blocks: once per call (O(keys·p) beside O(n·keys·p)), each key block being read by every
+  // query block.
+  MatrixF scaled_keys_t;
+  ScaledKeysT keys_t{nullptr, keys, 0, &k, scale};
+  if (blocks > 2) {
+    transpose_scaled(k, scale, scaled_keys_t);
+    keys_t = ScaledKeysT{scaled_keys_t.data(), keys, 0};
+  }
   const bool masked = geometry.mask != Mask::kFull;
-  auto run_block = [&](int64_t block) {
+  // The keys a block visits. Masked: key blocks past the block's last query (and before its first query's
+  // window) are skipped and the edge blocks are cut, so a causal slice computes about half the pairs; inside
+  // them, keys a row cannot see are set to −inf (weight 0). The key blocks stay aligned to multiples of
+  // kKeyBlock.
+  auto block_keys = [&](int64_t block) -> KeyRange {
+    const int64_t r0 = block_start[block], last = block_start[block + 1] - 1;
+    return {masked ? geometry.visible(r0, keys).begin / kKeyBlock * kKeyBlock : 0,
+            masked ? geometry.visible(last, keys).end : keys};
+  };
+  // The chunks of kExactKeyChunk keys (aligned to key 0) a block's keys meet: [first, first + count).
+  auto block_chunks = [&](int64_t block) -> std::pair<int64_t, int64_t> {
+    const KeyRange range = block_keys(block);
+    if (range.end <= range.begin) return {0, 1};
+    const int64_t first = range.begin / kExactKeyChunk;
+    return {first, (range.end - 1) / kExactKeyChunk - first + 1};
+  };
+  // Block `block`'s state over the keys of chunk `chunk` (chunk < 0: all its keys, one state as before chunks).
+  auto run_keys = [&](int64_t block, int64_t chunk, float* max, float* sum, float* acc, const NextBlock* ahead) {
+    const int64_t r0 = block_start[block], rows = block_start[block + 1] - r0;
+    KeyRange range = block_keys(block);
+    if (chunk >= 0) {
+      range.begin = std::max(range.begin, chunk * kExactKeyChunk);
+      range.end = std::min(range.end, (chunk + 1) * kExactKeyChunk);
+    }
+    accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, range.begin, range.end,
+                    masked ? &geometry : nullptr, r0, geometry.contiguous() ? geometry.position(r0) % kQueryBlock : 0,
+                    max, sum, acc, nullptr, 0, ahead);
+  };
+  // A block whose keys lie in one chunk: its state, normalised in place (every block when keys ≤ one chunk:
+  // the kernel as it was before chunks, bit for bit).
+  auto run_whole_block = [&](int64_t block) {
     thread_local std::vector<float> max_buffer, sum_buffer;
-    const int64_t r0 = block_start[block], rows = std::min(block_start[block + 1], n) - r0;
+    const int64_t r0 = block_start[block], rows = block_start[block + 1] - r0;
     max_buffer.resize(rows);
     sum_buffer.resize(rows);
     auto acc = out.middleRows(r0, rows);
-    // Masked: key blocks past the block's last query (and before its first query's window) are skipped and
-    // the edge blocks are cut, so a causal slice computes about half the pairs; inside them, keys a row
-    // cannot see are set to −inf (weight 0). The key blocks stay aligned to multiples of kKeyBlock.
-    const int64_t c0 = masked ? geometry.visible(r0, keys).begin / kKeyBlock * kKeyBlock : 0;
-    const int64_t c1 = masked ? geometry.visible(r0 + rows - 1, keys).end : keys;
     // The next block's queries and output rows: past the cache, Nyström's and Linformer's output passes (a
     // few landmark keys per query) waited for them (common/prefetch.h).
     const NextBlock ahead = next_rows(q, out, r0 + rows, std::min(kQueryBlock, n - r0 - rows));
-    accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, c0, c1, masked ? &geometry : nullptr, r0,
-                    geometry.contiguous() ? geometry.position(r0) % kQueryBlock : 0, max_buffer.data(),
-                    sum_buffer.data(), acc.data(), nullptr, 0, &ahead);
+    run_keys(block, -1, max_buffer.data(), sum_buffer.data(), acc.data(), &ahead);
     for (int64_t i = 0; i < rows; ++i) acc.row(i) /= sum_buffer[i];
   };
-  for_each_index(pool, static_cast<int64_t>(block_start.size()) - 1, run_block);
+  auto run_chunk = [&](int64_t block, int64_t chunk, ChunkState& state) {
+    const int64_t rows = block_start[block + 1] - block_start[block];
+    state.max.resize(rows);
+    state.sum.resize(rows);
+    state.acc.resize(rows, pv);
+    run_keys(block, chunk, state.max.data(), state.sum.data(), state.acc.data(), nullptr);
+  };
+  // The keys beyond one chunk are cut into fixed chunks (kExactKeyChunk, not derived from the thread count),
+  // each block's state over each chunk computed on its own and merged in chunk order: the same decomposition
+  // for every row whichever rows are evaluated, and the same bits for any pool. Only the scheduling depends
+  // on the pool: with few blocks (a decode step) the threads take (block, chunk) items, so one query block
+  // spreads over the cache; with many, whole blocks, each keeping its chunks' states per thread (a long
+  // slice's states for every block at once would be n × chunks × pv floats).
+  const int threads = pool != nullptr ? pool->size() : 1;
+  if (blocks >= 4 * threads) {
+    for_each_index(pool, blocks, [&](int64_t block) {
+      const auto [first, count] = block_chunks(block);
+      if (count == 1) return run_whole_block(block);
+      thread_local std::vector<ChunkState> states;
+      if (static_cast<int64_t>(states.size()) < count) states.resize(count);
+      for (int64_t c = 0; c < count; ++c) run_chunk(block, first + c, states[c]);
+      const int64_t r0 = block_start[block];
+      merge_chunk_states(states.data(), count, out.middleRows(r0, block_start[block + 1] - r0));
+    });
+    return;
+  }
+  struct Item {
+    int64_t block, chunk;  // chunk −1: the whole block (its keys in one chunk)
+  };
+  std::vector<Item> items;
+  std::vector<int64_t> first_state(blocks + 1, 0);  // block b's chunk states: [first_state[b], first_state[b + 1])
+  for (int64_t block = 0; block < blocks; ++block) {
+    const auto [first, count] = block_chunks(block);
+    first_state[block + 1] = first_state[block] + (count > 1 ? count : 0);
+    if (count == 1)
+      items.push_back({block, -1});
+    else
+      for (int64_t c = 0; c < count; ++c) items.push_back({block, first + c});
+  }
+  std::vector<ChunkState> states(first_state[blocks]);
+  for_each_index(pool, static_cast<int64_t>(items.size()), [&](int64_t index) {
+    const Item item = items[index];
+    if (item.chunk < 0) return run_whole_block(item.block);
+    run_chunk(item.block, item.chunk, states[first_state[item.block] + item.chunk - block_chunks(item.block).first]);
+  });
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t count = first_state[block + 1] - first_state[block];
+    if (count == 0) continue;
+    const int64_t r0 = block_start[block];
+    merge_chunk_states(states.data() + first_state[block], count, out.middleRows(r0, block_start[block + 1] - r0));
+  }
 }
 
 void key_chunked_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale,

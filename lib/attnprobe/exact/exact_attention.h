@@ -9,9 +9,9 @@
 // The geometry (view/mask.h) says which keys each query row sees: under Mask::kCausal the row at position
 // t attends to keys 0..t, under kWindow to t−W+1..t; self-attention is row i at position i. Keys a block's
 // rows cannot see are never read, so row t depends on tokens 0..t alone, bit for bit. The float32 path keeps
-// its query blocks and key blocks aligned to absolute positions (multiples of 128 and 512), so a row's bits
-// do not depend on which other rows are evaluated with it: the last rows of a slice evaluated alone (a
-// decode step) equal the same rows of the whole slice.
+// its query blocks, key blocks and key chunks aligned to absolute positions (multiples of 128, 512 and
+// kExactKeyChunk), so a row's bits do not depend on which other rows are evaluated with it: the last rows of
+// a slice evaluated alone (a decode step) equal the same rows of the whole slice.
 #include <algorithm>
 #include <functional>
 
@@ -43,8 +43,16 @@ inline MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double sca
   return attention_rows_f64(q, k, scale, r0, rows, QueryGeometry{mask});
 }
 
-/// `out` is resized to n × pv. With a pool, query blocks are spread over its threads; the result
-/// does not depend on the thread count (each query row sees the same key blocking).
+/// Keys per chunk of exact_attention_f32 beyond which a query block's keys are split (exposed for tests that
+/// must go past it). Fixed, aligned to key 0, never derived from the thread count.
+inline constexpr int64_t kExactKeyChunk = 16384;
+
+/// `out` is resized to n × pv. Keys beyond one chunk of kExactKeyChunk are cut into chunks aligned to key 0;
+/// each query block's online-softmax state over each chunk is computed on its own and the states are merged
+/// in chunk order in log space, so a decode step (a few rows, one query block) spreads over the pool's
+/// threads along the cache and reads K and V once. With a pool, blocks (or, with few blocks, block × chunk
+/// items) are spread over its threads; the result does not depend on the thread count (each query row sees
+/// the same key blocking and chunking, whatever other rows are evaluated with it).
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
                          ThreadPool* pool, const QueryGeometry& geometry);
 inline void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
