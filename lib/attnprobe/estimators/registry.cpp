@@ -196,7 +196,7 @@ std::vector<Device> causal_devices_of(const EstimatorDef& def) {
   return devices;
 }
 
-bool causal_on(const Spec& spec, Device device) { return spec.causal() && causal_form_on(spec.def(), device); }
+bool causal_on(const Spec& spec, Device device) { return form_on(spec, Mask::kCausal, false, device); }
 
 bool form_on(const Spec& spec, Mask mask, bool decode, Device device) {
   const DeviceDeclaration* declared = device_declaration(spec.def(), device);
