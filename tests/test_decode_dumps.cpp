@@ -159,11 +159,11 @@ void check_exact(const std::string& path, const DecodeData& d, const LayerAttrib
       const MatrixD want = loop_attention(d, b, h, position, mask, a.window);
       const double size = want.cwiseAbs().maxCoeff();
       const MatrixD f64 = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
-      // Observed ≤ 1.2e-15 of the largest entry (summation order only).
+      // Observed ≤ 6.9e-15 of the largest entry over every file, slice and geometry (summation order only).
       CHECK((f64 - want).cwiseAbs().maxCoeff() <= 1e-12 * size);
       MatrixF f32;
       exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), f32, nullptr, view.geometry());
-      // float32 rounding of ~100-term sums of O(1) products: observed ≤ 6e-7 of the largest entry.
+      // float32 rounding of sums of up to 4096 O(1) products: observed ≤ 1.1e-6 of the largest entry.
       CHECK((f32.cast<double>() - want).cwiseAbs().maxCoeff() <= 1e-5 * size);
     }
 }
@@ -237,7 +237,7 @@ TEST_CASE("sweep measures a decode dump's own rows against the whole cache", "[d
     CHECK(r.key.mask == Mask::kWindow);
     CHECK(r.key.window == 24);
     CHECK(r.key.queries.kind == QueryRows::Kind::kDump);
-    if (r.key.estimator == "softmax") CHECK(r.value < 1e-6);  // float32 rounding (observed ≤ 3e-7)
+    if (r.key.estimator == "softmax") CHECK(r.value < 1e-6);  // float32 rounding (observed ≤ 4.5e-7)
   }
   const auto info = test::run_attnprobe("info " + path);
   CHECK_THAT(info.output, Catch::Contains("7/97") && Catch::Contains("window:24"));
