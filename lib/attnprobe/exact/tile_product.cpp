@@ -108,6 +108,25 @@ void transpose_scaled(ConstRowBlockF a, float scale, MatrixF& out) {
     for (int64_t c = 0; c < cols; ++c) dst[c * rows + r0] = scale * src[r0 * lda + c];
 }
 
+#if !defined(__AVX512F__)
+namespace {
+// kRows rows of out = e·x, each element summed over t in order (see tile_product_assign).
+template <int kRows>
+void tile_product_rows_portable(const float* e, int64_t lde, int64_t cols, const float* x, int64_t ldx, int64_t width,
+                                float* out, int64_t ldo) {
+  for (int r = 0; r < kRows; ++r) std::fill(out + r * ldo, out + r * ldo + width, 0.0f);
+  for (int64_t t = 0; t < cols; ++t) {
+    const float* x_row = x + t * ldx;
+    for (int r = 0; r < kRows; ++r) {
+      const float a = e[r * lde + t];
+      float* __restrict__ o = out + r * ldo;
+      for (int64_t c = 0; c < width; ++c) o[c] += a * x_row[c];
+    }
+  }
+}
+}  // namespace
+#endif
+
 void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                          int64_t width, float* out, int64_t ldo) {
 #if defined(__AVX512F__)
@@ -130,10 +149,13 @@ void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols
     if (r < rows) tile_product_rows<1>(vecs, e + r * lde, lde, cols, x + c0, ldx, out + r * ldo + c0, ldo, last);
   }
 #else
-  using Map = Eigen::Map<MatrixF, Eigen::Unaligned, Eigen::OuterStride<> >;
-  using ConstMap = Eigen::Map<const MatrixF, Eigen::Unaligned, Eigen::OuterStride<> >;
-  Map(out, rows, width, Eigen::OuterStride<>(ldo)).noalias() =
-      ConstMap(e, rows, cols, Eigen::OuterStride<>(lde)) * ConstMap(x, cols, width, Eigen::OuterStride<>(ldx));
+  // Each element one chain in t order from zero here too, vectorised by the compiler across the width, 4 rows
+  // sharing each row of x. Eigen's GEMM sums in an order that depends on a row's place among the rows
+  // computed with it, so the last rows of a slice alone would not give the bits of the whole slice's.
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    tile_product_rows_portable<4>(e + r * lde, lde, cols, x, ldx, width, out + r * ldo, ldo);
+  for (; r < rows; ++r) tile_product_rows_portable<1>(e + r * lde, lde, cols, x, ldx, width, out + r * ldo, ldo);
 #endif
 }
 

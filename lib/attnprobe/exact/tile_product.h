@@ -12,10 +12,10 @@
 namespace attnprobe {
 
 /// out (rows × width, leading dimension ldo) = e (rows × cols, lde) · x (cols × width, ldx), row-major
-/// floats, overwriting out (no pass zeroing it first). With AVX-512 each element is one FMA chain in t
-/// order from zero, so a row's bits do not depend on which rows are computed with it; without AVX-512
-/// it is Eigen's GEMM. Callers that sum several products keep each in its own buffer (see
-/// exact_attention.cpp: one chain per key block, not one over all n keys).
+/// floats, overwriting out (no pass zeroing it first). Each element is one chain in t order from zero
+/// (with AVX-512 the kernel above, without it a loop the compiler vectorises), so a row's bits do not
+/// depend on which rows are computed with it (the decode rows' property). Callers that sum several products keep each
+/// in its own buffer (see exact_attention.cpp: one chain per key block, not one over all n keys).
 void tile_product_assign(const float* e, int64_t lde, int64_t rows, int64_t cols, const float* x, int64_t ldx,
                          int64_t width, float* out, int64_t ldo);
 
