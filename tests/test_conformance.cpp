@@ -243,12 +243,11 @@ std::string backward_matches(const ConformanceCase& c) {
   return "";
 }
 
-// A device version against the CPU's, by the rule its declaration states (capabilities.h).
-std::string device_parity(const ConformanceCase& c) {
+// A device version against the CPU's on `view`, by the rule its declaration states (capabilities.h).
+std::string device_parity_on(const ConformanceCase& c, const HeadView& view) {
   if (c.device == Device::kCpu) return "";
   const Spec spec = parse_spec(c.spec);
   const double tolerance = device_declaration(spec.def(), c.device)->tolerance;
-  const HeadView view = c.view();
   ConformanceCase on_cpu = c;
   on_cpu.device = Device::kCpu;
   const MatrixF cpu = run(on_cpu, view), device = run(c, view);
@@ -263,6 +262,19 @@ std::string device_parity(const ConformanceCase& c) {
   }
   const double gap = relative(device.cast<double>(), cpu.cast<double>());
   return gap <= tolerance ? "" : fmt::format("{:.3g} from the CPU version (declared {:g})", gap, tolerance);
+}
+
+std::string device_parity(const ConformanceCase& c) { return device_parity_on(c, c.view()); }
+
+// A device's decode form, by the same rule, on the last rows of the slice against all its keys (one row, a
+// few, half). A device kernel chooses its own splits of the keys, so its decode rows are held to the
+// declared tolerance, not to the bits of its whole-slice rows as on the CPU (last_rows_equal).
+std::string device_decode_parity(const ConformanceCase& c) {
+  const HeadView whole = c.view();
+  for (const int64_t rows : {int64_t{1}, int64_t{7}, whole.n() / 2})
+    if (std::string problem = device_parity_on(c, last_rows(whole, rows)); !problem.empty())
+      return fmt::format("the last {} rows: {}", rows, problem);
+  return "";
 }
 
 // A decode form: the last rows of a slice evaluated alone against all its keys (a decode step with the slice as
@@ -337,8 +349,8 @@ TEST_CASE("conformance: no causal form lets a later token change an earlier row"
 }
 
 TEST_CASE("conformance: decode rows equal the same rows of the whole slice, bit for bit", "[conformance][decode]") {
-  // Every variant with a decode form, under each mask of it, at awkward shapes.
-  CHECK(check_all(cases({{37, 8, 11}, {300, 16, 19}, {1100, 32, 32}}, kAllMasks, false, true), last_rows_equal) > 0);
+  // Every variant with a decode form, under each mask of it, at awkward shapes (devices: device_decode_parity).
+  CHECK(check_all(cases({{37, 8, 11}, {300, 16, 19}, {1100, 32, 32}}, kAllMasks, true, true), last_rows_equal) > 0);
 }
 
 TEST_CASE("conformance: stated weights reproduce the output", "[conformance][weights]") {
@@ -355,6 +367,16 @@ TEST_CASE("conformance: device versions agree with the CPU's", "[conformance][gp
     if (c.device != Device::kCpu) on_devices.push_back(c);
   if (on_devices.empty()) SKIP_TEST("no device other than the CPU can run here (backend not built or no GPU)");
   check_all(on_devices, device_parity);
+}
+
+TEST_CASE("conformance: device decode forms agree with the CPU's", "[conformance][gpu][decode]") {
+  // Shapes past one block of keys (512) and one split (kernels' thousands), p ≠ pv, and a 4096-key cache.
+  std::vector<ConformanceCase> on_devices;
+  for (const ConformanceCase& c :
+       cases({{97, 50, 40}, {1025, 64, 64}, {4096, 128, 128}, {5000, 100, 128}}, kAllMasks, false, true))
+    if (c.device != Device::kCpu) on_devices.push_back(c);
+  if (on_devices.empty()) SKIP_TEST("no device decode form can run here (backend not built or no GPU)");
+  check_all(on_devices, device_decode_parity);
 }
 
 TEST_CASE("conformance: every estimator counts its flops", "[conformance][bench]") {

@@ -4,8 +4,9 @@
 # kernel-level bench (device-resident, CUDA events), `attnprobe bench --device cuda` (per call,
 # with transfers) and a sweep of the bundled dumps on the GPU against 2 CPU threads. Logs go to
 # $OUT (default ./out/gpu): session.log (all of the console), tests.log, kbench.csv, bench.csv, bench_causal.csv,
-# sweep.txt (few files: the device tool brings back at most 8). STEPS picks steps (default all):
-#   STEPS="info ceilings tests kbench bench sweep" tools/gpu_session.sh
+# kbench_decode.csv, sweep.txt, sweep_decode.txt (few files: the device tool brings back at most 8). STEPS picks
+# steps (default all):
+#   STEPS="info ceilings tests kbench decode bench sweep sweep_decode" tools/gpu_session.sh
 set -uo pipefail
 root=$(pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +15,7 @@ out=${OUT:-$root/out/gpu}
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 export LD_LIBRARY_PATH="$run/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-steps=${STEPS:-info ceilings tests kbench bench sweep}
+steps=${STEPS:-info ceilings tests kbench decode bench sweep sweep_decode}
 has() { [[ " $steps " == *" $1 "* ]]; }
 stamp() { echo "== $1 $(date +%T)"; }
 if has info; then
@@ -41,6 +42,11 @@ fi
 if has kbench && [ -x "$run/bin/attnprobe_gpu_bench" ]; then
   stamp kbench
   timeout 300 "$run/bin/attnprobe_gpu_bench" ${KBENCH_ARGS:-} --csv "$out/kbench.csv"
+fi
+if has decode && [ -x "$run/bin/attnprobe_gpu_bench" ]; then
+  stamp decode
+  # Decode attention (1-64 rows against 65536 to 1M keys, GQA) beside the read bandwidth of the same K and V.
+  timeout 300 "$run/bin/attnprobe_gpu_bench" --decode-only ${DECODE_ARGS:-} --csv "$out/kbench_decode.csv"
 fi
 if has bench; then
   stamp bench
@@ -79,5 +85,20 @@ if has sweep; then
     done
     python3 "$here/compare_sweeps.py" "/tmp/sweep_${name}_cuda.csv" "/tmp/sweep_${name}_cpu.csv"
   done | tee -a "$out/sweep.txt"
+fi
+if has sweep_decode; then
+  stamp sweep_decode
+  # Decode steps of our causal model (the last 16 and 64 rows against the rest as their cache): softmax's
+  # decode form and the device's float64 decode reference against 2 CPU threads.
+  for dump in data/*.safetensors; do
+    name=$(basename "$dump" .safetensors)
+    for device in cuda cpu; do
+      start=$(date +%s.%N)
+      timeout 240 "$run/bin/attnprobe" sweep "$dump" -e softmax --mask causal --queries last:16,last:64 \
+        --threads 2 --device "$device" -q --overwrite -o "/tmp/decode_${name}_$device.csv" >/dev/null
+      echo "decode sweep $name $device rc $? seconds $(awk "BEGIN{print $(date +%s.%N) - $start}")"
+    done
+    python3 "$here/compare_sweeps.py" "/tmp/decode_${name}_cuda.csv" "/tmp/decode_${name}_cpu.csv"
+  done | tee "$out/sweep_decode.txt"
 fi
 stamp done

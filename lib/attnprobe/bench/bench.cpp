@@ -121,10 +121,6 @@ void check_bench_request(const BenchRequest& request) {
         throw UsageError(fmt::format("--queries {}: W is past the length {} (W query rows need at least W keys)",
                                      query_rows_text(rows), n));
   }
-  if (decode && device != Device::kCpu)
-    throw UsageError(
-        "--queries last:W: the CUDA versions have no decode form yet (only the CPU times decode steps); use "
-        "--device cpu or --queries all");
   if (decode && request.backward) throw UsageError("--backward times whole slices: leave --queries all");
   for (const Spec& spec : bench_specs(request)) {
     require_mask_support(spec, request.mask, device);  // before a missing GPU (exit 3) can hide it

@@ -36,6 +36,15 @@ void exact_attention_device(const float* q, const float* k, const float* v, int6
                             int64_t pv, float scale, bool causal, AttentionPrecision precision, Scratch& scratch,
                             float* out, cudaStream_t stream = nullptr);
 
+/// decode_attention (kernels.h) on device arrays (`positions` too); `scratch` holds the splits' partials.
+void decode_attention_device(const float* q, const int64_t* positions, const float* k, const float* v, int64_t rows,
+                             int64_t keys, int64_t p, int64_t pv, float scale, KeyMask mask, int64_t window, bool fp64,
+                             Scratch& scratch, float* out, cudaStream_t stream = nullptr);
+
+/// Reads every float of `data` (count floats, a multiple of 4, 16-byte aligned) once: the read-bandwidth
+/// ceiling of kernels that read their inputs once (apps/gpu_bench). `scratch` holds per-block sums.
+void read_all_device(const float* data, int64_t count, Scratch& scratch, cudaStream_t stream = nullptr);
+
 /// out (n × pv): every row the column mean of v (keys × pv), accumulated in double.
 /// `scratch` holds the per-block partial sums.
 void vmean_device(const float* v, int64_t n, int64_t keys, int64_t pv, Scratch& scratch, float* out,

@@ -64,8 +64,9 @@ class SoftmaxEstimator final : public Estimator {
                      .backward = Backward::kOut,
                      .backward_forms = kAllMasks},
     .target = [](const SoftmaxParams&) { return std::string("softmax"); },
-    // The tensor-core kernel with each product split into three TF32 ones (tf32x3): fp32-level error.
-    .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},
+    // Self-attention: the tensor-core kernel with each product split into three TF32 ones (tf32x3); rows at
+    // positions against a cache and windows: the decode kernel, float32. Both at fp32-level error.
+    .devices = {{.device = Device::kCuda, .forms = kAllMasks, .decode = kAllMasks, .tolerance = 1e-6}},
     .make = [](const SoftmaxParams&) { return std::make_unique<SoftmaxEstimator>(); },
 });
 
