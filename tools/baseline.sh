@@ -2,7 +2,7 @@
 # The project's regression gate on its own data: reruns two small fixed grids on the bundled dump and
 # compares each with its committed baseline. A change that makes any estimator's error worse beyond
 # the statistical tolerance fails (attnprobe check exits 1).
-#   - full mask: every registered estimator with its variants, against data/baselines/synth-demo.csv;
+#   - full mask: every registered estimator's variants with a full form, against data/baselines/synth-demo.csv;
 #   - causal mask: every variant with a causal form, against the masked softmax (masked yoso-e for
 #     yoso), against data/baselines/synth-demo-causal.csv.
 #
@@ -45,5 +45,5 @@ gate() {
 
 refresh=0
 [ "${1:-}" = "--refresh" ] && refresh=1
-gate synth-demo full --variants
+gate synth-demo full --variants --full
 gate synth-demo-causal causal --variants --causal

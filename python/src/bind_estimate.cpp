@@ -114,11 +114,12 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
                 ref_in.cols);
   const std::vector<Metric> which = parse_metrics(names);
   for (Metric m : which)
-    require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_gradient_metric(m),
+    require_usage(!is_case_metric(m) && !is_weight_metric(m) && !is_selection_metric(m) && !is_gradient_metric(m),
                   "metrics() compares one estimate with a reference; {} is {}: sweep() computes it", metric_name(m),
-                  is_case_metric(m)     ? "a case metric, over the trials of a random estimator"
-                  : is_weight_metric(m) ? "a metric of the attention weights an estimator implies"
-                                        : "a metric of the backward pass");
+                  is_case_metric(m)        ? "a case metric, over the trials of a random estimator"
+                  : is_weight_metric(m)    ? "a metric of the attention weights an estimator implies"
+                  : is_selection_metric(m) ? "a metric of the keys a selection estimator reads"
+                                           : "a metric of the backward pass");
   std::vector<double> values;
   {
     py::gil_scoped_release release;

@@ -37,17 +37,27 @@ def all_variants():
     return [spec for e in attnprobe.estimators() for spec in e["variants"]]
 
 
+def full_variants():
+    return cli("list", "--variants", "--full").stdout.split()
+
+
 @pytest.fixture(scope="module")
 def cli_csv(tmp_path_factory):
-    """The CLI's sweep of every variant of every estimator on SLICE (2 trials each)."""
-    path = tmp_path_factory.mktemp("cli") / "all.csv"
-    args = ["sweep", DUMP, "--layers", SLICE["layers"], "--heads", SLICE["heads"], "--batch", SLICE["batch"],
-            "--lengths", SLICE["lengths"], "--trials", "2", "--seed", str(SEED), "--threads", "2", "-q", "-o",
-            str(path)]
-    for spec in all_variants():
-        args += ["-e", spec]
-    cli(*args)
-    return path
+    """The CLI's sweeps of every variant of every estimator on SLICE (2 trials each): under the full mask those with
+    a full form, under the causal mask the positional ones (sinks and windows, which have none)."""
+    folder = tmp_path_factory.mktemp("cli")
+    full = set(full_variants())
+    paths = {}
+    for mask, specs in (("full", [s for s in all_variants() if s in full]),
+                        ("causal", [s for s in all_variants() if s not in full])):
+        paths[mask] = folder / f"{mask}.csv"
+        args = ["sweep", DUMP, "--layers", SLICE["layers"], "--heads", SLICE["heads"], "--batch", SLICE["batch"],
+                "--lengths", SLICE["lengths"], "--trials", "2", "--seed", str(SEED), "--threads", "2", "--mask", mask,
+                "-q", "-o", str(paths[mask])]
+        for spec in specs:
+            args += ["-e", spec]
+        cli(*args)
+    return paths
 
 
 def same(a, b):
@@ -62,20 +72,21 @@ def test_registry_walk_covers_every_estimator():
 
 
 def test_estimate_and_metrics_equal_the_cli_bit_for_bit(cli_csv):
-    rows = attnprobe.read_csv(cli_csv)
     q, k, v, scale, causal = attnprobe.load(DUMP, 1, 1, 1, length=96)
-    references = {}
-    groups = rows.groupby(["spec", "reference", "trial"], sort=False)
     checked = set()
-    for (spec, ref, trial), group in groups:
-        if ref not in references:
-            references[ref] = attnprobe.reference(ref, q, k, v, scale)
-        case = group.iloc[0]
-        est = attnprobe.estimate(spec, q, k, v, scale, seed=SEED, trial=int(trial), case=case, threads=3)
-        values = attnprobe.metrics(references[ref], est, list(group["metric"]))
-        for metric, value in zip(group["metric"], group["value"]):
-            assert same(values[metric], value), (spec, trial, metric, values[metric], value)
-        checked.add(spec)
+    for mask, path in cli_csv.items():
+        rows = attnprobe.read_csv(path)
+        references = {}
+        for (spec, ref, trial), group in rows.groupby(["spec", "reference", "trial"], sort=False):
+            if ref not in references:
+                references[ref] = attnprobe.reference(ref, q, k, v, scale, mask=mask)
+            case = group.iloc[0]
+            est = attnprobe.estimate(spec, q, k, v, scale, seed=SEED, trial=int(trial), case=case, threads=3,
+                                     mask=mask)
+            values = attnprobe.metrics(references[ref], est, list(group["metric"]))
+            for metric, value in zip(group["metric"], group["value"]):
+                assert same(values[metric], value), (spec, mask, trial, metric, values[metric], value)
+            checked.add(spec)
     assert checked == set(all_variants())  # every variant of every registered estimator was compared
 
 

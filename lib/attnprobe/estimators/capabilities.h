@@ -65,6 +65,8 @@ struct Capabilities {
   /// estimator whose rows depend on the other query rows (landmarks or samples of queries).
   Forms decode;
   Forms weights;  ///< the masks under which it states the attention weights it implies (docs/metrics.md)
+  /// It states the keys each row reads (Estimator::kept_keys): the selection metrics apply to it.
+  bool selection = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 };

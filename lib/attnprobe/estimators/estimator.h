@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
@@ -30,6 +31,16 @@ struct Gradients {
   /// Fraction of the n × keys (query, key) pairs whose weight the backward evaluates: 1 for dense
   /// forms, nnz/(n·keys) for YOSO's sparse form, NaN for forms that visit no pair (tables, features).
   double pair_fraction = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// The keys a query row reads, for methods that choose part of the cache (docs/estimators/selection.md): absolute
+/// key indices, ascending and distinct, inside the keys the row sees, with their log-weights (empty: every
+/// weight 1, a selection), and how many p-dimensional vectors were dotted with the query to choose them
+/// (`keys_scored`: keys or metadata).
+struct KeptKeys {
+  std::vector<int64_t> keys;
+  std::vector<double> log_weights;
+  double scored = 0;
 };
 
 class Estimator {
@@ -58,6 +69,11 @@ class Estimator {
   /// Empty for estimators registered without `weights`.
   using WeightRows = std::function<MatrixD(int64_t r0, int64_t rows)>;
   virtual WeightRows weights(const HeadView& view, const EstimateContext& ctx) const { return nullptr; }
+
+  /// The keys each row reads, from the same draws as estimate() with the same ctx: row i (0-based among the
+  /// view's rows) → its kept keys. Empty for estimators registered without `selection` (capabilities.h).
+  using KeptRows = std::function<KeptKeys(int64_t row)>;
+  virtual KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const { return nullptr; }
 
   /// Useful floating-point operations of one call, for `bench` GFLOP/s; 0 when not defined.
   virtual double flops(int64_t n, int64_t p, int64_t pv) const { return 0; }

@@ -26,6 +26,18 @@ const std::vector<Metric>& weight_metrics() {
   return kWeights;
 }
 
+const std::vector<Metric>& selection_metrics() {
+  static const std::vector<Metric> kSelection = {Metric::kKeysAttended,  Metric::kKeysScored, Metric::kDensity,
+                                                 Metric::kDensityScored, Metric::kMassRecall, Metric::kTailMass,
+                                                 Metric::kTailGap,       Metric::kTailPred,   Metric::kRowKlRev};
+  return kSelection;
+}
+
+bool is_selection_metric(Metric metric) {
+  const auto& s = selection_metrics();
+  return std::find(s.begin(), s.end(), metric) != s.end();
+}
+
 bool is_weight_metric(Metric metric) {
   const auto& w = weight_metrics();
   return std::find(w.begin(), w.end(), metric) != w.end();
@@ -55,6 +67,24 @@ const char* metric_name(Metric metric) {
       return "row_kl";
     case Metric::kTopkRecall:
       return "topk_recall";
+    case Metric::kKeysAttended:
+      return "keys_attended";
+    case Metric::kKeysScored:
+      return "keys_scored";
+    case Metric::kDensity:
+      return "density";
+    case Metric::kDensityScored:
+      return "density_scored";
+    case Metric::kMassRecall:
+      return "mass_recall";
+    case Metric::kTailMass:
+      return "tail_mass";
+    case Metric::kTailGap:
+      return "tail_gap";
+    case Metric::kTailPred:
+      return "tail_pred";
+    case Metric::kRowKlRev:
+      return "row_kl_rev";
     case Metric::kBiasFroRel:
       return "bias_fro_rel";
     case Metric::kVarFroRel:
@@ -97,13 +127,14 @@ const std::vector<Metric>& known_metrics() {
     std::vector<Metric> known = all_metrics();
     known.insert(known.end(), case_metrics().begin(), case_metrics().end());
     known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
+    known.insert(known.end(), selection_metrics().begin(), selection_metrics().end());
     known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
     return known;
   }();
   return kKnown;
 }
 
-bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall; }
+bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall || metric == Metric::kMassRecall; }
 
 std::optional<Metric> find_metric(std::string_view name) {
   for (Metric m : known_metrics())
@@ -121,21 +152,27 @@ std::vector<Metric> parse_metrics(const std::string& text) {
   };
   for (const std::string& raw : split(text, ',')) {
     const std::string name = trim(raw);
-    if (name == "all" || name == "case" || name == "weights") {
-      for (Metric m : name == "all" ? all_metrics() : name == "case" ? case_metrics() : weight_metrics()) add(m);
+    if (name == "all" || name == "case" || name == "weights" || name == "selection") {
+      for (Metric m : name == "all"       ? all_metrics()
+                      : name == "case"    ? case_metrics()
+                      : name == "weights" ? weight_metrics()
+                                          : selection_metrics())
+        add(m);
       continue;
     }
     auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
       throw UsageError(
           fmt::format("unknown metric '{}': use 'all' (per trial), 'case' (per case), 'weights' "
-                      "(attention weights), or a list of {}",
+                      "(attention weights), 'selection' (the keys a selection reads), or a list of {}",
                       name, join(names, ",")));
     add(known[it - names.begin()]);
   }
-  // The order rows are written in: plain per-trial metrics, attention-weight ones, then per case.
+  // The order rows are written in: plain per-trial metrics, attention-weight ones, selection ones, then per case.
   std::stable_sort(out.begin(), out.end(), [](Metric a, Metric b) {
-    auto rank = [](Metric m) { return is_case_metric(m) ? 2 : is_weight_metric(m) ? 1 : 0; };
+    auto rank = [](Metric m) {
+      return is_case_metric(m) ? 3 : is_selection_metric(m) ? 2 : is_weight_metric(m) ? 1 : 0;
+    };
     return rank(a) < rank(b);
   });
   return out;

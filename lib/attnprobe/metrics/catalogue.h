@@ -28,7 +28,16 @@ enum class Metric {
   kGradPairs,
   kRowTv,
   kRowKl,
-  kTopkRecall,  // per trial, from the implied attention weights (O(n²): asked for by name)
+  kTopkRecall,    // per trial, from the implied attention weights (O(n²): asked for by name)
+  kKeysAttended,  // per trial, from the keys a selection estimator reads (asked for by name or `selection`)
+  kKeysScored,
+  kDensity,
+  kDensityScored,
+  kMassRecall,
+  kTailMass,
+  kTailGap,
+  kTailPred,
+  kRowKlRev,
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.
@@ -44,16 +53,22 @@ bool is_gradient_metric(Metric metric);
 /// `weights`; O(n²), so selected only by name or by the word `weights` in `--metrics`.
 const std::vector<Metric>& weight_metrics();
 bool is_weight_metric(Metric metric);
+/// The selection metrics (docs/metrics.md, "Selection metrics"): per trial, for estimators that state the
+/// keys each row reads (capabilities.h `selection`); O(n_q·n_k·p), selected by name or by the word `selection`.
+const std::vector<Metric>& selection_metrics();
+bool is_selection_metric(Metric metric);
 const char* metric_name(Metric metric);
-/// Every metric attnprobe computes (per trial, per case, weights, gradients), in that order.
+/// Every metric attnprobe computes (per trial, per case, weights, selection, gradients), in that order.
 const std::vector<Metric>& known_metrics();
 /// The metric called `name`, or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
-/// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall` are errors, larger is worse; topk_recall
-/// (a fraction of the right keys found) is larger is better. `check` reads its direction from here.
+/// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall` and `mass_recall` are errors or costs, larger is
+/// worse; those two (fractions of the right keys or of the attention found) are larger is better. `check` reads
+/// its direction from here.
 bool larger_is_better(Metric metric);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
-/// attention-weight ones) or a mix such as "all,case"; throws UsageError listing valid names.
+/// attention-weight ones), "selection" (the selection ones) or a mix such as "all,case"; throws UsageError
+/// listing valid names.
 std::vector<Metric> parse_metrics(const std::string& text);
 
 }  // namespace attnprobe

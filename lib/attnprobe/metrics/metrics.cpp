@@ -123,7 +123,16 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kRowTv:
       case Metric::kRowKl:
       case Metric::kTopkRecall:
-        throw std::logic_error("a case-level or weight metric asked of compute_metrics");
+      case Metric::kKeysAttended:
+      case Metric::kKeysScored:
+      case Metric::kDensity:
+      case Metric::kDensityScored:
+      case Metric::kMassRecall:
+      case Metric::kTailMass:
+      case Metric::kTailGap:
+      case Metric::kTailPred:
+      case Metric::kRowKlRev:
+        throw std::logic_error("a case-level, weight or selection metric asked of compute_metrics");
     }
   }
   return values;

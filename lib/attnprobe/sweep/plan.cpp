@@ -23,6 +23,7 @@ std::string names_where(const std::function<bool(const Capabilities&)>& has) {
   return join(estimators_where(has), ", ");
 }
 bool states_weights(const Capabilities& can) { return !can.weights.empty(); }
+bool states_kept_keys(const Capabilities& can) { return can.selection; }
 }  // namespace
 
 double SweepPlan::total_rows() const {
@@ -111,6 +112,7 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   plan.seed = request.seed;
   plan.metrics = request.metrics;
   const bool wants_weights = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_weight_metric);
+  const bool wants_kept = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_selection_metric);
 
   std::set<std::string> seen;
   for (const std::string& text : request.estimators) {
@@ -121,6 +123,12 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
           "estimators that can: {}. Drop those metrics or that estimator.",
           base.name(), names_where(states_weights)));
     }
+    if (wants_kept && !states_kept_keys(base.capabilities()))
+      throw UsageError(fmt::format(
+          "'{}' reads every key it sees (it states no kept set), so the selection metrics (keys_attended, density, "
+          "mass_recall, tail_mass, ...) do not apply to it; estimators that state one: {}. Drop those metrics or "
+          "that estimator.",
+          base.name(), names_where(states_kept_keys)));
     std::vector<Spec> variants;
     if (request.samples.empty() || !base.has_samples_knob()) {
       variants.push_back(base);

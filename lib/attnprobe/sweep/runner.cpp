@@ -11,6 +11,7 @@
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
+#include "attnprobe/metrics/selection_metrics.h"
 #include "attnprobe/metrics/weight_metrics.h"
 #include "attnprobe/rng/random_matrix.h"
 
@@ -136,12 +137,18 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     auto& n = longest[{s.layer, s.head, s.batch}];
     n = std::max(n, s.n);
   }
-  // Per-trial metrics: the plain ones, then the attention-weight ones (the rows' order); then per case.
-  std::vector<Metric> plain_list, weight_list, case_list;
+  // Per-trial metrics: the plain ones, then the attention-weight ones, then the selection ones (the rows' order);
+  // then per case.
+  std::vector<Metric> plain_list, weight_list, selection_list, case_list;
   for (Metric m : plan.metrics)
-    (is_case_metric(m) ? case_list : is_weight_metric(m) ? weight_list : plain_list).push_back(m);
+    (is_case_metric(m)        ? case_list
+     : is_weight_metric(m)    ? weight_list
+     : is_selection_metric(m) ? selection_list
+                              : plain_list)
+        .push_back(m);
   std::vector<Metric> trial_list = plain_list;
   trial_list.insert(trial_list.end(), weight_list.begin(), weight_list.end());
+  trial_list.insert(trial_list.end(), selection_list.begin(), selection_list.end());
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
@@ -257,6 +264,11 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
           const std::vector<double> w =
               attention_weight_metrics(view, estimators[task.setting]->weights(view, ctx), weight_list);
           values[i].insert(values[i].end(), w.begin(), w.end());
+        }
+        if (!selection_list.empty()) {
+          const std::vector<double> kept =
+              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list);
+          values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }
       if (cases[task.setting]) cases[task.setting]->add(task.trial, std::move(out));

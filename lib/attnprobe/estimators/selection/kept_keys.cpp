@@ -1,0 +1,118 @@
+#include "attnprobe/estimators/selection/kept_keys.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace attnprobe {
+namespace {
+
+constexpr int64_t kRowBlock = 32;  ///< rows per task on the pool
+
+// The stable softmax of a kept set (§ the header): weights e^{β − max β}, β = ℓ + ω, and their sum, in T.
+template <class T, class Q, class K>
+std::vector<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKeys& kept, T& total) {
+  const size_t count = kept.keys.size();
+  std::vector<T> beta(count);
+  T top = -INFINITY;
+  for (size_t r = 0; r < count; ++r) {
+    beta[r] = scale * q_row.dot(k.row(kept.keys[r]));
+    if (!kept.log_weights.empty()) beta[r] += static_cast<T>(kept.log_weights[r]);
+    top = std::max(top, beta[r]);
+  }
+  total = 0;
+  for (T& b : beta) total += b = std::exp(b - top);
+  return beta;
+}
+
+template <class T, class M, class Out>
+void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const Estimator::KeptRows& keep,
+                 ThreadPool* pool, Out& out) {
+  const int64_t n = view.n();
+  out.setZero(n, v.cols());
+  for_each_index(pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
+    for (int64_t i = block * kRowBlock; i < std::min(n, (block + 1) * kRowBlock); ++i) {
+      const KeptKeys kept = keep(i);
+      if (kept.keys.empty()) continue;  // the zero row
+      T total = 0;
+      const std::vector<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept, total);
+      auto row = out.row(i);
+      for (size_t r = 0; r < w.size(); ++r) row += w[r] * v.row(kept.keys[r]);
+      row /= total;
+    }
+  });
+}
+
+}  // namespace
+
+void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out) {
+  attend_rows<float>(view, view.qf, view.kf, view.vf, keep, pool, out);
+}
+
+MatrixD attend_kept_f64(const HeadView& view, const Estimator::KeptRows& keep) {
+  MatrixD out;
+  attend_rows<double>(view, view.q, view.k, view.v, keep, nullptr, out);
+  return out;
+}
+
+Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows keep) {
+  return [&view, keep = std::move(keep)](int64_t r0, int64_t rows) {
+    MatrixD w = MatrixD::Zero(rows, view.keys());
+    for (int64_t i = 0; i < rows; ++i) {
+      const KeptKeys kept = keep(r0 + i);
+      if (kept.keys.empty()) continue;
+      double total = 0;
+      const std::vector<double> e = kept_exponentials<double>(view.q.row(r0 + i), view.k, view.scale, kept, total);
+      for (size_t r = 0; r < e.size(); ++r) w(i, kept.keys[r]) = e[r] / total;
+    }
+    return w;
+  };
+}
+
+std::vector<double> score_visible(const HeadView& view, int64_t row) {
+  const KeyRange seen = view.visible(row);
+  const int64_t p = view.p();
+  const double* q = view.q.row(row).data();
+  std::vector<double> scores(seen.size());
+  for (int64_t j = seen.begin; j < seen.end; ++j) {
+    const double* k = view.k.row(j).data();
+    double part[4] = {0, 0, 0, 0};
+    int64_t c = 0;
+    for (; c + 4 <= p; c += 4)
+      for (int l = 0; l < 4; ++l) part[l] += q[c + l] * k[c + l];
+    for (; c < p; ++c) part[0] += q[c] * k[c];
+    scores[j - seen.begin] = view.scale * ((part[0] + part[1]) + (part[2] + part[3]));
+  }
+  return scores;
+}
+
+void append_range(std::vector<int64_t>& keys, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) keys.push_back(j);
+}
+
+void finish_kept(std::vector<int64_t>& keys) {
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+}
+
+std::vector<int64_t> sink_and_window(KeyRange seen, int64_t position, int64_t sink, int64_t window) {
+  std::vector<int64_t> keys;
+  append_range(keys, seen.begin, std::min(seen.end, sink));
+  append_range(keys, std::max(seen.begin, position - window + 1), std::min(seen.end, position + 1));
+  finish_kept(keys);
+  return keys;
+}
+
+std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
+                                   int64_t count) {
+  if (count >= static_cast<int64_t>(candidates.size())) return candidates;
+  if (count <= 0) return {};
+  const auto better = [&](int64_t a, int64_t b) {
+    const double sa = scores[a - first], sb = scores[b - first];
+    return sa > sb || (sa == sb && a < b);
+  };
+  std::nth_element(candidates.begin(), candidates.begin() + count, candidates.end(), better);
+  candidates.resize(count);
+  return candidates;
+}
+
+}  // namespace attnprobe

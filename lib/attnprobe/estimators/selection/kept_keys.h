@@ -1,0 +1,62 @@
+#pragma once
+// The core of the selection family (docs/estimators/selection.md): every method that chooses which cached keys a
+// query reads returns, per evaluated row, its kept keys S_t — ascending, distinct, inside the keys the row sees —
+// with optional log-weights ω_j (Horvitz–Thompson or Hansen–Hurwitz corrections of sampling methods; none for a
+// selection, w = 1). One routine turns that into the output, ô_t = Σ_S e^{ℓ_j + ω_j}·v_j / Σ_S e^{ℓ_j + ω_j} with
+// ℓ_j = s·q_t·k_j (float32, logits shifted by their maximum; an empty S_t gives the zero row), and another into
+// the implied weights Â (float64), so every method states its weights by construction.
+// Selection scores are float64 (score_visible), each one a dot product summed in a fixed order, so a near-tie
+// resolves the same way whichever rows are evaluated together (the decode rows' bits). Rankings order by
+// (score descending, index ascending): a tie keeps the older key.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "attnprobe/estimators/estimator.h"
+
+namespace attnprobe {
+
+/// out (n × pv): each row's softmax over its kept keys (logits ℓ_j + ω_j) applied to V, float32 like the exact
+/// kernel; rows in parallel on `pool`.
+void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out);
+
+/// The same in float64 (the tests' route to the tail identity; not a reference of any estimator).
+MatrixD attend_kept_f64(const HeadView& view, const Estimator::KeptRows& keep);
+
+/// Â rows [r0, r0 + rows) × keys, float64: e^{ℓ_j + ω_j} / Σ_S e^{ℓ + ω} on S_t, 0 elsewhere.
+Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows keep);
+
+/// An estimator whose rows attend kept keys: its estimate and its weights come from one keep_rows().
+class KeptKeysEstimator : public Estimator {
+ public:
+  /// The kept keys of each row of `view` (with the draws of `ctx` for a random method); never empty here.
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override = 0;
+
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    attend_kept(view, kept_keys(view, ctx), ctx.pool, out);
+  }
+  WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
+    return kept_weights(view, kept_keys(view, ctx));
+  }
+};
+
+/// The float64 logits s·q_i·k_j of row i over the keys it sees (view.visible(i)), index 0 = the range's first key.
+/// Each is one dot product in a fixed order (four interleaved partial sums), independent of the other rows.
+std::vector<double> score_visible(const HeadView& view, int64_t row);
+
+/// Keys [range.begin, range.end) in order, for the positional parts of a kept set.
+void append_range(std::vector<int64_t>& keys, int64_t begin, int64_t end);
+
+/// Sorts and drops repeats: the kept set of a method that merged several parts (sinks, a window, a selection).
+void finish_kept(std::vector<int64_t>& keys);
+
+/// The fixed part of a row at position t among the keys [seen.begin, seen.end) it sees: the first `sink` keys and
+/// the last `window` keys up to t (window counts the query's own key), each clipped to what the row sees.
+std::vector<int64_t> sink_and_window(KeyRange seen, int64_t position, int64_t sink, int64_t window);
+
+/// The `count` best of `candidates` (absolute indices into the row's visible range starting at `first`) by
+/// (score descending, index ascending); scores[j − first] is key j's score. Every candidate when count ≥ their number.
+std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
+                                   int64_t count);
+
+}  // namespace attnprobe

@@ -1,0 +1,49 @@
+#include "attnprobe/estimators/selection/streaming/streaming.h"
+
+#include <algorithm>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+
+namespace attnprobe {
+namespace {
+
+class Streaming final : public KeptKeysEstimator {
+ public:
+  explicit Streaming(StreamingParams params) : params_(params) {}
+
+  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+    return [&view, params = params_](int64_t i) {
+      return KeptKeys{sink_and_window(view.visible(i), view.position(i), params.sink, params.window), {}};
+    };
+  }
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    return 2.0 * n * static_cast<double>(std::min(n, params_.sink + params_.window)) * (p + pv);
+  }
+
+ private:
+  StreamingParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<StreamingParams>{
+    .name = "streaming",
+    .family = "selection",
+    .summary = "StreamingLLM: each row attends the first `sink` keys and the last `window` keys (no scores)",
+    .page = "estimators/selection.md",
+    .params = ParamSet<StreamingParams>()
+                  .integer("sink", &StreamingParams::sink, 0, int64_t{1} << 30, "the first keys, always kept")
+                  .integer("window", &StreamingParams::window, 1, int64_t{1} << 30,
+                           "the last keys up to the query's own (StreamingLLM's recent size + 1)"),
+    .samples_knob = "window",
+    // Positional: the full mask has no recency.
+    .capabilities = {.random = false,
+                     .forms = {Mask::kCausal, Mask::kWindow},
+                     .decode = {Mask::kCausal, Mask::kWindow},
+                     .weights = {Mask::kCausal, Mask::kWindow},
+                     .selection = true},
+    .ablations = {"streaming(sink=0,window=64)"},
+    .make = [](const StreamingParams& params) { return std::make_unique<Streaming>(params); },
+});
+
+}  // namespace
+}  // namespace attnprobe

@@ -1,0 +1,74 @@
+#include "attnprobe/estimators/selection/topk/topk.h"
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+
+namespace attnprobe {
+namespace {
+
+class Topk final : public KeptKeysEstimator {
+ public:
+  explicit Topk(TopkParams params) : params_(params) {}
+
+  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+    return [&view, params = params_](int64_t i) {
+      const KeyRange seen = view.visible(i);
+      // An oracle: it scores every key the row sees (keys_scored).
+      KeptKeys kept{
+          sink_and_window(seen, view.position(i), params.sink, params.window), {}, static_cast<double>(seen.size())};
+      std::vector<int64_t> rest;  // R_t: the keys outside the fixed part
+      rest.reserve(seen.size() - kept.keys.size());
+      for (int64_t j = seen.begin, f = 0; j < seen.end; ++j) {
+        if (f < static_cast<int64_t>(kept.keys.size()) && kept.keys[f] == j) {
+          ++f;
+          continue;
+        }
+        rest.push_back(j);
+      }
+      if (params.k >= static_cast<int64_t>(rest.size())) {  // every key: no scores needed
+        kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
+      } else {
+        const std::vector<int64_t> best = best_by_score(std::move(rest), score_visible(view, i), seen.begin, params.k);
+        kept.keys.insert(kept.keys.end(), best.begin(), best.end());
+      }
+      finish_kept(kept.keys);
+      return kept;
+    };
+  }
+  // The scores of every visible key (p each), then the kept keys' logits and values.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double kept = static_cast<double>(std::min(n, params_.k + params_.sink + params_.window));
+    return 2.0 * n * (static_cast<double>(n) * p + kept * (p + pv));
+  }
+
+ private:
+  TopkParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<TopkParams>{
+    .name = "topk",
+    .family = "selection",
+    .summary = "oracle top-k: each row attends its k highest-scoring keys (plus sink and window keys), exact logits",
+    .page = "estimators/selection.md",
+    .params = ParamSet<TopkParams>()
+                  .integer("k", &TopkParams::k, 0, int64_t{1} << 30,
+                           "keys kept by score beyond sink and window (k >= the rest: exact)")
+                  .integer("sink", &TopkParams::sink, 0, int64_t{1} << 30, "the first keys, always kept")
+                  .integer("window", &TopkParams::window, 0, int64_t{1} << 30,
+                           "the last keys up to the query's own, always kept"),
+    .samples_knob = "k",
+    .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    // Sinks and a window are positions: the full mask has none (docs/estimators/selection.md).
+    .narrow =
+        [](const TopkParams& params, Capabilities& can) {
+          if (params.sink > 0 || params.window > 0) {
+            can.forms = {Mask::kCausal, Mask::kWindow};
+            can.decode = can.weights = can.forms;
+          }
+        },
+    .ablations = {"topk(k=32,sink=4,window=16)"},
+    .make = [](const TopkParams& params) { return std::make_unique<Topk>(params); },
+});
+
+}  // namespace
+}  // namespace attnprobe

@@ -1,0 +1,104 @@
+#include "attnprobe/metrics/selection_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "attnprobe/exact/exact_attention.h"
+
+namespace attnprobe {
+namespace {
+
+constexpr int64_t kRowBlock = 64;
+
+// Per-row values, summed over the rows for their means.
+struct Sums {
+  double attended = 0, scored = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
+         tail_pred = 0, kl_rev = 0;
+};
+
+}  // namespace
+
+std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
+                                      const std::vector<Metric>& which) {
+  if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
+  const int64_t n = view.n();
+  Sums sums;
+  bool weighted = false;  // some row's keys carry weights: the tail decomposition does not apply
+  for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+    const int64_t rows = std::min(kRowBlock, n - r0);
+    const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
+    for (int64_t r = 0; r < rows; ++r) {
+      const KeptKeys row = kept(r0 + r);
+      const KeyRange seen = view.visible(r0 + r);
+      weighted = weighted || !row.log_weights.empty();
+      double m = 0, tail = 0;  // the kept and the dropped mass, each summed (1 − m would cancel when m ≈ 1)
+      RowVectorD kept_sum = RowVectorD::Zero(view.pv()), tail_sum = RowVectorD::Zero(view.pv());
+      size_t next = 0;  // walks the ascending kept keys beside the visible range
+      for (int64_t j = seen.begin; j < seen.end; ++j) {
+        const bool in = next < row.keys.size() && row.keys[next] == j;
+        if (in) {
+          ++next;
+          m += a(r, j);
+          kept_sum += a(r, j) * view.v.row(j);
+        } else {
+          tail += a(r, j);
+          tail_sum += a(r, j) * view.v.row(j);
+        }
+      }
+      const double visible = static_cast<double>(seen.size()), attended = static_cast<double>(row.keys.size());
+      // μ_T − μ_S; a row that keeps everything (m = 1, no tail) has no gap, one that keeps nothing no μ_S.
+      const RowVectorD mu_s = m > 0 ? RowVectorD(kept_sum / m) : RowVectorD::Zero(view.pv());
+      const RowVectorD mu_t = tail > 0 ? RowVectorD(tail_sum / tail) : RowVectorD::Zero(view.pv());
+      const double gap = next == static_cast<size_t>(seen.size()) ? 0.0 : (mu_t - mu_s).norm();
+      sums.attended += attended;
+      sums.scored += row.scored;
+      sums.density += attended / visible;
+      sums.density_scored += row.scored / visible;
+      sums.mass += m;
+      sums.tail_mass += tail;
+      sums.tail_gap += gap;
+      sums.tail_pred += tail * gap;
+      sums.kl_rev += m > 0 ? -std::log1p(-tail) : std::numeric_limits<double>::infinity();
+    }
+  }
+  const double rows = static_cast<double>(n), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> out;
+  for (Metric metric : which) {
+    switch (metric) {
+      case Metric::kKeysAttended:
+        out.push_back(sums.attended / rows);
+        break;
+      case Metric::kKeysScored:
+        out.push_back(sums.scored / rows);
+        break;
+      case Metric::kDensity:
+        out.push_back(sums.density / rows);
+        break;
+      case Metric::kDensityScored:
+        out.push_back(sums.density_scored / rows);
+        break;
+      case Metric::kMassRecall:
+        out.push_back(sums.mass / rows);
+        break;
+      case Metric::kTailMass:
+        out.push_back(weighted ? nan : sums.tail_mass / rows);
+        break;
+      case Metric::kTailGap:
+        out.push_back(weighted ? nan : sums.tail_gap / rows);
+        break;
+      case Metric::kTailPred:
+        out.push_back(weighted ? nan : sums.tail_pred / rows);
+        break;
+      case Metric::kRowKlRev:
+        out.push_back(weighted ? nan : sums.kl_rev / rows);
+        break;
+      default:
+        throw std::logic_error(std::string("not a selection metric: ") + metric_name(metric));
+    }
+  }
+  return out;
+}
+
+}  // namespace attnprobe

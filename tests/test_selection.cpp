@@ -1,0 +1,308 @@
+// The selection family (docs/estimators/selection.md) against float64 implementations written here from the
+// definitions — a row's kept set and its softmax over that set — and the family's identities: budgets that cover
+// every key are exact, topk(k=0) is streaming, the error is the tail (1 − m)(μ_T − μ_S), ties keep the older key.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/selection_metrics.h"
+#include "support.h"
+
+using namespace attnprobe;
+using namespace attnprobe::test;
+
+namespace {
+
+// The keys row i sees, from the mask's definition (docs/specs.md, "Masks and query rows").
+std::vector<int64_t> seen_keys(const HeadView& view, int64_t i) {
+  const int64_t t = view.position(i), n = view.k.rows();
+  int64_t lo = 0, hi = n;
+  if (view.mask != Mask::kFull) hi = std::min(t + 1, n);
+  if (view.mask == Mask::kWindow) lo = std::max<int64_t>(0, t - view.window + 1);
+  std::vector<int64_t> keys(hi - lo);
+  std::iota(keys.begin(), keys.end(), lo);
+  return keys;
+}
+
+double logit(const HeadView& view, int64_t i, int64_t j) { return view.scale * view.q.row(i).dot(view.k.row(j)); }
+
+// The sink and window keys among `seen` (window counts the query's own key).
+std::vector<int64_t> fixed_part(const HeadView& view, int64_t i, const std::vector<int64_t>& seen, int64_t sink,
+                                int64_t window) {
+  const int64_t t = view.position(i);
+  std::vector<int64_t> fixed;
+  for (int64_t j : seen)
+    if (j < sink || (j > t - window && j <= t)) fixed.push_back(j);
+  return fixed;
+}
+
+// The rest, ordered by (logit descending, index ascending).
+std::vector<int64_t> ranked_rest(const HeadView& view, int64_t i, const std::vector<int64_t>& seen,
+                                 const std::vector<int64_t>& fixed) {
+  std::vector<int64_t> rest;
+  for (int64_t j : seen)
+    if (!std::binary_search(fixed.begin(), fixed.end(), j)) rest.push_back(j);
+  std::stable_sort(rest.begin(), rest.end(),
+                   [&](int64_t a, int64_t b) { return logit(view, i, a) > logit(view, i, b); });
+  return rest;
+}
+
+std::vector<int64_t> topk_set(const HeadView& view, int64_t i, int64_t k, int64_t sink, int64_t window) {
+  const auto seen = seen_keys(view, i);
+  std::vector<int64_t> kept = fixed_part(view, i, seen, sink, window);
+  const auto rest = ranked_rest(view, i, seen, kept);
+  kept.insert(kept.end(), rest.begin(), rest.begin() + std::min<int64_t>(k, static_cast<int64_t>(rest.size())));
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+// topp; strict: a port of the sparse-attention hub's OracleTopPMasker — cumsum / total, searchsorted(side =
+// "right") for the first prefix above p, then every key whose mass is at least that key's.
+std::vector<int64_t> topp_set(const HeadView& view, int64_t i, double p, int64_t sink, int64_t window, bool strict) {
+  const auto seen = seen_keys(view, i);
+  std::vector<int64_t> kept = fixed_part(view, i, seen, sink, window);
+  const auto rest = ranked_rest(view, i, seen, kept);
+  if (!rest.empty()) {
+    std::vector<double> mass(rest.size());
+    for (size_t r = 0; r < rest.size(); ++r) mass[r] = std::exp(logit(view, i, rest[r]) - logit(view, i, rest[0]));
+    const double total = std::accumulate(mass.begin(), mass.end(), 0.0);
+    std::vector<double> cumulative(rest.size());
+    std::partial_sum(mass.begin(), mass.end(), cumulative.begin());
+    for (double& c : cumulative) c /= total;
+    if (p >= 1) {
+      kept.insert(kept.end(), rest.begin(), rest.end());
+    } else if (strict) {
+      const size_t first_above = std::upper_bound(cumulative.begin(), cumulative.end(), p) - cumulative.begin();
+      const double threshold = mass[std::min(first_above, rest.size() - 1)];
+      for (size_t r = 0; r < rest.size(); ++r)
+        if (mass[r] >= threshold) kept.push_back(rest[r]);
+    } else {
+      size_t count = 0;
+      while (count < rest.size() && !(count > 0 && cumulative[count - 1] >= p) && p > 0) ++count;
+      kept.insert(kept.end(), rest.begin(), rest.begin() + static_cast<int64_t>(count));
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+// Row i's softmax over `kept` applied to V, float64.
+RowVectorD attend(const HeadView& view, int64_t i, const std::vector<int64_t>& kept) {
+  RowVectorD out = RowVectorD::Zero(view.pv());
+  if (kept.empty()) return out;
+  double top = -INFINITY, total = 0;
+  for (int64_t j : kept) top = std::max(top, logit(view, i, j));
+  for (int64_t j : kept) {
+    const double w = std::exp(logit(view, i, j) - top);
+    out += w * view.v.row(j);
+    total += w;
+  }
+  return out / total;
+}
+
+// The kept set a registered estimator states (the support of its weights).
+std::vector<int64_t> stated_set(const std::string& spec, const HeadView& view, int64_t i) {
+  const auto rows = make_estimator(parse_spec(spec), Device::kCpu)->weights(view, {make_random_key(1, spec, 0)})(i, 1);
+  std::vector<int64_t> kept;
+  for (int64_t j = 0; j < rows.cols(); ++j)
+    if (rows(0, j) != 0) kept.push_back(j);
+  return kept;
+}
+
+HeadView masked_slice(int64_t n, int p, Mask mask, int64_t window, uint64_t seed) {
+  HeadView view = synth_slice(n, p, 0.3, seed, p + 3);
+  view.mask = mask;
+  view.window = window;
+  return view;
+}
+
+struct Setting {
+  std::string spec;
+  std::function<std::vector<int64_t>(const HeadView&, int64_t)> kept;
+  Mask mask;
+};
+
+}  // namespace
+
+TEST_CASE("selection estimators keep the sets their definitions give, and attend them exactly", "[selection]") {
+  const std::vector<Setting> settings = {
+      {"topk(k=7)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 7, 0, 0); }, Mask::kFull},
+      {"topk(k=7)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 7, 0, 0); }, Mask::kCausal},
+      {"topk(k=5,sink=3,window=9)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 5, 3, 9); },
+       Mask::kCausal},
+      {"topk(k=5,sink=3,window=9)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 5, 3, 9); },
+       Mask::kWindow},
+      {"topp(p=0.8)", [](const HeadView& v, int64_t i) { return topp_set(v, i, 0.8, 0, 0, false); }, Mask::kFull},
+      {"topp(p=0.8,sink=2,window=4)", [](const HeadView& v, int64_t i) { return topp_set(v, i, 0.8, 2, 4, false); },
+       Mask::kCausal},
+      {"topp(p=0.6,strict=1)", [](const HeadView& v, int64_t i) { return topp_set(v, i, 0.6, 0, 0, true); },
+       Mask::kCausal},
+      {"topp(p=0)", [](const HeadView& v, int64_t i) { return topp_set(v, i, 0, 0, 0, false); }, Mask::kFull},
+      {"streaming(sink=4,window=16)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 0, 4, 16); },
+       Mask::kCausal},
+      {"streaming(sink=2,window=5)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 0, 2, 5); },
+       Mask::kWindow},
+  };
+  for (const Setting& s : settings)
+    for (const bool decode : {false, true}) {
+      const HeadView whole = masked_slice(150, 12, s.mask, 40, 5);
+      const HeadView view = decode ? last_rows(whole, 9) : whole;
+      INFO(s.spec << " under " << mask_name(s.mask) << (decode ? ", the last 9 rows" : ""));
+      const MatrixF out = run_estimator(s.spec, view);
+      double worst = 0;
+      int64_t set_mismatches = 0;
+      for (int64_t i = 0; i < view.n(); ++i) {
+        const std::vector<int64_t> kept = s.kept(view, i);
+        set_mismatches += stated_set(s.spec, view, i) != kept;
+        const RowVectorD expected = attend(view, i, kept);
+        worst = std::max(worst, (out.row(i).cast<double>() - expected).norm() / std::max(expected.norm(), 1e-300));
+      }
+      CHECK(set_mismatches == 0);
+      CHECK(worst < 1e-5);  // float32 attention of the same keys: observed ≤ 3.5e-7 per row
+    }
+}
+
+TEST_CASE("budgets that cover every key are exact attention", "[selection]") {
+  for (const Mask mask : {Mask::kFull, Mask::kCausal, Mask::kWindow}) {
+    const HeadView view = masked_slice(200, 16, mask, 50, 9);
+    INFO(mask_name(mask));
+    const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
+    std::vector<std::string> specs = {"topk(k=200)", "topp(p=1)"};
+    if (mask != Mask::kFull) specs.push_back("streaming(sink=0,window=200)");
+    for (const std::string& spec : specs) {
+      const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
+      const MatrixD weights = estimator->weights(view, {make_random_key(1, spec, 0)})(0, view.n());
+      const MatrixD via_weights = weights * view.v;
+      const double error = (via_weights - exact).norm() / exact.norm();
+      const double error32 = (run_estimator(spec, view).cast<double>() - exact).norm() / exact.norm();
+      INFO(spec << ": float64 weights " << error << ", float32 output " << error32);
+      CHECK(error < 1e-12);   // the same softmax in another order: observed ≤ 4.5e-16
+      CHECK(error32 < 1e-5);  // float32: observed ≤ 3.1e-7
+    }
+  }
+}
+
+TEST_CASE("topk with k = 0 is streaming, bit for bit", "[selection]") {
+  for (const Mask mask : {Mask::kCausal, Mask::kWindow}) {
+    const HeadView view = masked_slice(300, 16, mask, 77, 3);
+    CHECK(rows_identical(run_estimator("topk(k=0,sink=4,window=32)", view),
+                         run_estimator("streaming(sink=4,window=32)", view), view.n()));
+  }
+}
+
+TEST_CASE("a selection's error is its tail: (1 - m)(mu_T - mu_S), and its total variation is 1 - m", "[selection]") {
+  for (const std::string& spec : {std::string("topk(k=6)"), std::string("topk(k=3,sink=2,window=5)"),
+                                  std::string("topp(p=0.7)"), std::string("streaming(sink=2,window=9)")}) {
+    const HeadView view = masked_slice(120, 8, Mask::kCausal, 0, 21);
+    const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
+    const MatrixD estimate_weights = estimator->weights(view, {make_random_key(1, spec, 0)})(0, view.n());
+    const MatrixD exact_weights = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry());
+    double worst_gap = 0, worst_tv = 0;
+    for (int64_t i = 0; i < view.n(); ++i) {
+      double m = 0;
+      RowVectorD kept_sum = RowVectorD::Zero(view.pv()), tail_sum = RowVectorD::Zero(view.pv());
+      for (int64_t j = 0; j < view.k.rows(); ++j) {
+        const double a = exact_weights(i, j);
+        if (estimate_weights(i, j) != 0) {
+          m += a;
+          kept_sum += a * view.v.row(j);
+        } else {
+          tail_sum += a * view.v.row(j);
+        }
+      }
+      const RowVectorD o = exact_weights.row(i) * view.v, o_hat = estimate_weights.row(i) * view.v;
+      const RowVectorD mu_s = kept_sum / m;
+      const RowVectorD mu_t = m < 1 ? RowVectorD(tail_sum / (1 - m)) : RowVectorD::Zero(view.pv());
+      const double predicted = (1 - m) * (mu_t - mu_s).norm();
+      worst_gap = std::max(worst_gap, std::abs((o - o_hat).norm() - predicted) / o.norm());
+      const double tv = 0.5 * (exact_weights.row(i) - estimate_weights.row(i)).cwiseAbs().sum();
+      worst_tv = std::max(worst_tv, std::abs(tv - (1 - m)));
+    }
+    INFO(spec << ": tail identity " << worst_gap << ", total variation " << worst_tv);
+    CHECK(worst_gap < 1e-12);  // observed ≤ 8.3e-16
+    CHECK(worst_tv < 1e-12);   // observed ≤ 3.4e-16
+  }
+}
+
+TEST_CASE("selection ties keep the older key", "[selection]") {
+  // Keys 10, 20 and 30 are the same vector, longer than every other key by 10×: for row 40's query, along it,
+  // they tie for the largest score (|k·u| ≤ |k| < their length for every other key).
+  HeadView view = masked_slice(41, 8, Mask::kCausal, 0, 4);
+  const double longest = view.k.rowwise().norm().maxCoeff();
+  const RowVectorD along = 10 * longest * view.k.row(10).normalized();
+  for (const int64_t j : {10, 20, 30}) view.k.row(j) = along;
+  view.q.row(40) = along.normalized();
+  view = with_data(view, view.q, view.k, view.v);
+  CHECK(stated_set("topk(k=1)", view, 40) == std::vector<int64_t>{10});
+  CHECK(stated_set("topk(k=2)", view, 40) == std::vector<int64_t>{10, 20});
+  CHECK(stated_set("topk(k=1,window=12)", view, 40) ==
+        std::vector<int64_t>{10, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40});
+}
+
+TEST_CASE("positional selections have no full form", "[selection]") {
+  CHECK_THROWS_AS(require_mask_support(parse_spec("streaming"), Mask::kFull), UsageError);
+  CHECK_THROWS_AS(require_mask_support(parse_spec("topk(sink=4)"), Mask::kFull), UsageError);
+  CHECK_NOTHROW(require_mask_support(parse_spec("topk"), Mask::kFull));
+  CHECK_NOTHROW(require_mask_support(parse_spec("topk(sink=4)"), Mask::kCausal));
+}
+
+TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that predicts the error", "[selection]") {
+  const std::vector<Metric> all = selection_metrics();
+  for (const std::string& spec : {std::string("topk(k=6)"), std::string("topp(p=0.7)"),
+                                  std::string("streaming(sink=2,window=9)"), std::string("topk(k=500)")}) {
+    for (const bool decode : {false, true}) {
+      const HeadView whole = masked_slice(130, 8, Mask::kCausal, 0, 31);
+      const HeadView view = decode ? last_rows(whole, 5) : whole;
+      const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
+      const EstimateContext ctx{make_random_key(1, spec, 0), nullptr};
+      const std::vector<double> got = selection_metrics(view, estimator->kept_keys(view, ctx), all);
+      // From the definitions, with the kept sets the estimator states (checked against this file's own above).
+      const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry());
+      const MatrixD o_hat = attend_kept_f64(view, estimator->kept_keys(view, ctx));
+      double attended = 0, density = 0, mass = 0, error = 0, kl = 0;
+      for (int64_t i = 0; i < view.n(); ++i) {
+        const std::vector<int64_t> kept = stated_set(spec, view, i);
+        const double visible = static_cast<double>(seen_keys(view, i).size());
+        double m = 0;
+        for (int64_t j : kept) m += a(i, j);
+        attended += static_cast<double>(kept.size());
+        density += static_cast<double>(kept.size()) / visible;
+        mass += m;
+        kl += -std::log(m);
+        error += (a.row(i) * view.v - o_hat.row(i)).norm();
+      }
+      const double rows = static_cast<double>(view.n());
+      INFO(spec << (decode ? ", the last 5 rows" : ""));
+      CHECK(got[0] == attended / rows);                                   // keys_attended
+      CHECK(got[2] == Approx(density / rows).epsilon(1e-14));             // density
+      CHECK(got[4] == Approx(mass / rows).epsilon(1e-12));                // mass_recall
+      CHECK(got[5] == Approx(1 - mass / rows).margin(1e-12));             // tail_mass
+      CHECK(got[7] == Approx(error / rows).epsilon(1e-9).margin(1e-15));  // tail_pred = mean ‖o_t − ô_t‖
+      CHECK(got[8] == Approx(kl / rows).epsilon(1e-9).margin(1e-15));     // row_kl_rev
+      const bool oracle = spec.rfind("top", 0) == 0;
+      double visible_sum = 0;
+      for (int64_t i = 0; i < view.n(); ++i) visible_sum += static_cast<double>(seen_keys(view, i).size());
+      CHECK(got[1] == (oracle ? visible_sum / rows : 0.0));  // keys_scored: the oracles score every visible key
+    }
+  }
+}
+
+TEST_CASE("sweep --metrics selection writes the selection rows and refuses estimators without kept keys",
+          "[selection][cli]") {
+  const std::string dump = write_synth("selection.h5", synth_options(1, 1, 1, 64, 16));
+  const std::string csv = temp_path("selection.csv");
+  const auto ok = run_attnprobe("sweep " + dump + " -e \"topk(k=8)\" --mask causal --queries last:4 " +
+                                "--metrics fro_rel,selection --overwrite -q -o " + csv);
+  CHECK(ok.exit_code == 0);
+  // One deterministic trial of one slice: one row per metric.
+  const auto rows = run_shell("grep -c -E ',(keys_attended|mass_recall|tail_pred),' " + csv);
+  CHECK(rows.output.find("3") == 0);
+  const auto refused = run_attnprobe("sweep " + dump + " -e softmax --metrics selection --overwrite -q -o " +
+                                     temp_path("selection-refused.csv"));
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("states no kept set"));
+}
