@@ -90,6 +90,64 @@ std::vector<int64_t> topp_set(const HeadView& view, int64_t i, double p, int64_t
   return kept;
 }
 
+// Quest from its definition: pages of `page` keys aligned to key 0, clipped to the keys the row sees; each scored
+// by U_b = Σ_d max(q_d·max_j k_jd, q_d·min_j k_jd) over its keys; n pages by the budget's rounding, at least
+// min_pages and at most all; the best by (U desc, page asc), or (last) the query's page and the best others.
+std::vector<int64_t> quest_set(const HeadView& view, int64_t i, int64_t page, int64_t budget, bool last, bool floor,
+                               int64_t min_pages) {
+  const auto seen = seen_keys(view, i);
+  std::vector<int64_t> pages;
+  for (int64_t j : seen)
+    if (pages.empty() || pages.back() != j / page) pages.push_back(j / page);
+  std::vector<double> upper;
+  for (int64_t b : pages) {
+    double u = 0;
+    for (int64_t d = 0; d < view.p(); ++d) {
+      double hi = -INFINITY, lo = INFINITY;
+      for (int64_t j : seen)
+        if (j / page == b) hi = std::max(hi, view.k(j, d)), lo = std::min(lo, view.k(j, d));
+      u += std::max(view.q(i, d) * hi, view.q(i, d) * lo);
+    }
+    upper.push_back(u);
+  }
+  const int64_t wanted = std::min<int64_t>(budget, static_cast<int64_t>(seen.size()));
+  int64_t n = floor ? wanted / page : (wanted + page - 1) / page;
+  n = std::min<int64_t>(std::max(min_pages, n), static_cast<int64_t>(pages.size()));
+  if (!floor && budget >= static_cast<int64_t>(seen.size())) n = static_cast<int64_t>(pages.size());
+  std::vector<size_t> order(pages.size());
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t own = view.position(i) / page;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (last && (pages[a] == own) != (pages[b] == own)) return pages[a] == own;  // the query's page first
+    return upper[a] > upper[b];
+  });
+  std::vector<int64_t> kept;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j : seen)
+      if (j / page == pages[order[r]]) kept.push_back(j);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+// MoBA from its definition: the query's block up to itself and the topk − 1 complete past blocks with the largest
+// gate s·q·mean(block keys), ties to the older block.
+std::vector<int64_t> moba_set(const HeadView& view, int64_t i, int64_t block, int64_t topk) {
+  const int64_t t = view.position(i), own = t / block;
+  std::vector<int64_t> past(own);
+  std::iota(past.begin(), past.end(), 0);
+  std::vector<double> gate(own);
+  for (int64_t b = 0; b < own; ++b)
+    gate[b] = view.scale * view.q.row(i).dot(view.k.middleRows(b * block, block).colwise().mean());
+  std::stable_sort(past.begin(), past.end(), [&](int64_t a, int64_t b) { return gate[a] > gate[b]; });
+  past.resize(std::min<int64_t>(own, topk - 1));
+  std::vector<int64_t> kept;
+  for (int64_t b : past)
+    for (int64_t j = b * block; j < (b + 1) * block; ++j) kept.push_back(j);
+  for (int64_t j = own * block; j <= t; ++j) kept.push_back(j);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 // Row i's softmax over `kept` applied to V, float64.
 RowVectorD attend(const HeadView& view, int64_t i, const std::vector<int64_t>& kept) {
   RowVectorD out = RowVectorD::Zero(view.pv());
@@ -146,6 +204,16 @@ TEST_CASE("selection estimators keep the sets their definitions give, and attend
        Mask::kCausal},
       {"streaming(sink=2,window=5)", [](const HeadView& v, int64_t i) { return topk_set(v, i, 0, 2, 5); },
        Mask::kWindow},
+      {"quest(page=8,budget=30)", [](const HeadView& v, int64_t i) { return quest_set(v, i, 8, 30, false, false, 3); },
+       Mask::kFull},
+      {"quest(page=8,budget=30)", [](const HeadView& v, int64_t i) { return quest_set(v, i, 8, 30, false, false, 3); },
+       Mask::kCausal},
+      {"quest(page=6,budget=20,last=1,min_pages=1)",
+       [](const HeadView& v, int64_t i) { return quest_set(v, i, 6, 20, true, false, 1); }, Mask::kWindow},
+      {"quest(page=16,budget=40,round=floor)",
+       [](const HeadView& v, int64_t i) { return quest_set(v, i, 16, 40, false, true, 3); }, Mask::kCausal},
+      {"moba(block=8,topk=3)", [](const HeadView& v, int64_t i) { return moba_set(v, i, 8, 3); }, Mask::kCausal},
+      {"moba(block=20,topk=2)", [](const HeadView& v, int64_t i) { return moba_set(v, i, 20, 2); }, Mask::kCausal},
   };
   for (const Setting& s : settings)
     for (const bool decode : {false, true}) {
@@ -171,8 +239,9 @@ TEST_CASE("budgets that cover every key are exact attention", "[selection]") {
     const HeadView view = masked_slice(200, 16, mask, 50, 9);
     INFO(mask_name(mask));
     const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
-    std::vector<std::string> specs = {"topk(k=200)", "topp(p=1)"};
+    std::vector<std::string> specs = {"topk(k=200)", "topp(p=1)", "quest(page=16,budget=200)"};
     if (mask != Mask::kFull) specs.push_back("streaming(sink=0,window=200)");
+    if (mask == Mask::kCausal) specs.push_back("moba(block=16,topk=13)");  // 12 past blocks at most
     for (const std::string& spec : specs) {
       const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
       const MatrixD weights = estimator->weights(view, {make_random_key(1, spec, 0)})(0, view.n());
@@ -186,6 +255,25 @@ TEST_CASE("budgets that cover every key are exact attention", "[selection]") {
   }
 }
 
+TEST_CASE("quest with one-key pages and moba with one-key blocks are topk", "[selection]") {
+  const HeadView view = masked_slice(160, 16, Mask::kCausal, 0, 13);
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < view.n(); ++i) {
+    mismatches += stated_set("quest(page=1,budget=9,min_pages=1)", view, i) != stated_set("topk(k=9)", view, i);
+    mismatches += stated_set("moba(block=1,topk=9)", view, i) != stated_set("topk(k=8,window=1)", view, i);
+  }
+  CHECK(mismatches == 0);
+  CHECK(rows_identical(run_estimator("quest(page=1,budget=9,min_pages=1)", view), run_estimator("topk(k=9)", view),
+                       view.n()));
+}
+
+TEST_CASE("quest rounding the page count down is not exact when the page does not divide the keys", "[selection]") {
+  // Row 99 sees 100 keys in 7 pages of 16 (the last holds 4): floor keeps 6 pages, ceil all 7.
+  const HeadView view = masked_slice(100, 8, Mask::kCausal, 0, 2);
+  CHECK(stated_set("quest(page=16,budget=100,round=floor)", view, 99).size() < 100);
+  CHECK(stated_set("quest(page=16,budget=100,round=ceil)", view, 99).size() == 100);
+}
+
 TEST_CASE("topk with k = 0 is streaming, bit for bit", "[selection]") {
   for (const Mask mask : {Mask::kCausal, Mask::kWindow}) {
     const HeadView view = masked_slice(300, 16, mask, 77, 3);
@@ -196,7 +284,8 @@ TEST_CASE("topk with k = 0 is streaming, bit for bit", "[selection]") {
 
 TEST_CASE("a selection's error is its tail: (1 - m)(mu_T - mu_S), and its total variation is 1 - m", "[selection]") {
   for (const std::string& spec : {std::string("topk(k=6)"), std::string("topk(k=3,sink=2,window=5)"),
-                                  std::string("topp(p=0.7)"), std::string("streaming(sink=2,window=9)")}) {
+                                  std::string("topp(p=0.7)"), std::string("streaming(sink=2,window=9)"),
+                                  std::string("quest(page=8,budget=24)"), std::string("moba(block=8)")}) {
     const HeadView view = masked_slice(120, 8, Mask::kCausal, 0, 21);
     const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
     const MatrixD estimate_weights = estimator->weights(view, {make_random_key(1, spec, 0)})(0, view.n());
@@ -252,8 +341,9 @@ TEST_CASE("positional selections have no full form", "[selection]") {
 
 TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that predicts the error", "[selection]") {
   const std::vector<Metric> all = selection_metrics();
-  for (const std::string& spec : {std::string("topk(k=6)"), std::string("topp(p=0.7)"),
-                                  std::string("streaming(sink=2,window=9)"), std::string("topk(k=500)")}) {
+  for (const std::string& spec :
+       {std::string("topk(k=6)"), std::string("topp(p=0.7)"), std::string("streaming(sink=2,window=9)"),
+        std::string("topk(k=500)"), std::string("quest(page=8,budget=24)"), std::string("moba(block=8)")}) {
     for (const bool decode : {false, true}) {
       const HeadView whole = masked_slice(130, 8, Mask::kCausal, 0, 31);
       const HeadView view = decode ? last_rows(whole, 5) : whole;
@@ -283,10 +373,16 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       CHECK(got[5] == Approx(1 - mass / rows).margin(1e-12));             // tail_mass
       CHECK(got[7] == Approx(error / rows).epsilon(1e-9).margin(1e-15));  // tail_pred = mean ‖o_t − ô_t‖
       CHECK(got[8] == Approx(kl / rows).epsilon(1e-9).margin(1e-15));     // row_kl_rev
-      const bool oracle = spec.rfind("top", 0) == 0;
-      double visible_sum = 0;
-      for (int64_t i = 0; i < view.n(); ++i) visible_sum += static_cast<double>(seen_keys(view, i).size());
-      CHECK(got[1] == (oracle ? visible_sum / rows : 0.0));  // keys_scored: the oracles score every visible key
+      // keys_scored: the oracles score every visible key, quest two bounds a page, moba a mean a past block.
+      double scored = 0;
+      for (int64_t i = 0; i < view.n(); ++i) {
+        const double visible = static_cast<double>(seen_keys(view, i).size()), t = view.position(i);
+        scored += spec.rfind("top", 0) == 0     ? visible
+                  : spec.rfind("quest", 0) == 0 ? 2 * std::ceil((t + 1) / 8)
+                  : spec.rfind("moba", 0) == 0  ? std::floor(t / 8)
+                                                : 0.0;
+      }
+      CHECK(got[1] == Approx(scored / rows).epsilon(1e-14));
     }
   }
 }

@@ -1,0 +1,77 @@
+#include "attnprobe/estimators/selection/moba/moba.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+
+namespace attnprobe {
+namespace {
+
+class Moba final : public KeptKeysEstimator {
+ public:
+  explicit Moba(MobaParams params) : params_(params) {}
+
+  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+    // The mean key of every whole block, once per call (float64, keys in order).
+    const int64_t whole = view.keys() / params_.block;
+    auto means = std::make_shared<MatrixD>(whole, view.p());
+    for (int64_t b = 0; b < whole; ++b)
+      means->row(b) =
+          view.k.middleRows(b * params_.block, params_.block).colwise().sum() / static_cast<double>(params_.block);
+    return [&view, params = params_, means](int64_t i) {
+      const int64_t t = view.position(i), own = t / params.block;
+      KeptKeys kept{{}, {}, static_cast<double>(own)};
+      std::vector<int64_t> past(own);
+      for (int64_t b = 0; b < own; ++b) past[b] = b;
+      if (own > params.topk - 1) {
+        // The gates s·q_t·k̄_b of the past blocks, each a dot product in a fixed order.
+        std::vector<double> gate(own);
+        const double* q = view.q.row(i).data();
+        for (int64_t b = 0; b < own; ++b) {
+          const double* mean = means->row(b).data();
+          double g = 0;
+          for (int64_t d = 0; d < view.p(); ++d) g += q[d] * mean[d];
+          gate[b] = view.scale * g;
+        }
+        past = best_by_score(std::move(past), gate, 0, params.topk - 1);
+      }
+      for (int64_t b : past) append_range(kept.keys, b * params.block, (b + 1) * params.block);
+      append_range(kept.keys, own * params.block, t + 1);
+      finish_kept(kept.keys);
+      return kept;
+    };
+  }
+  // Per row: one gate per past block, then at most topk blocks of keys.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double kept = static_cast<double>(std::min(n, params_.topk * params_.block));
+    return 2.0 * n * (static_cast<double>(n) / static_cast<double>(params_.block) * p + kept * (p + pv));
+  }
+
+ private:
+  MobaParams params_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<MobaParams>{
+    .name = "moba",
+    .family = "selection",
+    .summary = "MoBA's block gate at decode: the query's own block and the past blocks whose mean key scores best",
+    .page = "estimators/selection.md",
+    .params = ParamSet<MobaParams>()
+                  .integer("block", &MobaParams::block, 1, int64_t{1} << 20, "keys per block")
+                  .integer("topk", &MobaParams::topk, 1, int64_t{1} << 20,
+                           "blocks attended, the query's own included (the samples knob)"),
+    .samples_knob = "topk",
+    // Blocks are positions from key 0 up to the query: causal only.
+    .capabilities = {.random = false,
+                     .forms = {Mask::kCausal},
+                     .decode = {Mask::kCausal},
+                     .weights = {Mask::kCausal},
+                     .selection = true},
+    .ablations = {"moba(block=16,topk=3)"},
+    .make = [](const MobaParams& params) { return std::make_unique<Moba>(params); },
+});
+
+}  // namespace
+}  // namespace attnprobe
