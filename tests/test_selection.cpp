@@ -353,10 +353,22 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       // From the definitions, with the kept sets the estimator states (checked against this file's own above).
       const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry());
       const MatrixD o_hat = attend_kept_f64(view, estimator->kept_keys(view, ctx));
-      double attended = 0, density = 0, mass = 0, error = 0, kl = 0;
+      double attended = 0, density = 0, mass = 0, error = 0, kl = 0, overlap = 0, recall = 0;
       for (int64_t i = 0; i < view.n(); ++i) {
         const std::vector<int64_t> kept = stated_set(spec, view, i);
         const double visible = static_cast<double>(seen_keys(view, i).size());
+        // The visible keys by exact weight (descending, the older first on ties): the oracle's sets.
+        std::vector<int64_t> by_weight = seen_keys(view, i);
+        std::stable_sort(by_weight.begin(), by_weight.end(), [&](int64_t x, int64_t y) { return a(i, x) > a(i, y); });
+        auto count_in = [&](size_t size) {
+          int64_t found = 0;
+          for (size_t r = 0; r < std::min(size, by_weight.size()); ++r)
+            found += std::binary_search(kept.begin(), kept.end(), by_weight[r]);
+          return static_cast<double>(found);
+        };
+        const double same = count_in(kept.size());
+        overlap += same / (2.0 * static_cast<double>(kept.size()) - same);
+        recall += count_in(10) / std::min(10.0, visible);
         double m = 0;
         for (int64_t j : kept) m += a(i, j);
         attended += static_cast<double>(kept.size());
@@ -373,6 +385,9 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       CHECK(got[5] == Approx(1 - mass / rows).margin(1e-12));             // tail_mass
       CHECK(got[7] == Approx(error / rows).epsilon(1e-9).margin(1e-15));  // tail_pred = mean ‖o_t − ô_t‖
       CHECK(got[8] == Approx(kl / rows).epsilon(1e-9).margin(1e-15));     // row_kl_rev
+      CHECK(got[9] == Approx(overlap / rows).epsilon(1e-14));             // kept_overlap
+      CHECK(got[10] == Approx(recall / rows).epsilon(1e-14));             // topk_recall@10
+      if (spec == "topk(k=6)") CHECK(got[9] == 1.0);                      // the oracle of its own size
       // keys_scored: the oracles score every visible key, quest two bounds a page, moba a mean a past block.
       double scored = 0;
       for (int64_t i = 0; i < view.n(); ++i) {

@@ -117,7 +117,8 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "add 'case' (or bias_fro_rel,var_fro_rel,bias_spec_rel) for the bias/variance split of each "
          "random setting over its trials, written with trial -1; 'weights' (or row_tv,row_kl,topk_recall) to "
          "compare the attention matrix each estimator implies with the exact one; 'selection' (or keys_attended,"
-         "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev) for the keys a "
+         "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev,kept_overlap,"
+         "topk_recall@10) for the keys a "
          "selection estimator reads and the attention it keeps; "
          "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")
       ->capture_default_str();

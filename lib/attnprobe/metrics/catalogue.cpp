@@ -27,9 +27,10 @@ const std::vector<Metric>& weight_metrics() {
 }
 
 const std::vector<Metric>& selection_metrics() {
-  static const std::vector<Metric> kSelection = {Metric::kKeysAttended,  Metric::kKeysScored, Metric::kDensity,
-                                                 Metric::kDensityScored, Metric::kMassRecall, Metric::kTailMass,
-                                                 Metric::kTailGap,       Metric::kTailPred,   Metric::kRowKlRev};
+  static const std::vector<Metric> kSelection = {Metric::kKeysAttended,  Metric::kKeysScored,    Metric::kDensity,
+                                                 Metric::kDensityScored, Metric::kMassRecall,    Metric::kTailMass,
+                                                 Metric::kTailGap,       Metric::kTailPred,      Metric::kRowKlRev,
+                                                 Metric::kKeptOverlap,   Metric::kTopkRecallAt10};
   return kSelection;
 }
 
@@ -85,6 +86,10 @@ const char* metric_name(Metric metric) {
       return "tail_pred";
     case Metric::kRowKlRev:
       return "row_kl_rev";
+    case Metric::kKeptOverlap:
+      return "kept_overlap";
+    case Metric::kTopkRecallAt10:
+      return "topk_recall@10";
     case Metric::kBiasFroRel:
       return "bias_fro_rel";
     case Metric::kVarFroRel:
@@ -134,7 +139,10 @@ const std::vector<Metric>& known_metrics() {
   return kKnown;
 }
 
-bool larger_is_better(Metric metric) { return metric == Metric::kTopkRecall || metric == Metric::kMassRecall; }
+bool larger_is_better(Metric metric) {
+  return metric == Metric::kTopkRecall || metric == Metric::kMassRecall || metric == Metric::kKeptOverlap ||
+         metric == Metric::kTopkRecallAt10;
+}
 
 std::optional<Metric> find_metric(std::string_view name) {
   for (Metric m : known_metrics())

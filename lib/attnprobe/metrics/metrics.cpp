@@ -132,6 +132,8 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kTailGap:
       case Metric::kTailPred:
       case Metric::kRowKlRev:
+      case Metric::kKeptOverlap:
+      case Metric::kTopkRecallAt10:
         throw std::logic_error("a case-level, weight or selection metric asked of compute_metrics");
     }
   }

@@ -11,11 +11,40 @@ namespace attnprobe {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
+constexpr int64_t kRecallK = 10;  ///< topk_recall@10: Quest's Fig. 4
+
+// The visible keys [begin, end) of a row of exact weights, the `count` largest first (ties to the older key),
+// returned ascending.
+std::vector<int64_t> heaviest(const Eigen::Ref<const RowVectorD>& a, KeyRange seen, int64_t count) {
+  std::vector<int64_t> order(seen.size());
+  for (int64_t j = seen.begin; j < seen.end; ++j) order[j - seen.begin] = j;
+  count = std::min(count, seen.size());
+  std::partial_sort(order.begin(), order.begin() + count, order.end(),
+                    [&](int64_t x, int64_t y) { return a[x] > a[y] || (a[x] == a[y] && x < y); });
+  order.resize(count);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// |x ∩ y| of two ascending index lists.
+int64_t common(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  int64_t both = 0;
+  for (size_t i = 0, j = 0; i < x.size() && j < y.size();) {
+    if (x[i] == y[j]) {
+      ++both, ++i, ++j;
+    } else if (x[i] < y[j]) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return both;
+}
 
 // Per-row values, summed over the rows for their means.
 struct Sums {
   double attended = 0, scored = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
-         tail_pred = 0, kl_rev = 0;
+         tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0;
 };
 
 }  // namespace
@@ -26,6 +55,8 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   const int64_t n = view.n();
   Sums sums;
   bool weighted = false;  // some row's keys carry weights: the tail decomposition does not apply
+  const bool wants_oracle = std::any_of(
+      which.begin(), which.end(), [](Metric m) { return m == Metric::kKeptOverlap || m == Metric::kTopkRecallAt10; });
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
     const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
@@ -61,6 +92,16 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       sums.tail_gap += gap;
       sums.tail_pred += tail * gap;
       sums.kl_rev += m > 0 ? -std::log1p(-tail) : std::numeric_limits<double>::infinity();
+      // Against the oracle of the same size (kept_overlap, a Jaccard index) and the 10 heaviest keys.
+      if (wants_oracle) {
+        const int64_t size = static_cast<int64_t>(row.keys.size());
+        const std::vector<int64_t> same_size = heaviest(a.row(r), seen, size);
+        const int64_t both = common(row.keys, same_size);
+        const int64_t either = size + static_cast<int64_t>(same_size.size()) - both;
+        sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+        const std::vector<int64_t> top = heaviest(a.row(r), seen, kRecallK);
+        sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());
+      }
     }
   }
   const double rows = static_cast<double>(n), nan = std::numeric_limits<double>::quiet_NaN();
@@ -93,6 +134,12 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         break;
       case Metric::kRowKlRev:
         out.push_back(weighted ? nan : sums.kl_rev / rows);
+        break;
+      case Metric::kKeptOverlap:
+        out.push_back(sums.overlap / rows);
+        break;
+      case Metric::kTopkRecallAt10:
+        out.push_back(sums.recall / rows);
         break;
       default:
         throw std::logic_error(std::string("not a selection metric: ") + metric_name(metric));
