@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Selection methods at decode: error against the fraction of the cache each row reads, per head.
+
+Two steps, so that the figure is redrawn from data committed beside it:
+  selection_density.py reduce TRIALS.csv... -o DATA.csv    per (dump, layer, head) and spec: the mean over batch
+                                                             items of density, spec_rel, mass_recall, tail_mass,
+                                                             tail_gap, topk_recall@10 (a compact CSV to commit)
+  selection_density.py draw DATA.csv -o FIG.png [--budget dump=B ...]
+                                                             one panel per dump: spec_rel against density, a line
+                                                             per method (the median over heads, the band the
+                                                             heads' interquartile range); prints, at each dump's
+                                                             matched budget B, paired comparisons over heads
+Methods are named from the spec: topk, topp, streaming, quest (last=0), quest-last (last=1), moba; a method's
+budget is the number of keys it is asked to read (topp has none: its points sit where its p lands).
+Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
+"""
+import argparse
+import csv
+import math
+import re
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+METRICS = ["density", "spec_rel", "mass_recall", "tail_mass", "tail_gap", "topk_recall@10"]
+
+
+def method_and_budget(spec):
+    """('quest-last', 256) from 'quest(page=16,budget=256,last=1,...)'; budget None for topp."""
+    name = spec.split("(")[0]
+    keys = dict(re.findall(r"(\w+)=([^,)]+)", spec))
+    if name == "topk":
+        return name, int(keys["k"]) + int(keys["sink"]) + int(keys["window"])
+    if name == "streaming":
+        return name, int(keys["sink"]) + int(keys["window"])
+    if name == "quest":
+        return ("quest-last" if keys["last"] == "1" else "quest"), int(keys["budget"])
+    if name == "moba":
+        return name, int(keys["block"]) * int(keys["topk"])
+    return name, None
+
+
+def reduce_trials(paths, out):
+    cells = defaultdict(list)
+    for path in paths:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["metric"] in METRICS:
+                    cells[(row["dump"], row["layer"], row["head"], row["spec"], row["metric"])].append(
+                        float(row["value"]))
+    per_head = defaultdict(dict)
+    for (dump, layer, head, spec, metric), values in cells.items():
+        per_head[(dump, int(layer), int(head), spec)][metric] = sum(values) / len(values)
+    with open(out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["dump", "layer", "head", "method", "budget", "spec"] + METRICS)
+        for (dump, layer, head, spec), values in sorted(per_head.items()):
+            method, budget = method_and_budget(spec)
+            writer.writerow([dump, layer, head, method, "" if budget is None else budget, spec] +
+                            [f"{values.get(m, float('nan')):.9g}" for m in METRICS])
+    print(f"wrote {len(per_head)} rows to {out}")
+
+
+def sign_test(wins, n):
+    """Two-sided binomial sign test p-value of `wins` out of n under p = 1/2."""
+    tail = sum(math.comb(n, k) for k in range(0, min(wins, n - wins) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def draw(path, out, budgets):
+    rows = list(csv.DictReader(open(path, newline="")))
+    dumps = sorted({r["dump"] for r in rows})
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(dumps), figsize=(6.2 * len(dumps), 4.6), squeeze=False)
+    colours = {"topk": "C0", "topp": "C1", "streaming": "C2", "quest": "C3", "quest-last": "C4", "moba": "C5"}
+    for ax, dump in zip(axes[0], dumps):
+        mine = [r for r in rows if r["dump"] == dump]
+        heads = len({(r["layer"], r["head"]) for r in mine})
+        for method in colours:
+            specs = sorted({r["spec"] for r in mine if r["method"] == method})
+            points = []
+            for spec in specs:
+                cell = [r for r in mine if r["spec"] == spec]
+                density = np.array([float(r["density"]) for r in cell])
+                error = np.array([float(r["spec_rel"]) for r in cell])
+                points.append((np.median(density), np.median(error), *np.percentile(error, [25, 75])))
+            if not points:
+                continue
+            points.sort()
+            x, y, lo, hi = map(np.array, zip(*points))
+            ax.plot(x, y, "o-", color=colours[method], label=method, ms=4)
+            ax.fill_between(x, lo, hi, color=colours[method], alpha=0.15, lw=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("density: keys read / keys the row sees (median over heads)")
+        ax.set_ylabel("spec_rel of the 16 decode rows")
+        ax.set_title(f"{dump}: {heads} heads, last 16 rows (band: heads' IQR)", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    print(f"wrote {out}")
+
+    # Paired comparisons over heads at each dump's matched budget: every method against topk (the oracle of its
+    # size) and quest-last against streaming.
+    for dump, budget in budgets.items():
+        mine = [r for r in rows if r["dump"] == dump and r["budget"] == str(budget)]
+        by = defaultdict(dict)
+        for r in mine:
+            by[r["method"]][(r["layer"], r["head"])] = float(r["spec_rel"])
+        print(f"\n{dump}, budget {budget} keys: spec_rel paired over heads")
+        print(f"{'A':<11} {'B':<11} {'heads':>5} {'A lower':>7} {'sign p':>8} {'median A/B':>10}")
+        pairs = [(m, "topk") for m in ("streaming", "quest", "quest-last", "moba")] + [("quest-last", "streaming"),
+                                                                                         ("moba", "quest-last")]
+        for a, b in pairs:
+            common = sorted(set(by[a]) & set(by[b]))
+            if not common:
+                continue
+            wins = sum(by[a][h] < by[b][h] for h in common)
+            ratio = np.median([by[a][h] / by[b][h] for h in common])
+            print(f"{a:<11} {b:<11} {len(common):>5} {wins:>7} {sign_test(wins, len(common)):>8.2g} {ratio:>10.3g}")
+        # Why heads fail: tail mass against tail gap of topk at this budget.
+        topk = [r for r in mine if r["method"] == "topk"]
+        if topk:
+            mass = np.array([float(r["tail_mass"]) for r in topk])
+            gap = np.array([float(r["tail_gap"]) for r in topk])
+            error = np.array([float(r["spec_rel"]) for r in topk])
+            worst = np.argsort(-error)[:3]
+            print(f"topk tail_mass over heads: median {np.median(mass):.3g}, max {mass.max():.3g}; "
+                  f"tail_gap median {np.median(gap):.3g}; the three worst heads (layer.head: spec_rel, tail_mass, "
+                  f"tail_gap): " + ", ".join(f"{topk[i]['layer']}.{topk[i]['head']}: {error[i]:.3g}, {mass[i]:.3g}, "
+                                             f"{gap[i]:.3g}" for i in worst))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    r = sub.add_parser("reduce")
+    r.add_argument("csv", nargs="+")
+    r.add_argument("-o", required=True)
+    d = sub.add_parser("draw")
+    d.add_argument("csv")
+    d.add_argument("-o", required=True)
+    d.add_argument("--budget", action="append", default=[], help="DUMP=B: the matched budget of the paired table")
+    args = parser.parse_args()
+    if args.step == "reduce":
+        reduce_trials(args.csv, args.o)
+    else:
+        budgets = dict(item.split("=") for item in args.budget)
+        draw(args.csv, args.o, {k: int(v) for k, v in budgets.items()})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
