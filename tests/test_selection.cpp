@@ -28,7 +28,10 @@ std::vector<int64_t> seen_keys(const HeadView& view, int64_t i) {
   return keys;
 }
 
-double logit(const HeadView& view, int64_t i, int64_t j) { return view.scale * view.q.row(i).dot(view.k.row(j)); }
+// Scores are float64 sums of the float32 inputs (what a device holds too).
+double logit(const HeadView& view, int64_t i, int64_t j) {
+  return view.scale * view.qf.row(i).cast<double>().dot(view.kf.row(j).cast<double>());
+}
 
 // The sink and window keys among `seen` (window counts the query's own key).
 std::vector<int64_t> fixed_part(const HeadView& view, int64_t i, const std::vector<int64_t>& seen, int64_t sink,
@@ -105,8 +108,9 @@ std::vector<int64_t> quest_set(const HeadView& view, int64_t i, int64_t page, in
     for (int64_t d = 0; d < view.p(); ++d) {
       double hi = -INFINITY, lo = INFINITY;
       for (int64_t j : seen)
-        if (j / page == b) hi = std::max(hi, view.k(j, d)), lo = std::min(lo, view.k(j, d));
-      u += std::max(view.q(i, d) * hi, view.q(i, d) * lo);
+        if (j / page == b) hi = std::max<double>(hi, view.kf(j, d)), lo = std::min<double>(lo, view.kf(j, d));
+      const double q = view.qf(i, d);
+      u += std::max(q * hi, q * lo);
     }
     upper.push_back(u);
   }
@@ -137,7 +141,8 @@ std::vector<int64_t> moba_set(const HeadView& view, int64_t i, int64_t block, in
   std::iota(past.begin(), past.end(), 0);
   std::vector<double> gate(own);
   for (int64_t b = 0; b < own; ++b)
-    gate[b] = view.scale * view.q.row(i).dot(view.k.middleRows(b * block, block).colwise().mean());
+    gate[b] = view.scale *
+              view.qf.row(i).cast<double>().dot(view.kf.middleRows(b * block, block).cast<double>().colwise().mean());
   std::stable_sort(past.begin(), past.end(), [&](int64_t a, int64_t b) { return gate[a] > gate[b]; });
   past.resize(std::min<int64_t>(own, topk - 1));
   std::vector<int64_t> kept;

@@ -5,8 +5,9 @@
 // selection, w = 1). One routine turns that into the output, ô_t = Σ_S e^{ℓ_j + ω_j}·v_j / Σ_S e^{ℓ_j + ω_j} with
 // ℓ_j = s·q_t·k_j (float32, logits shifted by their maximum; an empty S_t gives the zero row), and another into
 // the implied weights Â (float64), so every method states its weights by construction.
-// Selection scores are float64 (score_visible), each one a dot product summed in a fixed order, so a near-tie
-// resolves the same way whichever rows are evaluated together (the decode rows' bits). Rankings order by
+// Selection scores are float64 sums of the float32 inputs (what every device holds, so a device can choose the same
+// keys; score_visible), each one a dot product summed in a fixed order, so a near-tie resolves the same way whichever
+// rows are evaluated together (the decode rows' bits). Rankings order by
 // (score descending, index ascending): a tie keeps the older key.
 #include <cstdint>
 #include <functional>
@@ -40,8 +41,9 @@ class KeptKeysEstimator : public Estimator {
   }
 };
 
-/// The float64 logits s·q_i·k_j of row i over the keys it sees (view.visible(i)), index 0 = the range's first key.
-/// Each is one dot product in a fixed order (four interleaved partial sums), independent of the other rows.
+/// The float64 logits s·q_i·k_j of row i over the keys it sees (view.visible(i)), index 0 = the range's first key,
+/// from the float32 inputs widened: each one dot product in a fixed order (four interleaved partial sums),
+/// independent of the other rows.
 std::vector<double> score_visible(const HeadView& view, int64_t row);
 
 /// Keys [range.begin, range.end) in order, for the positional parts of a kept set.

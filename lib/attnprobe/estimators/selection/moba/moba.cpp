@@ -14,12 +14,17 @@ class Moba final : public KeptKeysEstimator {
   explicit Moba(MobaParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    // The mean key of every whole block, once per call (float64, keys in order).
-    const int64_t whole = view.keys() / params_.block;
-    auto means = std::make_shared<MatrixD>(whole, view.p());
-    for (int64_t b = 0; b < whole; ++b)
-      means->row(b) =
-          view.k.middleRows(b * params_.block, params_.block).colwise().sum() / static_cast<double>(params_.block);
+    // The mean key of every whole block, once per call (float64 sums of the float32 keys, in key order).
+    const int64_t whole = view.keys() / params_.block, p = view.p();
+    auto means = std::make_shared<MatrixD>(MatrixD::Zero(whole, p));
+    for (int64_t b = 0; b < whole; ++b) {
+      double* mean = means->row(b).data();
+      for (int64_t j = b * params_.block; j < (b + 1) * params_.block; ++j) {
+        const float* k = view.kf.row(j).data();
+        for (int64_t d = 0; d < p; ++d) mean[d] += k[d];
+      }
+      for (int64_t d = 0; d < p; ++d) mean[d] /= static_cast<double>(params_.block);
+    }
     return [&view, params = params_, means](int64_t i) {
       const int64_t t = view.position(i), own = t / params.block;
       KeptKeys kept{{}, {}, static_cast<double>(own)};
@@ -28,11 +33,11 @@ class Moba final : public KeptKeysEstimator {
       if (own > params.topk - 1) {
         // The gates s·q_t·k̄_b of the past blocks, each a dot product in a fixed order.
         std::vector<double> gate(own);
-        const double* q = view.q.row(i).data();
+        const float* q = view.qf.row(i).data();
         for (int64_t b = 0; b < own; ++b) {
           const double* mean = means->row(b).data();
           double g = 0;
-          for (int64_t d = 0; d < view.p(); ++d) g += q[d] * mean[d];
+          for (int64_t d = 0; d < view.p(); ++d) g += static_cast<double>(q[d]) * mean[d];
           gate[b] = view.scale * g;
         }
         past = best_by_score(std::move(past), gate, 0, params.topk - 1);

@@ -9,8 +9,8 @@
 namespace attnprobe {
 namespace {
 
-// Channel-wise minima and maxima of keys [begin, end).
-void key_bounds(const MatrixD& k, int64_t begin, int64_t end, RowVectorD& low, RowVectorD& high) {
+// Channel-wise minima and maxima of keys [begin, end) of the float32 keys (exact in float64).
+void key_bounds(const MatrixF& k, int64_t begin, int64_t end, RowVectorF& low, RowVectorF& high) {
   low = k.row(begin);
   high = k.row(begin);
   for (int64_t j = begin + 1; j < end; ++j) {
@@ -22,8 +22,8 @@ void key_bounds(const MatrixD& k, int64_t begin, int64_t end, RowVectorD& low, R
 // The bounds of every whole page of the slice, computed once per call: rows share them (a row's partial edge
 // pages are bounded on their own).
 struct PageBounds {
-  std::vector<RowVectorD> low, high;
-  PageBounds(const MatrixD& k, int64_t page) {
+  std::vector<RowVectorF> low, high;
+  PageBounds(const MatrixF& k, int64_t page) {
     const int64_t whole = k.rows() / page;
     low.resize(whole);
     high.resize(whole);
@@ -31,29 +31,40 @@ struct PageBounds {
   }
 };
 
+// U_b = Σ_d max(q_d·M_d, q_d·m_d) in float64, four interleaved partial sums (a fixed order, as the scores).
+double page_bound(const float* q, const float* low, const float* high, int64_t p) {
+  double part[4] = {0, 0, 0, 0};
+  int64_t d = 0;
+  const auto term = [&](int64_t c) {
+    const double qc = q[c];
+    return std::max(qc * static_cast<double>(high[c]), qc * static_cast<double>(low[c]));
+  };
+  for (; d + 4 <= p; d += 4)
+    for (int l = 0; l < 4; ++l) part[l] += term(d + l);
+  for (; d < p; ++d) part[0] += term(d);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
 class Quest final : public KeptKeysEstimator {
  public:
   explicit Quest(QuestParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    auto bounds = std::make_shared<const PageBounds>(view.k, params_.page);
+    auto bounds = std::make_shared<const PageBounds>(view.kf, params_.page);
     return [&view, params = params_, bounds](int64_t i) {
       const KeyRange seen = view.visible(i);
       const int64_t page = params.page, first = seen.begin / page, last = (seen.end - 1) / page;
       const int64_t pages = last - first + 1;
       // U_b of each page (index b − first), its keys clipped to the row's.
       std::vector<double> upper(pages);
-      const double* q = view.q.row(i).data();
-      RowVectorD low, high;
+      const float* q = view.qf.row(i).data();
+      RowVectorF low, high;
       for (int64_t b = first; b <= last; ++b) {
         const int64_t begin = std::max(seen.begin, b * page), end = std::min(seen.end, (b + 1) * page);
         const bool whole = begin == b * page && end == (b + 1) * page;
-        if (!whole) key_bounds(view.k, begin, end, low, high);
-        const double* lo = whole ? bounds->low[b].data() : low.data();
-        const double* hi = whole ? bounds->high[b].data() : high.data();
-        double u = 0;
-        for (int64_t d = 0; d < view.p(); ++d) u += std::max(q[d] * hi[d], q[d] * lo[d]);
-        upper[b - first] = u;
+        if (!whole) key_bounds(view.kf, begin, end, low, high);
+        upper[b - first] = whole ? page_bound(q, bounds->low[b].data(), bounds->high[b].data(), view.p())
+                                 : page_bound(q, low.data(), high.data(), view.p());
       }
       const int64_t wanted = std::min(params.budget, seen.size());
       int64_t n = params.round == QuestRound::kCeil ? (wanted + page - 1) / page : wanted / page;
