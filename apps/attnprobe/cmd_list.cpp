@@ -27,10 +27,11 @@ void print_estimator(const EstimatorDescription& d) {
              d.random ? "random (runs --trials trials)" : "deterministic (one trial)");
   fmt::print("    devices: {}   masks{}:{}\n", join(devices, ", "),
              d.forms_vary ? " (not every setting: see its keys)" : "", per_device.substr(0, per_device.size() - 1));
-  fmt::print("    attention weights: {}   backward: {}\n", forms(can.weights.names()),
+  fmt::print("    attention weights: {}   backward: {}{}\n", forms(can.weights.names()),
              can.backward == Backward::kNone
                  ? std::string("no")
-                 : fmt::format("{} ({})", backward_name(can.backward), forms(can.backward_forms.names())));
+                 : fmt::format("{} ({})", backward_name(can.backward), forms(can.backward_forms.names())),
+             can.selection ? "   kept keys: yes (--metrics selection)" : "");
   for (const ParamDef& p : def.params)
     fmt::print("    {:<12} = {:<10} {}; {}\n", p.name, p.default_value, param_domain(p), p.help);
   fmt::print("\n");

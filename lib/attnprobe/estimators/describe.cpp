@@ -87,6 +87,7 @@ std::string estimators_json() {
                                {"causal", can.forms.has(Mask::kCausal)},
                                {"weights", !can.weights.empty()},
                                {"causal_weights", can.weights.has(Mask::kCausal)},
+                               {"kept_keys", can.selection},
                                {"backward", backward_name(can.backward)},
                                {"causal_backward", can.backward_forms.has(Mask::kCausal)},
                                {"devices", device_names},

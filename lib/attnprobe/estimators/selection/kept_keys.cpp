@@ -102,6 +102,26 @@ std::vector<int64_t> sink_and_window(KeyRange seen, int64_t position, int64_t si
   return keys;
 }
 
+std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fixed) {
+  std::vector<int64_t> rest;
+  rest.reserve(static_cast<size_t>(std::max<int64_t>(0, seen.size() - static_cast<int64_t>(fixed.size()))));
+  size_t f = 0;
+  for (int64_t j = seen.begin; j < seen.end; ++j) {
+    if (f < fixed.size() && fixed[f] == j) {
+      ++f;
+      continue;
+    }
+    rest.push_back(j);
+  }
+  return rest;
+}
+
+void positional_forms(int64_t sink, int64_t window, Capabilities& can) {
+  if (sink == 0 && window == 0) return;
+  can.forms = {Mask::kCausal, Mask::kWindow};
+  can.decode = can.weights = can.forms;
+}
+
 std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
                                    int64_t count) {
   if (count >= static_cast<int64_t>(candidates.size())) return candidates;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "attnprobe/estimators/capabilities.h"
 #include "attnprobe/estimators/estimator.h"
 
 namespace attnprobe {
@@ -55,6 +56,13 @@ void finish_kept(std::vector<int64_t>& keys);
 /// The fixed part of a row at position t among the keys [seen.begin, seen.end) it sees: the first `sink` keys and
 /// the last `window` keys up to t (window counts the query's own key), each clipped to what the row sees.
 std::vector<int64_t> sink_and_window(KeyRange seen, int64_t position, int64_t sink, int64_t window);
+
+/// The keys of [seen.begin, seen.end) outside `fixed` (ascending), in order: what a method ranks beyond its fixed part.
+std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fixed);
+
+/// Sinks and windows are positions: a setting with either computes under the causal and window masks only (the full
+/// mask has no recency), for its declaration's `narrow`.
+void positional_forms(int64_t sink, int64_t window, Capabilities& can);
 
 /// The `count` best of `candidates` (absolute indices into the row's visible range starting at `first`) by
 /// (score descending, index ascending); scores[j − first] is key j's score. Every candidate when count ≥ their number.

@@ -16,16 +16,8 @@ class Topk final : public KeptKeysEstimator {
       // An oracle: it scores every key the row sees (keys_scored).
       KeptKeys kept{
           sink_and_window(seen, view.position(i), params.sink, params.window), {}, static_cast<double>(seen.size())};
-      std::vector<int64_t> rest;  // R_t: the keys outside the fixed part
-      rest.reserve(seen.size() - kept.keys.size());
-      for (int64_t j = seen.begin, f = 0; j < seen.end; ++j) {
-        if (f < static_cast<int64_t>(kept.keys.size()) && kept.keys[f] == j) {
-          ++f;
-          continue;
-        }
-        rest.push_back(j);
-      }
-      if (params.k >= static_cast<int64_t>(rest.size())) {  // every key: no scores needed
+      std::vector<int64_t> rest = keys_outside(seen, kept.keys);  // R_t
+      if (params.k >= static_cast<int64_t>(rest.size())) {        // every key: no scores needed
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
         const std::vector<int64_t> best = best_by_score(std::move(rest), score_visible(view, i), seen.begin, params.k);
@@ -58,14 +50,7 @@ class Topk final : public KeptKeysEstimator {
                            "the last keys up to the query's own, always kept"),
     .samples_knob = "k",
     .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
-    // Sinks and a window are positions: the full mask has none (docs/estimators/selection.md).
-    .narrow =
-        [](const TopkParams& params, Capabilities& can) {
-          if (params.sink > 0 || params.window > 0) {
-            can.forms = {Mask::kCausal, Mask::kWindow};
-            can.decode = can.weights = can.forms;
-          }
-        },
+    .narrow = [](const TopkParams& params, Capabilities& can) { positional_forms(params.sink, params.window, can); },
     .ablations = {"topk(k=32,sink=4,window=16)"},
     .make = [](const TopkParams& params) { return std::make_unique<Topk>(params); },
 });

@@ -19,14 +19,7 @@ class Topp final : public KeptKeysEstimator {
       // An oracle: it scores every key the row sees (keys_scored).
       KeptKeys kept{
           sink_and_window(seen, view.position(i), params.sink, params.window), {}, static_cast<double>(seen.size())};
-      std::vector<int64_t> rest;
-      for (int64_t j = seen.begin, f = 0; j < seen.end; ++j) {
-        if (f < static_cast<int64_t>(kept.keys.size()) && kept.keys[f] == j) {
-          ++f;
-          continue;
-        }
-        rest.push_back(j);
-      }
+      std::vector<int64_t> rest = keys_outside(seen, kept.keys);  // R_t
       if (params.p >= 1.0 || rest.empty()) {
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
@@ -79,13 +72,7 @@ class Topp final : public KeptKeysEstimator {
                   .integer("strict", &ToppParams::strict, 0, 1,
                            "1: the sparse-attention hub's rule (mass above p; keys tied with the last one join)"),
     .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
-    .narrow =
-        [](const ToppParams& params, Capabilities& can) {
-          if (params.sink > 0 || params.window > 0) {
-            can.forms = {Mask::kCausal, Mask::kWindow};
-            can.decode = can.weights = can.forms;
-          }
-        },
+    .narrow = [](const ToppParams& params, Capabilities& can) { positional_forms(params.sink, params.window, can); },
     .ablations = {"topp(p=0.5)", "topp(p=0.9,sink=4,window=16)"},
     .make = [](const ToppParams& params) { return std::make_unique<Topp>(params); },
 });
