@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The selection family at decode (docs/estimators/selection.md): the last 16 rows of our causal GQA model's
 # 4096-token slices and of stories260K's 512-token ones (from ../shared/data, when present), each method at five
-# (four) key budgets, reduced to plots/figures/selection-density.csv and drawn as plots/figures/selection-density.png
+# (four) key budgets, reduced to plots/data/selection-density.csv and drawn as plots/figures/selection-density.png
 # with the paired table of plots/README.md ("Selection at decode"). Takes a few seconds.
 #   ATTNPROBE=build/attnprobe plots/selection_decode.sh
 set -euo pipefail
@@ -28,6 +28,6 @@ if [ -f ../shared/data/stories260K.h5 ]; then
     --metrics spec_rel,selection -q --overwrite -o "$work/stories260K.csv"
   inputs+=("$work/stories260K.csv")
 fi
-/usr/bin/python3 plots/selection_density.py reduce "${inputs[@]}" -o plots/figures/selection-density.csv
-/usr/bin/python3 plots/selection_density.py draw plots/figures/selection-density.csv -o plots/figures/selection-density.png \
+/usr/bin/python3 plots/selection_density.py reduce "${inputs[@]}" -o plots/data/selection-density.csv
+/usr/bin/python3 plots/selection_density.py draw plots/data/selection-density.csv -o plots/figures/selection-density.png \
   --budget charlm-causal.safetensors=256 --budget stories260K.h5=64

@@ -116,6 +116,14 @@ std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fix
   return rest;
 }
 
+KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window,
+                           std::vector<int64_t>& rest) {
+  const KeyRange seen = view.visible(row);
+  KeptKeys kept{sink_and_window(seen, view.position(row), sink, window), {}, static_cast<double>(seen.size())};
+  rest = keys_outside(seen, kept.keys);
+  return kept;
+}
+
 void positional_forms(int64_t sink, int64_t window, Capabilities& can) {
   if (sink == 0 && window == 0) return;
   can.forms = {Mask::kCausal, Mask::kWindow};

@@ -60,6 +60,10 @@ std::vector<int64_t> sink_and_window(KeyRange seen, int64_t position, int64_t si
 /// The keys of [seen.begin, seen.end) outside `fixed` (ascending), in order: what a method ranks beyond its fixed part.
 std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fixed);
 
+/// An oracle's fixed part of row `row` (its sink and window keys; keys_scored = every key it sees, since an oracle
+/// scores them all) and, in `rest`, the keys it ranks beyond that part (R_t), ascending.
+KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window, std::vector<int64_t>& rest);
+
 /// Sinks and windows are positions: a setting with either computes under the causal and window masks only (the full
 /// mask has no recency), for its declaration's `narrow`.
 void positional_forms(int64_t sink, int64_t window, Capabilities& can);

@@ -13,11 +13,9 @@ class Topk final : public KeptKeysEstimator {
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
     return [&view, params = params_](int64_t i) {
       const KeyRange seen = view.visible(i);
-      // An oracle: it scores every key the row sees (keys_scored).
-      KeptKeys kept{
-          sink_and_window(seen, view.position(i), params.sink, params.window), {}, static_cast<double>(seen.size())};
-      std::vector<int64_t> rest = keys_outside(seen, kept.keys);  // R_t
-      if (params.k >= static_cast<int64_t>(rest.size())) {        // every key: no scores needed
+      std::vector<int64_t> rest;  // R_t
+      KeptKeys kept = oracle_fixed_part(view, i, params.sink, params.window, rest);
+      if (params.k >= static_cast<int64_t>(rest.size())) {  // every key: no scores needed
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
         const std::vector<int64_t> best = best_by_score(std::move(rest), score_visible(view, i), seen.begin, params.k);

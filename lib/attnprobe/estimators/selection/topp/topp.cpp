@@ -16,10 +16,8 @@ class Topp final : public KeptKeysEstimator {
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
     return [&view, params = params_](int64_t i) {
       const KeyRange seen = view.visible(i);
-      // An oracle: it scores every key the row sees (keys_scored).
-      KeptKeys kept{
-          sink_and_window(seen, view.position(i), params.sink, params.window), {}, static_cast<double>(seen.size())};
-      std::vector<int64_t> rest = keys_outside(seen, kept.keys);  // R_t
+      std::vector<int64_t> rest;  // R_t
+      KeptKeys kept = oracle_fixed_part(view, i, params.sink, params.window, rest);
       if (params.p >= 1.0 || rest.empty()) {
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
