@@ -45,7 +45,7 @@ TEST_CASE("sweep writes the long CSV schema and run.json", "[cli]") {
   CHECK(csv.trials.size() == 2 * 2 * 2 * 2 * 2 * 9);
   CHECK(csv.trials[0].key.dump == "cli-demo.h5");
   CHECK(csv.trials[0].key.p == 16);
-  const std::string info = read_text(temp_path("schema.run.json"));
+  const std::string info = read_text(temp_path("schema.csv.run.json"));
   CHECK_THAT(info, Catch::Contains("\"command_line\"") && Catch::Contains("\"git_hash\"") &&
                        Catch::Contains("\"threads\"") && Catch::Contains("\"seed\": 0") &&
                        Catch::Contains("\"finished\": \"20"));
@@ -137,7 +137,7 @@ pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args,
     execv(binary.c_str(), raw.data());
     _exit(127);
   }
-  const std::string info = out.substr(0, out.size() - 4) + ".run.json";
+  const std::string info = out + ".run.json";
   int status = 0;
   for (int i = 0; i < 600 && child > 0 && !std::filesystem::exists(info); ++i) {
     if (waitpid(child, &status, WNOHANG) == child) FAIL("the sweep ended before it started: " << read_text(log));
@@ -153,7 +153,7 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
   for (const int signal : {SIGINT, SIGTERM}) {
     INFO("signal " << signal);
     const std::string out = temp_path(fmt::format("stopped-{}.csv", signal));
-    const std::string info = temp_path(fmt::format("stopped-{}.run.json", signal));
+    const std::string info = temp_path(fmt::format("stopped-{}.csv.run.json", signal));
     const pid_t child = start_sweep(demo_dump(),
                                     {"-e", "performer(M=16)", "--lengths", "32,64", "--trials", "100000", "--layers",
                                      "0", "--heads", "0", "--batch", "0", "--threads", "2"},

@@ -286,7 +286,7 @@ TEST_CASE("a --resume with another seed, grid or estimator set is refused", "[ho
     CHECK(read_text(csv) == before);
   }
   // Without run.json the rows' seed column still tells.
-  std::filesystem::remove(temp_path("mixed.run.json"));
+  std::filesystem::remove(temp_path("mixed.csv.run.json"));
   const auto r = run_bounded("sweep " + hostile_dump() + base + csv + " --seed 2 --resume");
   INFO(r.output);
   CHECK(r.exit_code == exit_code::kUsage);
@@ -602,14 +602,14 @@ TEST_CASE("unwritable outputs are input errors with the path and leave nothing o
   }
   // NAME.run.json that cannot be written: no CSV and no temporary file are left.
   const std::string folder = temp_path("runjson-blocked");
-  std::filesystem::create_directories(folder + "/out.run.json/inside");
+  std::filesystem::create_directories(folder + "/out.csv.run.json/inside");
   const auto r = run_bounded("sweep " + hostile_dump() + " -e vmean --lengths 16 -q -o " + folder + "/out.csv");
   INFO(r.output);
   CHECK(r.exit_code == exit_code::kInput);
-  CHECK_THAT(r.output, Catch::Contains("out.run.json"));
+  CHECK_THAT(r.output, Catch::Contains("out.csv.run.json"));
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) left.push_back(entry.path().filename());
-  CHECK(left == std::vector<std::string>{"out.run.json"});
+  CHECK(left == std::vector<std::string>{"out.csv.run.json"});
 }
 
 // 11. Messages that say what the problem is.

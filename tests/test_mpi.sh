@@ -41,7 +41,7 @@ grid=(small.h5 -e vmean -e 'yoso(m=4)' -e 'performer(M=8)' --lengths 16,96,40,24
 "$bin" sweep "${grid[@]}" --threads 2 -o single.csv
 "${run_mpi[@]}" "$bin" sweep "${grid[@]}" --threads 1 -o mpi.csv
 cmp single.csv mpi.csv || fail "mpirun -n 3 wrote other bytes than one process"
-grep -q '"finished": "20' mpi.run.json || fail "mpi.run.json does not record the end"
+grep -q '"finished": "20' mpi.csv.run.json || fail "mpi.csv.run.json does not record the end"
 echo "ok: mpirun -n 3 == one process ($(wc -l <mpi.csv) lines)"
 
 # 2. Kill worker rank 1 while it computes, then --resume. Big enough to take several seconds.
@@ -54,7 +54,7 @@ grid=(big.h5 -e 'yoso(m=16)' -e 'performer(M=64)' -e softmax --lengths 96,768,25
 # nothing about a lost rank, so it is tried again (a fresh file), up to three times.
 total=$(wc -l <single-big.csv)
 for attempt in 1 2 3; do
-  rm -f killed.csv killed.run.json
+  rm -f killed.csv killed.csv.run.json
   "${run_mpi[@]}" "$bin" sweep "${grid[@]}" --threads 1 -o killed.csv >mpirun.log 2>&1 &
   launcher=$!
   # Wait until rank 0 has written a unit (more than the header), then kill rank 1 by its id. Up to 2 min:
@@ -74,17 +74,17 @@ for attempt in 1 2 3; do
   status=0
   wait "$launcher" || status=$?
   lines_before=$(wc -l <killed.csv)
-  if [ "$lines_before" -eq "$total" ] || grep -q '"finished": "20' killed.run.json; then
+  if [ "$lines_before" -eq "$total" ] || grep -q '"finished": "20' killed.csv.run.json; then
     echo "note: attempt $attempt finished before rank 1 was killed; trying again"
     continue
   fi
   break
 done
 [ "$status" -ne 0 ] || fail "mpirun exited 0 although rank 1 was killed"
-grep -q '"finished": null' killed.run.json || fail "the killed run's run.json does not say it never finished"
+grep -q '"finished": null' killed.csv.run.json || fail "the killed run's run.json does not say it never finished"
 [ "$lines_before" -lt "$total" ] || fail "the run had finished before rank 1 was killed"
 echo "ok: killed rank 1 (pid $victim); mpirun exited $status with $lines_before of $total lines written"
 "${run_mpi[@]}" "$bin" sweep "${grid[@]}" --threads 1 --resume -o killed.csv
 cmp single-big.csv killed.csv || fail "the resumed MPI run differs from one process (rows lost or duplicated)"
-grep -q '"resumed": true' killed.run.json || fail "the resumed run.json does not say resumed"
+grep -q '"resumed": true' killed.csv.run.json || fail "the resumed run.json does not say resumed"
 echo "ok: --resume completed the killed run to the single-process bytes"

@@ -43,7 +43,7 @@ TEST_CASE("a sweep run writes its CSV and run.json, and refuses to clobber", "[s
   // 2 heads × 2 lengths × (vmean 1 + yoso 3 + performer 3 trials) = 28 trials, 9 metrics each.
   CHECK(stats.tasks_run == 28);
   CHECK(read_csv(csv).trials.size() == 28 * 9);
-  const auto json = nlohmann::json::parse(read_text(temp_path("sub/run.run.json")));
+  const auto json = nlohmann::json::parse(read_text(temp_path("sub/run.csv.run.json")));
   CHECK(json["seed"] == 5);
   CHECK(json["rows_written"] == 28 * 9);
   CHECK(json["finished"].is_string());
@@ -83,7 +83,7 @@ TEST_CASE("a resumed sweep equals an uninterrupted one, wherever it was cut", "[
       return out;
     };
     CHECK(lines(read_text(partial)) == lines(expected));
-    CHECK(nlohmann::json::parse(read_text(temp_path("resume-cut.run.json")))["resumed"] == true);
+    CHECK(nlohmann::json::parse(read_text(temp_path("resume-cut.csv.run.json")))["resumed"] == true);
   }
 }
 
@@ -129,7 +129,7 @@ TEST_CASE("a sweep stopped on request keeps every finished trial, and a resume c
       options.stop_requested = [&] { return asked.fetch_add(1) >= allowed; };
       if (allowed < 28) {
         CHECK_THROWS_AS(SweepRun(dump, plan(), cut, OutputMode::kCreate, options, info).run(), Interrupted);
-        const auto json = nlohmann::json::parse(read_text(temp_path("stop-cut.run.json")));
+        const auto json = nlohmann::json::parse(read_text(temp_path("stop-cut.csv.run.json")));
         CHECK(json["finished"].is_null());
         CHECK(json["interrupted"].is_string());
         const CsvContents partial = read_csv(cut);

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The hostile pass of issue 12, repeatable: malformed dumps x 3 commands, option and spec strings,
-malformed CSVs for `check`, unwritable outputs, concurrent writers, kills then --resume.
+malformed CSVs for `check`, unwritable outputs, concurrent writers, kills then --resume; and the classes
+of issue 48's hold-out pass: statistics that fool the gate, outputs over inputs, resumes against a changed
+dump or grid, costs before checks, ambiguous input (duplicate keys, hostile names, synth overflow, pipes).
 
-Usage: tools/hostile_pass.py [--attnprobe build/attnprobe] [--work /tmp/hostile] [--quick]
+Usage: tools/hostile_pass.py [--attnprobe build/attnprobe] [--work /tmp/hostile] [--quick] [--groups all|48]
 
 Every case says which exit codes are right (0 ok, 1 gate failed, 2 usage, 3 input). A result is
   clean   an expected non-zero code (or 0 where 0 is right),
@@ -339,7 +341,7 @@ def output_cases(exe, dump, work):
     plain = os.path.join(d, "plain")
     open(plain, "w").write("x")
     os.makedirs(os.path.join(d, "dir.csv"))
-    os.makedirs(os.path.join(d, "blocked", "out.run.json", "x"))
+    os.makedirs(os.path.join(d, "blocked", "out.csv.run.json", "x"))
     sweep = [exe, "sweep", dump, "-e", "vmean", "--lengths", "16", "-q", "-o"]
     cases = [("under a file", sweep + [plain + "/x.csv"], (3,)), ("a directory", sweep + [os.path.join(d, "dir.csv")], (3,)),
              ("/dev/full", sweep + ["/dev/full"], (3,)),
@@ -369,7 +371,7 @@ def device_check():
 
 def leftover_check(work):
     blocked = os.path.join(work, "outputs", "blocked")
-    return sorted(os.listdir(blocked)) == ["out.run.json"]
+    return sorted(os.listdir(blocked)) == ["out.csv.run.json"]
 
 
 # ---------------------------------------------------------------- concurrency and kills
@@ -414,11 +416,238 @@ def concurrency_cases(exe, dump, work, rounds):
     return out
 
 
+# ---------------------------------------------------------------- issue 48's classes
+def summary_with(path, summary_lines, **fields):
+    """summary_lines (header, one row) with the named columns of the row replaced (median/min/max follow mean)."""
+    header = summary_lines[0].rstrip("\n").split(",")
+    row = next(csv.reader([summary_lines[1]]))
+    for column, value in fields.items():
+        targets = ["mean", "median", "min", "max"] if column == "mean" else [column]
+        for target in targets:
+            row[header.index(target)] = value
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(row)
+    open(path, "w").write(summary_lines[0] + buffer.getvalue())
+    return path
+
+
+def gate_number_cases(exe, work):
+    """check fails closed on statistics the gate cannot hold to: before, each new run here passed."""
+    d = os.path.join(work, "gate-numbers")
+    os.makedirs(d, exist_ok=True)
+    lines = open(os.path.join(work, "check", "summary.csv")).read().splitlines(True)[:2]
+    base = summary_with(os.path.join(d, "base.csv"), lines)
+    cases = []
+    for name, fields in [("se inf", dict(mean="0.9", std="inf", stderr="inf")),
+                         ("se 1e200", dict(mean="0.9", std="1e200", stderr="1e200")),
+                         ("se 1e155", dict(mean="0.9", std="1e155", stderr="1e155")),
+                         ("mean 1e200", dict(mean="1e200")), ("mean inf", dict(mean="inf", std="0", stderr="0")),
+                         ("se 1e9 x mean", dict(mean="0.9", std="9e8", stderr="9e8"))]:
+        path = summary_with(os.path.join(d, name.replace(" ", "_") + ".csv"), lines, **fields)
+        cases.append((f"new run {name}", [exe, "check", path, "--baseline", base], (3,)))
+        cases.append((f"baseline {name}", [exe, "check", base, "--baseline", path], (3,)))
+    trials = open(os.path.join(work, "check", "good.csv")).read().splitlines(True)
+    header = trials[0].rstrip("\n").split(",")
+    row = next(csv.reader([trials[1]]))
+    row[header.index("value")] = "1e300"
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(row)
+    huge = os.path.join(d, "trial-1e300.csv")
+    open(huge, "w").write("".join(trials[:1]) + buffer.getvalue() + "".join(trials[2:]))
+    cases.append(("a trial value 1e300", [exe, "check", huge, "--baseline", os.path.join(work, "check", "good.csv")],
+                  (3,)))
+    cases.append(("--z 1e308", [exe, "check", base, "--baseline", base, "--z", "1e308"], (2,)))
+    cases.append(("--rtol 1e300", [exe, "check", base, "--baseline", base, "--rtol", "1e300"], (2,)))
+    return cases
+
+
+def clobber_cases(exe, dump, work):
+    """Outputs naming an input, under its own name and through aliases: each must be refused (exit 2) and
+    leave the input as it was (checked after the group by unchanged_inputs)."""
+    d = os.path.join(work, "clobber")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    mine = os.path.join(d, "mine.h5")
+    shutil.copy(dump, mine)
+    os.symlink(mine, os.path.join(d, "link.h5"))
+    os.link(mine, os.path.join(d, "hard.h5"))
+    alias = os.path.join(d, ".", "mine.h5")
+    rows = os.path.join(d, "rows.csv")
+    subprocess.run([exe, "eval", mine, "-e", "vmean", "--length", "16", "-o", rows], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary = os.path.join(d, "summary.csv")
+    subprocess.run([exe, "summarize", rows, "-o", summary], check=True, stdout=subprocess.DEVNULL)
+    shard = os.path.join(d, "shard.csv")
+    subprocess.run([exe, "sweep", mine, "-e", "vmean", "--lengths", "16", "-q", "--shard", "0/1", "-o", shard],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # run.json: NAME.csv.run.json (NAME.run.json from versions before issue 48, for a before/after table).
+    shard_info = shard + ".run.json" if os.path.exists(shard + ".run.json") else os.path.join(d, "shard.run.json")
+    cases = [
+        ("eval -o the dump", [exe, "eval", mine, "-e", "vmean", "--length", "16", "-o", mine], (2,)),
+        ("eval -o ./dump", [exe, "eval", mine, "-e", "vmean", "--length", "16", "-o", alias], (2,)),
+        ("eval -o a symlink to the dump", [exe, "eval", mine, "-e", "vmean", "--length", "16", "-o",
+                                           os.path.join(d, "link.h5")], (2,)),
+        ("eval -o a hard link to the dump", [exe, "eval", mine, "-e", "vmean", "--length", "16", "-o",
+                                             os.path.join(d, "hard.h5")], (2,)),
+        ("diagnose -o the dump", [exe, "diagnose", mine, "-o", alias], (2,)),
+        ("sweep --overwrite -o the dump", [exe, "sweep", mine, "-e", "vmean", "--lengths", "16", "-q", "--overwrite",
+                                           "-o", alias], (2,)),
+        ("summarize X -o X", [exe, "summarize", rows, "-o", rows], (2,)),
+        ("summarize -o a second input", [exe, "summarize", rows, summary, "-o", summary], (2,)),
+        ("check --json the baseline", [exe, "check", rows, "--baseline", summary, "--json", summary], (2,)),
+        ("check --json the new run", [exe, "check", rows, "--baseline", summary, "--json", rows], (2,)),
+        ("merge -o the shard's run.json", [exe, "merge", shard, "--overwrite", "-o", shard_info], (2,)),
+    ]
+    return cases, {p: open(p, "rb").read() for p in (mine, rows, summary, shard, shard_info)}
+
+
+def unchanged_inputs(before):
+    return [path for path, data in before.items() if open(path, "rb").read() != data]
+
+
+def run_json_clash(exe, dump, work):
+    """-o x.tsv beside x.csv: each output keeps its own run.json (before, both were x.run.json)."""
+    d = os.path.join(work, "clobber")
+    x_csv, x_tsv = os.path.join(d, "x.csv"), os.path.join(d, "x.tsv")
+    subprocess.run([exe, "sweep", dump, "-e", "vmean", "--lengths", "16", "-q", "-o", x_csv], check=True,
+                   stderr=subprocess.DEVNULL)
+    subprocess.run([exe, "sweep", dump, "-e", "softmax", "--lengths", "16", "-q", "-o", x_tsv], check=True,
+                   stderr=subprocess.DEVNULL)
+    code, _ = run([exe, "sweep", dump, "-e", "vmean", "--lengths", "16", "-q", "--resume", "-o", x_csv])
+    return code == 0
+
+
+def resume_cases(exe, work):
+    """--resume against a regenerated dump (same name and shapes, other values), another device, and, without
+    run.json, other --trials or --metrics: each refused (exit 2), the file untouched."""
+    d = os.path.join(work, "resume-inputs")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    dump = os.path.join(d, "model.h5")
+    synth = [exe, "synth", "-o", dump, "--layers", "1", "--heads", "2", "--batch", "1", "--tokens", "64", "--dim", "8"]
+    subprocess.run(synth + ["--seed", "1"], check=True, stderr=subprocess.DEVNULL)
+    out = os.path.join(d, "sweep.csv")
+    grid = ["-e", "performer(M=8)", "--lengths", "32,64", "--trials", "2", "-q", "-o", out]
+    subprocess.run([exe, "sweep", dump] + grid, check=True, stderr=subprocess.DEVNULL)
+    lines = open(out).read().splitlines(True)
+    cut = "".join(lines[:len(lines) // 2])
+    # A generator: each case runs (in the caller) before the next one changes the files.
+    subprocess.run(synth + ["--seed", "2"], check=True, stderr=subprocess.DEVNULL)
+    open(out, "w").write(cut)
+    yield "a regenerated dump", [exe, "sweep", dump] + grid + ["--resume"], (2,), out, cut
+    subprocess.run(synth + ["--seed", "1"], check=True, stderr=subprocess.DEVNULL)
+    for info in (out + ".run.json", os.path.join(d, "sweep.run.json")):
+        if os.path.exists(info):
+            os.remove(info)
+    open(out, "w").write(cut)
+    fewer = ["-e", "performer(M=8)", "--lengths", "32,64", "--trials", "1", "-q", "-o", out]
+    yield "no run.json, fewer --trials", [exe, "sweep", dump] + fewer + ["--resume"], (2,), out, cut
+    yield "no run.json, other --metrics", [exe, "sweep", dump] + grid + ["--metrics", "spec_rel", "--resume"], (2,), \
+        out, cut
+
+
+def write_npz_bomb(path, tokens=1 << 21, dim=16):
+    """An .npz whose deflated q, k and v inflate to 128 MiB each (zeros compress ~1000:1)."""
+    import zipfile
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, %d, %d), }" % (tokens, dim)
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    preamble = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    chunk = bytes(1 << 20)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for name in ("layer_00.q", "layer_00.k", "layer_00.v"):
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                f.write(preamble)
+                for _ in range(tokens * dim * 4 // len(chunk)):
+                    f.write(chunk)
+
+
+def cost_cases(exe, dump, work):
+    """Work that scaled badly before any check: each must end (in its time limit) with its error or result."""
+    d = os.path.join(work, "costs")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    many = os.path.join(d, "many.safetensors")
+    entries = {f"junk.{i:06d}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(40000)}
+    data = np.arange(24, dtype="<f4") / 24
+    for i, t in enumerate("qkv"):
+        entries[f"layer_00.{t}"] = {"dtype": "F32", "shape": [4, 2], "data_offsets": [32 * i, 32 * i + 32]}
+    import json
+    text = json.dumps(entries).encode()
+    open(many, "wb").write(len(text).to_bytes(8, "little") + text + data.tobytes())
+    bomb = os.path.join(d, "bomb.npz")
+    write_npz_bomb(bomb)
+    return [
+        ("--lengths 1..1000000 on a 256-token dump", [exe, "sweep", dump, "-e", "vmean", "--lengths", "1..1000000",
+                                                     "-q", "-o", os.path.join(d, "x.csv")], (3,), 10),
+        ("--heads 0..999999", [exe, "sweep", dump, "-e", "vmean", "--heads", "0..999999", "-q", "-o",
+                               os.path.join(d, "y.csv")], (3,), 10),
+        ("safetensors header of 40000 tensors", [exe, "info", many], (0,), 10),
+        (".npz inflating to 384 MiB under --max-memory 64M", [exe, "eval", bomb, "-e", "vmean", "--length", "16",
+                                                              "--max-memory", "64M"], (3,), 60),
+    ]
+
+
+def ambiguity_cases(exe, dump, work):
+    d = os.path.join(work, "ambiguous")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    q = '"layer_00.q":{"dtype":"F32","shape":[4,2],"data_offsets":[0,32]},'
+    kv = ('"layer_00.k":{"dtype":"F32","shape":[4,2],"data_offsets":[32,64]},'
+          '"layer_00.v":{"dtype":"F32","shape":[4,2],"data_offsets":[64,96]}')
+    data = (0.5 + np.arange(24, dtype="<f4") / 8).tobytes()
+
+    def st(name, header):
+        path = os.path.join(d, name)
+        raw = header.encode()
+        open(path, "wb").write(len(raw).to_bytes(8, "little") + raw + data)
+        return path
+    cases = [
+        ("safetensors tensor named twice", [exe, "info", st("t.safetensors", "{" + q + q + kv + "}")], (3,)),
+        ("safetensors metadata key twice", [exe, "info", st("m.safetensors", '{"__metadata__":{"layer_00.scale":"0.5",'
+                                                            '"layer_00.scale":"2"},' + q + kv + "}")], (3,)),
+        ("safetensors __metadata__ twice", [exe, "info", st("mm.safetensors", '{"__metadata__":{"a":"1"},'
+                                                            '"__metadata__":{"b":"2"},' + q + kv + "}")], (3,)),
+    ]
+    for args in (["--temperatures", "1e-300"], ["--temperatures", "1e-12", "--dtype", "float16"],
+                 ["--spread", "inf"], ["--spread", "nan"]):
+        cases.append((f"synth {' '.join(args)}", [exe, "synth", "-o", os.path.join(d, "s.h5"), "--tokens", "8"] + args,
+                      (2,)))
+    return cases
+
+
+def name_round_trip(exe, dump, work):
+    """A dump named with a newline, quotes, a comma, a backslash or a byte that is not UTF-8: eval writes
+    a CSV that summarize reads back, one row per line."""
+    d = os.path.join(work, "ambiguous")
+    failures = []
+    for name in ("a\nb.h5", 'q"uo,te.h5', "back\\slash.h5", "bad\udcff.h5"):
+        path = os.path.join(d, name)
+        shutil.copy(dump, path)
+        out = os.path.join(d, "named.csv")
+        code, text = run([exe, "eval", path, "-e", "vmean", "--length", "16", "-q", "-o", out])
+        rows = open(out, "rb").read().count(b"\n") - 1 if code == 0 else -1
+        code2, _ = run([exe, "summarize", out]) if code == 0 else (None, "")
+        if code != 0 or code2 != 0 or rows != len(open(out, "rb").read().splitlines()) - 1 or rows < 1:
+            failures.append(repr(name))
+        os.remove(path)
+    return failures
+
+
+def pipe_check(exe):
+    """The exit status of a command whose reader closed the pipe: 3 (before: killed by SIGPIPE)."""
+    p = subprocess.run(["bash", "-c", f"'{exe}' list --full | true; echo ${{PIPESTATUS[0]}}"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL)
+    return p.stdout.decode().strip()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnprobe", default=os.path.join(os.path.dirname(__file__), "..", "build", "attnprobe"))
     ap.add_argument("--work", default="/tmp/attnprobe-hostile")
     ap.add_argument("--quick", action="store_true", help="fewer mutants and kill rounds")
+    ap.add_argument("--groups", choices=("all", "48"), default="all",
+                    help="48: only the classes of issue 48 (gate numbers, outputs over inputs, resume inputs, costs, "
+                         "ambiguity)")
     args = ap.parse_args()
     exe = os.path.abspath(args.attnprobe)
     work = args.work
@@ -428,6 +657,11 @@ def main():
     subprocess.run([exe, "synth", "-o", demo, "--layers", "1", "--heads", "2", "--batch", "1", "--tokens", "256", "--dim",
                     "16"], check=True, stdout=subprocess.DEVNULL)
 
+    if args.groups == "48":
+        # check_cases' good.csv and summary.csv are the gate-number cases' starting point.
+        check_cases(exe, demo, work)
+        issue48(exe, demo, work)
+        return report()
     dumps = structured_dumps(work) + mutated_dumps(work, 40 if args.quick else 120)
     for name, path, expected in dumps:
         for cmd_name, cmd in dump_commands(exe, path, os.path.join(work, "dump-out.csv")):
@@ -442,8 +676,39 @@ def main():
                               None, []))
     GROUPS["outputs"].append(("/dev/null and /dev/full still devices", "clean" if device_check() else "silent",
                               None, []))
+    issue48(exe, demo, work)
     concurrency_cases(exe, demo, work, 4 if args.quick else 12)
+    return report()
 
+
+def issue48(exe, demo, work):
+    for name, cmd, expected in gate_number_cases(exe, work):
+        record("gate: numbers", name, cmd, expected)
+    cases, before = clobber_cases(exe, demo, work)
+    for name, cmd, expected in cases:
+        record("outputs over inputs", name, cmd, expected)
+    changed = unchanged_inputs(before)
+    GROUPS["outputs over inputs"].append(("every input unchanged afterwards", "silent" if changed else "clean", None,
+                                          [f"changed: {', '.join(changed)}"] if changed else []))
+    GROUPS["outputs over inputs"].append(("x.csv and x.tsv keep their own run.json",
+                                          "clean" if run_json_clash(exe, demo, work) else "silent", None, []))
+    for name, cmd, expected, out, cut in resume_cases(exe, work):
+        code, text = record("resume knows its inputs", name, cmd, expected)
+        if code in expected and open(out).read() != cut:
+            GROUPS["resume knows its inputs"][-1] = (name + " (file changed)", "silent", code, [])
+    for name, cmd, expected, limit in cost_cases(exe, demo, work):
+        record("costs before checks", name, cmd, expected, timeout=limit)
+    for name, cmd, expected in ambiguity_cases(exe, demo, work):
+        record("ambiguous input", name, cmd, expected)
+    failures = name_round_trip(exe, demo, work)
+    GROUPS["ambiguous input"].append(("hostile dump names round-trip through the CSV",
+                                      "silent" if failures else "clean", None, failures[:1]))
+    status = pipe_check(exe)
+    GROUPS["ambiguous input"].append((f"closed pipe: exit {status}", "clean" if status == "3" else
+                                      "crash" if status in ("141", "") else "wrong", status, []))
+
+
+def report():
     bad = 0
     print(f"{'group':28} {'cases':>5} {'clean':>5} {'wrong':>5} {'crash':>5} {'hang':>5} {'silent':>6}")
     for group, results in GROUPS.items():

@@ -15,6 +15,7 @@ packages=(
   python3 python3-matplotlib python3-numpy                   # plots/
   python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test
   python3-dev pybind11-dev python3-pandas python3-pytest      # the Python package (python/) and its tests
+  locales                                                    # a de_DE locale the locale-independence test builds
 )
 missing=()
 for p in "${packages[@]}"; do

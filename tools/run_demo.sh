@@ -3,7 +3,7 @@
 # dump of the project's own trained character model (data/charlm-hd32.h5: 2 layers x 2 heads x 2
 # held-out sequences of 4096 tokens) over lengths 64..4096, then summarizes and plots error against
 # length; then the same for causal attention on our causal decoder (out/demo-causal.*). Writes
-# out/demo.csv, out/demo.run.json, out/demo-summary.csv, out/demo.png, out/demo-causal.csv, out/demo-causal.png.
+# out/demo.csv, out/demo.csv.run.json, out/demo-summary.csv, out/demo.png, out/demo-causal.csv, out/demo-causal.png.
 # Another dump: tools/run_demo.sh path/to/dump.h5 (its full length should be >= 4096, or edit --lengths).
 set -euo pipefail
 cd "$(dirname "$0")/.."

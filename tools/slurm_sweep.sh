@@ -9,7 +9,7 @@
 #   tools/slurm_sweep.sh submit COUNT DIR [SBATCH_OPTION...] -- DUMP SWEEP_OPTION...
 #     e.g. tools/slurm_sweep.sh submit 16 out/run1 --time=04:00:00 --cpus-per-task=8 -- \
 #            model.h5 -e softmax -e 'yoso(m=32)' --lengths 512..32768:x2 --trials 32
-#   Prints the two job ids. Results: DIR/sweep.csv (+ DIR/sweep.run.json); logs: DIR/logs/.
+#   Prints the two job ids. Results: DIR/sweep.csv (+ DIR/sweep.csv.run.json); logs: DIR/logs/.
 # What the jobs run (not called by hand):
 #   tools/slurm_sweep.sh task COUNT DIR -- DUMP SWEEP_OPTION...   (one array task)
 #   tools/slurm_sweep.sh merge COUNT DIR                          (the dependent job)

@@ -2,6 +2,7 @@
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/check.h"
@@ -33,6 +34,7 @@ int run_check(const CheckCommandOptions& o) {
     for (const std::string& m : split(o.metrics, ',')) options.metrics.push_back(trim(m));
   }
   validate_check_options(options);
+  require_separate_files({{"the new run", o.current}, {"--baseline", o.baseline}}, {{"--json", o.json}});
   const std::vector<SummaryRow> baseline = load_gate_input(o.baseline, true);
   const CheckReport report = check_regressions(baseline, load_gate_input(o.current, false), options);
 
@@ -88,12 +90,15 @@ Action add_check(CLI::App& app) {
   app.footer(
       "Example:\n  attnprobe sweep model.h5 -e 'yoso(m=32)' --lengths 512 --trials 16 -o new.csv\n"
       "  attnprobe check new.csv --baseline baseline.csv\n\n"
-      "For every case and metric of the baseline (larger is worse: every metric is an error), a regression is\n"
-      "  mean_new - mean_base > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|.\n"
+      "For every case and metric of the baseline, a regression is\n"
+      "  worse > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|,\n"
+      "with worse = mean_new - mean_base (errors and costs), or mean_base - mean_new for the fractions found\n"
+      "(topk_recall, mass_recall, kept_overlap, topk_recall@10).\n"
       "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
       "Exit code 1 on a regression, a missing case or when nothing was compared; 3 when a file is empty, truncated "
-      "or malformed (duplicated cases, negative errors, a non-finite baseline; a NaN or Inf in the new run is a "
-      "regression, 1); 2 for bad options; 0 otherwise.");
+      "or malformed (duplicated cases, negative errors, a statistic that is infinite, >= 1e150 or with a standard "
+      "error over 1e6 times its mean, a NaN baseline; a NaN in the new run is a regression, 1); 2 for bad options "
+      "(--json naming an input included); 0 otherwise.");
   return [o] { return run_check(*o); };
 }
 

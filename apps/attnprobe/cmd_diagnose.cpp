@@ -6,6 +6,7 @@
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/diagnose/slice_diagnostics.h"
 #include "attnprobe/metrics/head_diagnostics.h"
@@ -28,6 +29,7 @@ struct DiagnoseOptions {
 };
 
 int run_diagnose(const DiagnoseOptions& o) {
+  require_separate_files({{"the dump", o.dump}}, {{"-o", o.output == "-" ? "" : o.output}});
   const Dump dump = Dump::open(o.dump, o.dump_options);
   SweepRequest request;  // the planner validates the selection; the estimator is a placeholder
   request.estimators = {"softmax"};

@@ -20,7 +20,7 @@ struct MergeOptions {
 Action add_merge(CLI::App& app, const Globals& globals) {
   auto o = std::make_shared<MergeOptions>();
   app.add_option("shards", o->inputs,
-                 "the shard CSVs of one `sweep --shard I/N`, each with its NAME.run.json beside it")
+                 "the shard CSVs of one `sweep --shard I/N`, each with its NAME.csv.run.json beside it")
       ->required();
   app.add_option("-o,--output", o->output, "the merged CSV (its run.json is written beside it)")->required();
   app.add_flag("--overwrite", o->overwrite, "replace the output if it exists");

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/run_info.h"
@@ -181,6 +182,7 @@ void print_plan(const SweepPlan& plan) {
 bool progress_wanted(const RunCommandOptions& o) { return !o.quiet && isatty(STDERR_FILENO); }
 
 int run_eval(const RunCommandOptions& o) {
+  require_separate_files({{"the dump", o.dump}}, {{"-o", o.output}});
   const Dump dump = Dump::open(o.dump, o.dump_options);
   const SweepPlan plan = plan_sweep(dump, make_request(o, true));
   check_budget(dump, plan, o);
@@ -338,7 +340,7 @@ Action add_sweep(CLI::App& app, const Globals& globals) {
       "Example:\n  attnprobe sweep data/synth-demo.h5 -e vmean -e softmax --lengths 64..256:x2 -o out/sweep.csv\n"
       "  attnprobe summarize out/sweep.csv --table\n\n"
       "Rows are flushed per slice; after an interruption rerun the same command with --resume. Beside the CSV, "
-      "NAME.run.json records the command, version, git hash, threads, seed and times. The same --seed gives the "
+      "NAME.csv.run.json records the command, version, git hash, threads, seed and times. The same --seed gives the "
       "same numbers for any --threads and any subset of the grid.\n\n"
       "Beyond one machine:\n"
       "  attnprobe sweep model.h5 -e vmean --lengths 64..4096:x2 --shard 0/4 -o out/shard-0.csv   # ... 1/4, 2/4, 3/4\n"

@@ -5,6 +5,7 @@
 
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/slopes.h"
@@ -46,6 +47,9 @@ int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions
 }
 
 int run_summarize(const SummarizeOptions& o) {
+  std::vector<NamedPath> inputs;
+  for (const std::string& path : o.inputs) inputs.push_back({"the input", path});
+  require_separate_files(inputs, {{"-o", o.output == "-" ? "" : o.output}});
   std::vector<TrialRow> trials;
   std::vector<SummaryRow> summaries;
   for (const std::string& path : o.inputs) {

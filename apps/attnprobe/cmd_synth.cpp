@@ -57,7 +57,8 @@ Action add_synth(CLI::App& app) {
       options.temperatures.push_back(v);
     }
     if (!o->valid_lengths.empty()) options.lengths = parse_int_list(o->valid_lengths, "--valid-lengths");
-    write_dump(o->output, make_synthetic_dump(options), DumpWriteOptions{parse_stored_type(o->dtype), o->gzip});
+    options.type = parse_stored_type(o->dtype);
+    write_dump(o->output, make_synthetic_dump(options), DumpWriteOptions{options.type, o->gzip});
     fmt::print(stderr, "wrote {}: {} layers x {} heads x {} items x {} tokens, p = {}, {}\n", o->output, options.layers,
                options.heads, options.batch, options.tokens, options.dim, o->dtype);
     return 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,9 @@
 int main(int argc, char** argv) {
   using namespace attnprobe;
   keep_freed_memory();
+  // A reader that closes the pipe (`attnprobe list | head`) makes a write fail with EPIPE, which the
+  // checked writes report as exit 3 (docs/cli.md), instead of a death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{
       "attnprobe measures how far randomized estimators of softmax attention (YOSO, Skeinformer, Performer, RA, "
       "LARA, Nystromformer, ...) are from exact attention on the queries, keys and values of your own model.\n\n"

@@ -534,11 +534,11 @@ _CAUSAL_TOLERANCE = 1e-4
 
 def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
     """The callable the C++ runner calls for estimator py:NAME: calls fn(q, k, v, scale, causal, seed)
-    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case. The first
+    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case. Every
     causal call is also run with the tokens from the middle on replaced: rows before them must not move
-    (the leak harness our own causal forms pass, with a rounding tolerance)."""
+    (the leak harness our own causal forms pass, with a rounding tolerance). Every call, not the first:
+    a function may leak at some lengths, heads or seeds only; the check doubles a causal call's cost."""
     spec = "py:" + name
-    leak_checked = [False]
 
     def fail(what, where, cause=None):
         key, layer, head, batch, n, causal = where  # the call's case, as the runner passed it
@@ -575,8 +575,7 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
     def call(q, k, v, scale, causal, key, layer, head, batch, n):
         where = (key, layer, head, batch, n, causal)
         result = checked(q, k, v, scale, where)
-        if causal and not leak_checked[0] and q.shape[0] >= 2:
-            leak_checked[0] = True
+        if causal and q.shape[0] >= 2:
             # Tokens cut.. replaced: their rows reversed and doubled, values negated too, so that order-free
             # statistics of the later tokens (a largest norm, a mean) change as well as the tokens themselves.
             cut = q.shape[0] // 2
@@ -622,7 +621,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
       device      "cpu" or "cuda"; reference: "auto", "softmax" or any deterministic spec
       metrics     "all", or names (list or "spec,angle")
       custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
-      output      also write the CSV (and NAME.run.json) there, flushed per slice; an existing file
+      output      also write the CSV (and NAME.csv.run.json) there, flushed per slice; an existing file
                   is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
                   records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
                   ``sweep --resume`` take the file like one the CLI wrote
@@ -639,7 +638,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     under "auto"): query i may then attend to keys 0..i only; ``seed`` is the 64-bit key of (sweep seed,
     case, trial), so reruns and filtered reruns repeat) and returns n x pv (numpy or torch). Draw with a
     local generator, e.g. ``torch.Generator().manual_seed(seed)`` or ``np.random.default_rng(seed)``.
-    The first causal call is checked for a leak: run again with the tokens from the middle on
+    Every causal call is checked for a leak (it runs twice): run again with the tokens from the middle on
     replaced, its earlier rows must stay put (to 1e-4 of their norm), else :class:`EstimatorError`
     says the function is not causal (a function that ignores ``causal`` would otherwise be measured
     against the causal reference).

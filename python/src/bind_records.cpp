@@ -40,6 +40,7 @@ std::vector<SummaryRow> gate_rows(bool summary, const std::vector<std::vector<st
     contents.summaries = parse_rows(summary_columns(), rows, what);
   else
     contents.trials = parse_rows(trial_columns(), rows, what);
+  for (size_t i = 0; i < rows.size(); ++i) contents.row_places.push_back(fmt::format("{} row {}", what, i));
   return gate_input(contents, what, baseline);
 }
 
@@ -70,7 +71,6 @@ std::string summarize(bool summary, const std::vector<std::vector<std::string>>&
 std::string check(bool new_summary, const std::vector<std::vector<std::string>>& new_rows, bool base_summary,
                   const std::vector<std::vector<std::string>>& base_rows, double z, double atol, double rtol,
                   const std::vector<std::string>& metric_names) {
-  require_usage(z >= 0 && atol >= 0 && rtol >= 0, "z, atol and rtol must be >= 0");
   CheckOptions options{z, atol, rtol, metric_names};
   py::gil_scoped_release release;
   validate_check_options(options);

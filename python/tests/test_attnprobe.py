@@ -100,7 +100,7 @@ def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
     cli(*args)
     df = attnprobe.sweep(DUMP, specs, output=tmp_path / "py.csv", threads=2, **common)
     assert (tmp_path / "py.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
-    assert (tmp_path / "py.run.json").exists()
+    assert (tmp_path / "py.csv.run.json").exists()
     expected = pd.read_csv(tmp_path / "cli.csv", float_precision="round_trip",
                            dtype={c: str for c in ["dump", "estimator", "spec", "reference", "metric"]})
     pd.testing.assert_frame_equal(df, expected, check_exact=True)
@@ -132,8 +132,8 @@ def test_python_sweep_output_is_a_shard_merge_and_resume_accept(tmp_path):
     cli("sweep", DUMP, *grid, "-o", str(tmp_path / "cli.csv"))
     attnprobe.sweep(DUMP, specs, output=tmp_path / "py0.csv", shard="0/2", **common)
     cli("sweep", DUMP, *grid, "--shard", "1/2", "-o", str(tmp_path / "cli1.csv"))
-    py_plan = json.loads((tmp_path / "py0.run.json").read_text())["plan"]
-    cli_plan = json.loads((tmp_path / "cli1.run.json").read_text())["plan"]
+    py_plan = json.loads((tmp_path / "py0.csv.run.json").read_text())["plan"]
+    cli_plan = json.loads((tmp_path / "cli1.csv.run.json").read_text())["plan"]
     assert py_plan["fingerprint"] == cli_plan["fingerprint"]
     assert py_plan["shard"] == {"index": 0, "count": 2}
     assert 0 < len(py_plan["units"]) < py_plan["units_total"]  # a real shard: part of the units
@@ -161,7 +161,7 @@ def test_ctrl_c_stops_a_sweep_and_resume_completes_it(tmp_path):
     package = os.path.dirname(os.path.dirname(os.path.abspath(attnprobe.__file__)))  # the package under test
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([package, os.environ.get("PYTHONPATH", "")]))
     child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True, env=env)
-    info = tmp_path / "stopped.run.json"
+    info = tmp_path / "stopped.csv.run.json"
     for _ in range(600):  # run.json appears when the sweep starts
         if info.exists() or child.poll() is not None:
             break
@@ -405,7 +405,7 @@ def causal_softmax(q, k, v, scale, causal, seed):
 
 def test_custom_estimators_run_causal_cases_and_a_leak_is_refused():
     """A causal case passes causal=True (before, a causal sweep with custom= was refused); a function
-    that ignores it, or draws unseeded noise, is refused on its first causal call."""
+    that ignores it, or draws unseeded noise, is refused on any causal call, not only its first."""
     df = attnprobe.sweep(DUMP, ["performer"], custom={"exact": causal_softmax}, mask="causal", trials=2,
                          **CUSTOM_SLICE)
     mine = df[df["spec"] == "py:exact"]
@@ -428,10 +428,20 @@ def test_custom_estimators_run_causal_cases_and_a_leak_is_refused():
     keys = {attnprobe.random_key(11, attnprobe.case_id(0, h, 0, 128, "py:rec", causal=True), t)
             for h in (0, 1) for t in range(2)}
     assert {causal for causal, _ in seen} == {True} and {seed for _, seed in seen} == keys
-    assert len(seen) == 4 + 1  # 2 heads x 2 trials, and the leak check's second call
+    assert len(seen) == 4 + 4  # 2 heads x 2 trials, each with the leak check's second call
     # A custom name's case id before any sweep registered it (was "unknown estimator").
     assert attnprobe.case_id(0, 1, 0, 8, "py:not_swept_yet", causal=True) == \
         "layer=0;head=1;batch=0;n=8;spec=py:not_swept_yet;mask=causal"
+
+    calls = []
+
+    def leaks_after_first(q, k, v, scale, causal, seed):  # causal for the first call and its check only
+        calls.append(seed)
+        return causal_softmax(q, k, v, scale, causal and len(calls) <= 2, seed)
+
+    # Passed when only the first causal call was checked; now the second call fails.
+    with pytest.raises(attnprobe.EstimatorError, match="is not causal"):
+        attnprobe.sweep(DUMP, [], custom={"late": leaks_after_first}, mask="causal", trials=2, **CUSTOM_SLICE)
 
     def lift_like(q, k, v, scale, causal, seed):  # masked, but keys scaled by the whole sequence's largest norm
         return causal_softmax(q, 3 * k / np.linalg.norm(k, axis=1).max(), v, scale, causal, seed)
@@ -629,6 +639,63 @@ def test_python_readers_and_check_validate_as_the_cli(tmp_path):
     assert report.regressions == 0 and report.passed, report
     report = attnprobe.check(base, better, metrics="topk_recall")
     assert report.regressions > 0, report
+
+
+def test_python_check_fails_closed_on_numbers(tmp_path):
+    # Before: each of these passed (an infinite or huge standard error made the allowed increase infinite).
+    rows = attnprobe.sweep(DUMP, ["performer(M=16)"], metrics="spec_rel", trials=4, seed=3, **SLICE)
+    base = attnprobe.summarize(rows)
+    for mean_shift, se in ((0.5, math.inf), (0.5, 1e200), (1e200, 0.0), (0.5, 1e9)):
+        worse = base.copy()
+        worse["mean"] = worse["mean"] + mean_shift
+        worse[["median", "min", "max"]] = worse[["median", "min", "max"]] + mean_shift
+        worse[["std", "stderr"]] = se
+        with pytest.raises(attnprobe.InputError, match="new row 0|standard error over"):
+            attnprobe.check(worse, base)
+    huge = rows.copy()
+    huge.loc[huge.index[0], "value"] = 1e300
+    with pytest.raises(attnprobe.InputError, match="new row 0 \\(new run\\): the value is 1e\\+300"):
+        attnprobe.check(huge, rows)
+    with pytest.raises(ValueError):
+        attnprobe.check(rows, rows, z=1e308)
+
+
+def test_sweep_output_never_replaces_the_dump(tmp_path):
+    dump = tmp_path / "mine.h5"
+    dump.write_bytes(open(DUMP, "rb").read())
+    before = dump.read_bytes()
+    with pytest.raises(ValueError, match="would overwrite its own input"):
+        attnprobe.sweep(dump, ["vmean"], output=tmp_path / "." / "mine.h5", overwrite=True, **SLICE)
+    assert dump.read_bytes() == before
+
+
+def test_parsing_does_not_depend_on_the_host_locale(tmp_path):
+    """A host process under a comma locale (de_DE) read "0.5" in a spec or a CSV as 0 and ".5": strtod
+    follows LC_NUMERIC. The locale is built here with localedef (no root needed) and skipped without it."""
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", str(locales / "de_DE.UTF-8")],
+                          capture_output=True, text=True)
+    if not (locales / "de_DE.UTF-8").exists():
+        pytest.skip(f"localedef could not build de_DE.UTF-8: {made.stderr.strip()[:200]}")
+    script = f"""
+import locale, attnprobe
+locale.setlocale(locale.LC_ALL, "de_DE.UTF-8")
+assert locale.localeconv()["decimal_point"] == ",", locale.localeconv()
+q, k, v, scale, causal = attnprobe.load({DUMP!r}, 0, 0, 0, length=64)
+a = attnprobe.estimate("lara(beta=0.5)", q, k, v, scale, seed=1)
+rows = attnprobe.sweep({DUMP!r}, ["performer(M=16)"], metrics="spec_rel", trials=2, seed=3, layers="0", heads="0",
+                       batch="0", lengths="64")
+attnprobe.write_csv(rows, {str(tmp_path / "de.csv")!r})
+back = attnprobe.read_csv({str(tmp_path / "de.csv")!r})
+assert attnprobe.check(back, rows).passed
+print("ok", float(abs(a).sum()))
+"""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(attnprobe.__file__)))
+    env = dict(os.environ, LOCPATH=str(locales),
+               PYTHONPATH=os.pathsep.join([package] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and result.stdout.startswith("ok"), result.stderr[-2000:]
 
 
 def test_read_csv_names_the_file_it_refuses(tmp_path):

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -53,14 +54,23 @@ bool parse_int(std::string_view text, int64_t& out) {
 
 bool parse_real(std::string_view text, double& out) {
   std::string s = trim(text);
-  // Decimal only: strtod would also read hex floats (0x1p3), which nothing here writes.
+  // Decimal only: hex floats (0x1p3) are nothing attnprobe writes. from_chars, not strtod: strtod reads
+  // the C locale's decimal point, which a host process (Python under de_DE) may have made a comma.
   if (s.empty() || s.find_first_of("xX") != std::string::npos) return false;
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  // ERANGE on underflow returns a subnormal or zero, which is a valid value (lara(beta=1e-320));
-  // on overflow it returns ±HUGE_VAL, which is not.
-  if ((errno == ERANGE && std::isinf(v)) || end != s.c_str() + s.size()) return false;
+  const char* first = s.data();
+  const char* last = s.data() + s.size();
+  if (*first == '+' && s.size() > 1 && first[1] != '-') ++first;  // strtod took a leading '+'
+  double v = 0;
+  const auto [end, error] = std::from_chars(first, last, v, std::chars_format::general);
+  if (end != last) return false;
+  if (error == std::errc::result_out_of_range) {
+    // An underflow is a valid value (lara(beta=1e-400) is 0): the exponent is negative. An overflow is not.
+    const size_t e = s.find_first_of("eE");
+    if (e == std::string::npos || s.find('-', e) != e + 1) return false;
+    v = s.find('-') < e ? -0.0 : 0.0;
+  } else if (error != std::errc()) {
+    return false;
+  }
   out = v;
   return true;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/io/container.h"
@@ -36,12 +37,13 @@ Kind sniff(const std::string& path) {
 
 std::vector<std::string> DottedContainer::layer_groups() const {
   std::vector<std::string> groups;
+  std::set<std::string> seen;  // a linear scan per name was quadratic in a header of many layers
   for (const std::string& name : array_names()) {
     const size_t dot = name.find('.');
     if (dot == std::string::npos || dot <= 6 || name.compare(0, 6, "layer_") != 0) continue;
     if (!std::all_of(name.begin() + 6, name.begin() + dot, [](char c) { return c >= '0' && c <= '9'; })) continue;
     const std::string prefix = name.substr(0, dot);
-    if (std::find(groups.begin(), groups.end(), prefix) == groups.end()) groups.push_back(prefix);
+    if (seen.insert(prefix).second) groups.push_back(prefix);
   }
   return groups;
 }

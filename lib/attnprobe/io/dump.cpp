@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <limits>
 
+#include "attnprobe/common/digest.h"
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
 #include "attnprobe/io/container.h"
 
 namespace attnprobe {
@@ -344,6 +346,16 @@ const LayerInfo& Dump::layer(int number) const {
 }
 
 std::string Dump::root_attribute(const std::string& name) const { return container_->string_attribute(name); }
+
+std::string Dump::fingerprint() const {
+  // How the bytes are read: --layout, --num-heads and explicit paths change this, not the file.
+  std::string reading;
+  for (const LayerInfo& l : layers_)
+    reading += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{:a}|{}|{}|{}\n", l.name, l.q_path, l.k_path, l.v_path,
+                           l.layout, l.dtype, l.batch, l.heads, l.kv_heads, l.tokens, l.key_tokens, l.scale, l.dim,
+                           l.value_dim, num_heads_split_);
+  return fmt::format("{}, read as {:016x}", file_digest(path_), stable_hash(reading));
+}
 
 void Dump::read_block(const std::string& tensor, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
                       MatrixD& out) const {

@@ -63,6 +63,10 @@ class Dump {
   const std::vector<LayerInfo>& layers() const { return layers_; }
   const LayerInfo& layer(int number) const;                   ///< by layer number; throws InputError if absent
   std::string root_attribute(const std::string& name) const;  ///< "" when absent
+  /// The file's contents (common/digest.h, file_digest) and how its layers are read (layout, dtype, shapes,
+  /// scale, mask attributes): equal fingerprints give equal slices, within file_digest's sampling of files
+  /// over 64 MiB. Reads the file (all of it up to 64 MiB, 4 MiB of a larger one).
+  std::string fingerprint() const;
 
   /// Reads the prefix of n tokens of one (query) head of one batch item; k and v come from the
   /// head's kv head h / (H / Hkv). n must be ≤ the item's valid length; a layer with its own query rows

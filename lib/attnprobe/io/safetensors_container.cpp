@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/io/container.h"
@@ -39,6 +40,74 @@ constexpr DtypeEntry kDtypes[] = {
     {"F8_E5M2", 1, std::nullopt},    {"F8_E4M3", 1, std::nullopt},  {"I16", 2, std::nullopt},
     {"U16", 2, std::nullopt},        {"U32", 4, std::nullopt},      {"U64", 8, std::nullopt}};
 
+// A first pass over the header's JSON events that refuses what the tree would hide or cost: nesting deeper
+// than kMaxHeaderDepth, and a key twice in one object (the tree keeps the last, so a second "layer_00.q" or
+// "__metadata__" entry would silently win). Linear in the header: nlohmann's parse callback instead scans
+// the parent object at every member's end, minutes for a header of tens of thousands of tensors.
+class HeaderChecker final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit HeaderChecker(const std::string& path) : path_(path) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open();
+    keys_.emplace_back();
+    in_object_.push_back(true);
+    return true;
+  }
+  bool key(string_t& name) override {
+    const bool top = keys_.size() == 1, in_metadata = keys_.size() == 2 && metadata_open_;
+    require_input(keys_.back().insert(name).second,
+                  "'{}': the safetensors header names {} '{}' twice; which one is meant cannot be told. Re-create "
+                  "the file.",
+                  path_,
+                  top           ? "the entry"
+                  : in_metadata ? "the __metadata__ key"
+                                : "the field",
+                  name);
+    if (top) next_is_metadata_ = name == "__metadata__";
+    return true;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    in_object_.pop_back();
+    if (keys_.size() == 1) metadata_open_ = false;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    open();
+    in_object_.push_back(false);
+    return true;
+  }
+  bool end_array() override {
+    in_object_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw InputError(
+        fmt::format("'{}': the safetensors header is not JSON ({}). Re-create the file.", path_, e.what()));
+  }
+
+ private:
+  void open() {
+    require_input(in_object_.size() < static_cast<size_t>(kMaxHeaderDepth),
+                  "'{}': the safetensors header nests deeper than {} levels; a safetensors header has three. "
+                  "Re-create the file.",
+                  path_, kMaxHeaderDepth);
+    // The object opened as the value of the top-level "__metadata__" key.
+    if (in_object_.size() == 1 && next_is_metadata_) metadata_open_ = true;
+  }
+  const std::string& path_;
+  std::vector<std::set<std::string>> keys_;  ///< per open object, the keys seen
+  std::vector<bool> in_object_;              ///< per open container: object or array
+  bool next_is_metadata_ = false, metadata_open_ = false;
+};
+
 struct Tensor {
   std::string dtype_name;
   std::optional<RawType> type;
@@ -62,17 +131,13 @@ class SafetensorsContainer final : public DottedContainer {
                   path, header_bytes, size - 8,
                   header_bytes > kMaxHeaderBytes ? fmt::format(" (and at most {} are allowed)", kMaxHeaderBytes) : "");
     const uint64_t data_start = 8 + header_bytes, data_bytes = size - data_start;
+    const char* header_text = reinterpret_cast<const char*>(file_.data()) + 8;
+    const char* header_end = reinterpret_cast<const char*>(file_.data()) + data_start;
+    HeaderChecker checker(path);
+    nlohmann::json::sax_parse(header_text, header_end, &checker);
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(reinterpret_cast<const char*>(file_.data()) + 8,
-                                     reinterpret_cast<const char*>(file_.data()) + data_start,
-                                     [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-                                       require_input(depth <= kMaxHeaderDepth,
-                                                     "'{}': the safetensors header nests deeper than {} levels; a "
-                                                     "safetensors header has three. Re-create the file.",
-                                                     path, kMaxHeaderDepth);
-                                       return true;
-                                     });
+      header = nlohmann::json::parse(header_text, header_end);
     } catch (const nlohmann::json::exception& e) {
       throw InputError(
           fmt::format("'{}': the safetensors header is not JSON ({}). Re-create the file.", path, e.what()));

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -94,16 +95,21 @@ CsvContents read_csv(const std::string& path) {
   const std::vector<Column<TrialRow>>* trial_layout = &trial_columns();
   const std::vector<Column<SummaryRow>>* summary_layout = &summary_columns();
   CsvContents out;
-  size_t pos = 0, line_no = 0;
+  size_t pos = 0, line_no = 0, next_line = 1;
   while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) {  // an interrupted write: ignore the partial line
+    // A record ends at the first newline outside quotes: a quoted field (a dump named with a newline) may
+    // span lines, as the writer's csv_field quotes it.
+    size_t end = pos;
+    for (bool quoted = false; end < text.size() && (quoted || text[end] != '\n'); ++end)
+      if (text[end] == '"') quoted = !quoted;
+    if (end == text.size()) {  // an interrupted write: ignore the partial line
       out.truncated_tail = true;
       break;
     }
     std::string line = text.substr(pos, end - pos);
     pos = end + 1;
-    ++line_no;
+    line_no = next_line;
+    next_line += 1 + static_cast<size_t>(std::count(line.begin(), line.end(), '\n'));
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
       bool known = false;
@@ -139,6 +145,7 @@ CsvContents read_csv(const std::string& path) {
       parse_row(*trial_layout, fields, where, out.trials.emplace_back());
       require_possible_values(where, out.trials.back());
     }
+    out.row_places.push_back(where);
   }
   if (line_no == 0)
     throw InputError(text.empty() ? fmt::format("'{}' is empty: it has no CSV header", path)

@@ -36,6 +36,9 @@ struct CsvContents {
   std::vector<TrialRow> trials;
   std::vector<SummaryRow> summaries;
   bool truncated_tail = false;  ///< the file ended in an unterminated (partial) line, ignored
+  /// Where each row came from ("'f.csv' line 7", "new row 3"), in the order of trials or summaries;
+  /// errors about a row name it. May be empty (then errors name the case only).
+  std::vector<std::string> row_places;
 };
 
 /// Reads a trial or summary CSV. Throws InputError naming the file and line on malformed rows, and on a

@@ -19,13 +19,46 @@
 
 namespace attnprobe {
 
+namespace {
+
+// The gate squares standard errors and adds slack to means: a statistic must be finite and small enough
+// that its square is too, or the allowed increase overflows to inf and every run passes.
+constexpr double kLargestGatedValue = 1e150;
+// A standard error a million times its mean says the trials disagree wholesale or the file was edited: no
+// change of the mean could exceed z·se, so the row would pass whatever the run did.
+constexpr double kLargestRelativeStderr = 1e6;
+
+// NaN passes here: a NaN mean in the new run is a regression (check_regressions), in the baseline refused below.
+void require_gated_value(const std::string& where, const char* role, const char* column, double value) {
+  require_input(std::isnan(value) || (std::isfinite(value) && std::abs(value) < kLargestGatedValue),
+                "{} ({}): the {} is {}; the gate holds only finite statistics below {:g} (their squares must be "
+                "finite), or any run would pass. The file is damaged, or the run overflowed: rerun it.",
+                where, role, column, format_real(value), kLargestGatedValue);
+}
+
+std::string row_place(const CsvContents& contents, size_t i, const std::string& source) {
+  return i < contents.row_places.size() ? contents.row_places[i] : "'" + source + "'";
+}
+
+}  // namespace
+
 std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::string& source, bool baseline) {
   const char* role = baseline ? "baseline" : "new run";
   std::vector<SummaryRow> summaries;
   if (contents.summary) {
     summaries = contents.summaries;
+    for (size_t i = 0; i < summaries.size(); ++i) {
+      const SummaryRow& s = summaries[i];
+      const std::string where = row_place(contents, i, source);
+      for (const auto& [column, value] :
+           {std::pair{"mean", s.mean}, std::pair{"std", s.std}, std::pair{"stderr", s.stderr_},
+            std::pair{"median", s.median}, std::pair{"min", s.min}, std::pair{"max", s.max}})
+        require_gated_value(where, role, column, value);
+    }
   } else {
-    for (const TrialRow& r : contents.trials) {
+    for (size_t i = 0; i < contents.trials.size(); ++i) {
+      const TrialRow& r = contents.trials[i];
+      require_gated_value(row_place(contents, i, source), role, "value", r.value);
       const std::string what = case_label(r.key, r.metric);
       const std::optional<Metric> metric = find_metric(r.metric);
       require_input(metric.has_value(), "'{}' ({}): unknown metric '{}' in {}.", source, role, r.metric, what);
@@ -52,6 +85,10 @@ std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::strin
     require_input(std::isnan(s.mean) || (s.std >= 0 && s.stderr_ >= 0),
                   "'{}' ({}): {} has std {} and stderr {}; both must be >= 0.", source, role, what, format_real(s.std),
                   format_real(s.stderr_));
+    require_input(std::isnan(s.mean) || s.stderr_ <= kLargestRelativeStderr * std::abs(s.mean),
+                  "'{}' ({}): {} has the mean {} ± {}, a standard error over {:g} times its mean: no change of the "
+                  "mean could fail the gate. The file is damaged or its trials are not comparable.",
+                  source, role, what, format_real(s.mean), format_real(s.stderr_), kLargestRelativeStderr);
     if (baseline)
       require_input(std::isfinite(s.mean) && std::isfinite(s.stderr_),
                     "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
@@ -71,9 +108,12 @@ std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline) 
 }
 
 void validate_check_options(const CheckOptions& options) {
+  // With statistics < 1e150 (gate_input), slack up to 1e6 keeps z·se + atol + rtol·|mean| finite.
+  constexpr double kLargestOption = 1e6;
   for (auto [name, value] : {std::pair{"--z", options.z}, {"--atol", options.atol}, {"--rtol", options.rtol}})
-    require_usage(std::isfinite(value) && value >= 0, "{} must be a finite number >= 0 (got {})", name,
-                  format_real(value));
+    require_usage(std::isfinite(value) && value >= 0 && value <= kLargestOption,
+                  "{} must be a number from 0 to {:g} (got {}); a larger slack lets every run pass", name,
+                  kLargestOption, format_real(value));
   std::vector<std::string> names;
   for (Metric m : known_metrics()) names.push_back(metric_name(m));
   for (const std::string& m : options.metrics)
@@ -126,7 +166,7 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
     ++report.compared;
     c.new_mean = it->second->mean;
     c.new_se = it->second->stderr_;
-    const double se = std::sqrt(c.base_se * c.base_se + c.new_se * c.new_se);
+    const double se = std::hypot(c.base_se, c.new_se);  // inputs are < 1e150 (gate_input): cannot overflow
     // How much worse the new run is: larger is worse for every metric but topk_recall.
     const std::optional<Metric> metric = find_metric(base.metric);
     const double diff = metric && larger_is_better(*metric) ? c.base_mean - c.new_mean : c.new_mean - c.base_mean;

@@ -42,9 +42,15 @@ std::string iso_time_now() {
 
 std::string attnprobe_version() { return fmt::format("{} (git {}, {})", kVersion, kGitHash, kBuildType); }
 
-std::string run_info_path(const std::string& csv_path) {
-  std::filesystem::path p(csv_path);
-  return (p.parent_path() / (p.stem().string() + ".run.json")).string();
+std::string run_info_path(const std::string& csv_path) { return csv_path + ".run.json"; }
+
+std::string existing_run_info_path(const std::string& csv_path) {
+  const std::string current = run_info_path(csv_path);
+  std::error_code ec;
+  const std::filesystem::path p(csv_path);
+  if (std::filesystem::exists(current, ec) || p.extension() != ".csv") return current;
+  const std::string older = (p.parent_path() / (p.stem().string() + ".run.json")).string();
+  return std::filesystem::exists(older, ec) ? older : current;
 }
 
 namespace {
@@ -125,6 +131,7 @@ void write_run_info(const std::string& path, const RunInfo& info) {
       {"build_type", kBuildType},
       {"host", host},
       {"dump", info.dump},
+      {"dump_fingerprint", info.dump_fingerprint},
       {"device", info.device},
       {"threads", info.threads},
       {"seed", info.seed},
@@ -152,6 +159,7 @@ RunInfo read_run_info(const std::string& path) {
     info.version = j.at("version").get<std::string>();
     info.git_hash = j.at("git_hash").get<std::string>();
     info.dump = j.value("dump", "");
+    info.dump_fingerprint = j.value("dump_fingerprint", "");
     info.device = j.value("device", "cpu");
     info.threads = j.value("threads", 0);
     info.seed = j.at("seed").get<unsigned long long>();

@@ -47,6 +47,9 @@ struct PlanRecord {
 struct RunInfo {
   std::vector<std::string> command_line;
   std::string dump;
+  /// The dump's contents and how they were read (io/dump.h, Dump::fingerprint): `--resume` refuses a dump
+  /// that changed under the same name. "" in files of older versions.
+  std::string dump_fingerprint;
   std::string device = "cpu";
   int threads = 0;
   unsigned long long seed = 0;
@@ -69,8 +72,12 @@ RunInfo sweep_run_info(std::vector<std::string> command_line, std::string dump, 
 
 std::string iso_time_now();
 std::string attnprobe_version();  ///< "0.1.0 (git abc123, Release, openblas)"
-/// The run.json path that goes with a CSV: "dir/name.csv" → "dir/name.run.json".
+/// The run.json path that goes with a CSV: the whole file name + ".run.json" ("dir/name.csv" →
+/// "dir/name.csv.run.json"), so that two outputs that differ only in their extension never share one.
 std::string run_info_path(const std::string& csv_path);
+/// The run.json to read for a CSV: run_info_path's, or where only it is absent and the CSV ends in
+/// ".csv", the name older versions wrote ("dir/name.run.json").
+std::string existing_run_info_path(const std::string& csv_path);
 void write_run_info(const std::string& path, const RunInfo& info);
 /// Reads a run.json back (unknown fields are ignored). Throws InputError naming the file when it is
 /// missing or not such a JSON object.

@@ -18,12 +18,20 @@ SummaryRow describe(const CaseKey& key, const std::string& metric, std::vector<d
   s.key = key;
   s.metric = metric;
   s.count = static_cast<int64_t>(values.size());
+  // Sums of values scaled by the power of two nearest the largest magnitude: finite values near 1e308
+  // neither overflow the sum nor their squared deviations (a plain sum turns two of them into inf), and a
+  // power of two scales without rounding, so every other summary keeps its bits.
+  double largest = 0;
+  for (double v : values)
+    if (std::isfinite(v)) largest = std::max(largest, std::abs(v));
+  const double scale = largest > 0 ? std::ldexp(1.0, std::ilogb(largest)) : 1.0;
   double sum = 0;
-  for (double v : values) sum += v;
-  s.mean = sum / s.count;
+  for (double v : values) sum += v / scale;
+  const double scaled_mean = sum / s.count;
+  s.mean = scaled_mean * scale;
   double squares = 0;
-  for (double v : values) squares += (v - s.mean) * (v - s.mean);
-  s.std = s.count > 1 ? std::sqrt(squares / (s.count - 1)) : 0.0;
+  for (double v : values) squares += (v / scale - scaled_mean) * (v / scale - scaled_mean);
+  s.std = s.count > 1 ? std::sqrt(squares / (s.count - 1)) * scale : 0.0;
   s.stderr_ = s.std / std::sqrt(static_cast<double>(s.count));
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;

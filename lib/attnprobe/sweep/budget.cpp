@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
@@ -71,6 +72,21 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     auto [it, added] = kinds.try_emplace({s.layer, s.n, longest[{s.layer, s.head, s.batch}]}, s, 0.0);
     it->second.second += 1;
   }
+  // A deflated .npz member is inflated whole on its first read and kept (io/npz_container.cpp): every
+  // layer the plan reads holds its q, k and v in memory for the rest of the run.
+  double inflated = 0;
+  if (dump.format() == "npz") {
+    std::set<int> layers;
+    for (const SliceRef& s : plan.slices) layers.insert(s.layer);
+    for (int layer : layers) {
+      const LayerInfo& info = dump.layer(layer);
+      if (!info.compressed) continue;
+      const double element = info.dtype == "float64" ? 8 : info.dtype == "float32" ? 4 : 2;
+      inflated += element * static_cast<double>(info.batch) *
+                  (static_cast<double>(info.heads * info.tokens * info.dim) +
+                   static_cast<double>(info.kv_heads * info.key_tokens * (info.dim + info.value_dim)));
+    }
+  }
   for (const auto& [kind, first_and_count] : kinds) {
     const auto& [s, copies] = first_and_count;
     const int64_t n0 = std::get<2>(kind);
@@ -91,13 +107,16 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
       if (mem > largest) largest = mem, largest_setting = i;
       slice_flops += plan.settings[i].trials * estimators[i]->flops(s.n, info.dim, info.value_dim);
     }
-    bytes += workers * (20.0 * n * pv + largest);
+    bytes += workers * (20.0 * n * pv + largest) + inflated;
     budget.flops += copies * slice_flops;
     if (bytes > budget.peak_bytes) {
       budget.peak_bytes = bytes;
       budget.peak_case = estimators.empty()
                              ? slice_text(s)
                              : fmt::format("{} at {}", plan.settings[largest_setting].canonical, slice_text(s));
+      if (inflated > 0)
+        budget.peak_case +=
+            fmt::format(" (with {} of deflated .npz arrays, inflated whole and kept)", format_bytes(inflated));
     }
   }
   return budget;

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/sweep/shard.h"
@@ -116,7 +117,7 @@ struct Shard {
 
 Shard read_shard(const std::string& csv) {
   if (!std::filesystem::exists(csv)) throw InputError(fmt::format("shard '{}' does not exist", csv));
-  const std::string json = run_info_path(csv);
+  const std::string json = existing_run_info_path(csv);
   if (!std::filesystem::exists(json))
     throw InputError(fmt::format(
         "shard '{}' has no run.json beside it ('{}'): merge needs it to know which part of which sweep the file "
@@ -143,6 +144,9 @@ void require_same_sweep(const Shard& a, const Shard& b) {
            fmt::format("{} git {}", b.info.version, b.info.git_hash));
   if (pa.seed != pb.seed) differ("the seed", std::to_string(pa.seed), std::to_string(pb.seed));
   if (pa.dump != pb.dump) differ("the dump", pa.dump, pb.dump);
+  if (!a.info.dump_fingerprint.empty() && !b.info.dump_fingerprint.empty() &&
+      a.info.dump_fingerprint != b.info.dump_fingerprint)
+    differ("the dump's contents", a.info.dump_fingerprint, b.info.dump_fingerprint);
   if (pa.settings != pb.settings) {
     auto list = [](const PlanRecord& p) {
       std::vector<std::string> out;
@@ -168,11 +172,14 @@ MergeResult merge_shards(const std::vector<std::string>& inputs, const std::stri
                          RunInfo info) {
   if (inputs.empty()) throw UsageError("merge needs the shard CSVs to join (e.g. out/shard-*.csv)");
   std::error_code ec;
-  // Onto one of its own shards (under any name: a link, ./): with --overwrite it replaced that shard and
-  // its run.json, so the shard set could never be merged again.
-  for (const std::string& input : inputs)
-    if (std::filesystem::equivalent(input, output, ec))
-      throw UsageError(fmt::format("-o '{}' is the shard '{}': write the merged CSV to another file", output, input));
+  // Onto one of its own shards or their run.json (under any name: a link, ./): with --overwrite it replaced
+  // that shard, so the shard set could never be merged again.
+  std::vector<NamedPath> read;
+  for (const std::string& input : inputs) {
+    read.push_back({"the shard", input});
+    read.push_back({"the shard's run.json", existing_run_info_path(input)});
+  }
+  require_separate_files(read, {{"-o", output}, {"its run.json", run_info_path(output)}});
   const std::filesystem::file_status status = std::filesystem::status(output, ec);
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
     throw InputError(fmt::format("'{}' is {}, not a CSV file: give -o a file path", output,
@@ -292,6 +299,7 @@ MergeResult merge_shards(const std::vector<std::string>& inputs, const std::stri
 
   const RunInfo& base = shards.front().info;
   info.dump = base.dump;
+  info.dump_fingerprint = base.dump_fingerprint;
   info.device = base.device;
   info.threads = base.threads;
   info.seed = first.seed;

@@ -42,12 +42,14 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
     for (int i = 0; i < count; ++i) valid.push_back(i);
   if (trim(text) == "all" || trim(text).empty()) return valid;
   std::vector<int> out;
+  const std::set<int64_t> valid_set(valid.begin(), valid.end());
+  std::set<int64_t> chosen;  // sets: a list of 10^6 values costs n log n, not n²
   for (int64_t v : parse_int_list(text, what)) {
-    if (std::find(valid.begin(), valid.end(), v) == valid.end())
+    if (!valid_set.count(v))
       throw InputError(fmt::format("{} {} does not exist in the dump (valid: {}).", what, v,
                                    valid.size() <= 16 ? fmt::format("{}", fmt::join(valid, ","))
                                                       : fmt::format("{}..{}", valid.front(), valid.back())));
-    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(static_cast<int>(v));
+    if (chosen.insert(v).second) out.push_back(static_cast<int>(v));
   }
   return out;
 }
@@ -103,10 +105,13 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   if (request.metrics.empty()) throw UsageError("--metrics selects no metric");
   // The lengths asked for, each once (a repeated length would write its cases twice, which check then
   // refuses as two runs in one file).
+  // A set, not a scan of the list so far: --lengths 1..1000000 took a minute to dedupe before the first
+  // length was checked against the dump.
   std::vector<int64_t> asked_lengths;
+  std::set<int64_t> distinct_lengths;
   for (int64_t n : request.lengths) {
     if (n < 1) throw UsageError(fmt::format("length {} is not a number of tokens: lengths must be at least 1", n));
-    if (std::find(asked_lengths.begin(), asked_lengths.end(), n) == asked_lengths.end()) asked_lengths.push_back(n);
+    if (distinct_lengths.insert(n).second) asked_lengths.push_back(n);
   }
   SweepPlan plan;
   plan.seed = request.seed;

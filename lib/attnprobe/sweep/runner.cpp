@@ -17,7 +17,48 @@
 
 namespace attnprobe {
 
-std::string dump_label(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+namespace {
+// The length of the well-formed UTF-8 sequence (RFC 3629: no overlongs, surrogates or code points above
+// U+10FFFF) that starts at text[i], or 0 when none does.
+size_t utf8_sequence(const std::string& text, size_t i) {
+  const auto byte = [&](size_t j) { return j < text.size() ? static_cast<unsigned char>(text[j]) : 0u; };
+  const unsigned b0 = byte(i);
+  const auto tail = [&](size_t j, unsigned lo = 0x80, unsigned hi = 0xBF) { return byte(j) >= lo && byte(j) <= hi; };
+  if (b0 >= 0xC2 && b0 <= 0xDF) return tail(i + 1) ? 2 : 0;
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    const unsigned lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    return tail(i + 1, lo, hi) && tail(i + 2) ? 3 : 0;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    const unsigned lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    return tail(i + 1, lo, hi) && tail(i + 2) && tail(i + 3) ? 4 : 0;
+  }
+  return 0;
+}
+}  // namespace
+
+std::string dump_label(const std::string& path) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  std::string label;
+  for (size_t i = 0; i < name.size();) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x80) {
+      if (const size_t length = utf8_sequence(name, i); length > 0) {
+        label.append(name, i, length);
+        i += length;
+        continue;
+      }
+    }
+    if (c < 0x20 || c == 0x7F || c >= 0x80)
+      label += fmt::format("\\x{:02x}", c);
+    else if (c == '\\')
+      label += "\\\\";
+    else
+      label += static_cast<char>(c);
+    ++i;
+  }
+  return label;
+}
 
 std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics) {
   std::map<TrialId, std::set<std::string>> seen;

@@ -55,7 +55,9 @@ MatrixD reference_output(const Estimator& reference, const HeadView& view, Threa
 MatrixD upstream_gradient(uint64_t seed, const SliceRef& slice, int64_t pv);
 
 /// The value of the `dump` column: the file's base name (so results do not depend on where
-/// the file was when it was measured).
+/// the file was when it was measured), with what no CSV reader takes back as written escaped: a control
+/// character (a newline), a byte that is not UTF-8 as \xNN, and a backslash as \\. Every row stays one
+/// line (`wc -l`, grep, the MPI workers' pipe), and pandas reads the label back as written.
 std::string dump_label(const std::string& path);
 
 }  // namespace attnprobe

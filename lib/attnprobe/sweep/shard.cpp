@@ -84,20 +84,6 @@ SweepPlan restrict_plan(const SweepPlan& plan, const std::vector<size_t>& units)
   return out;
 }
 
-namespace {
-
-// FNV-1a, 64 bit: a stable hash of the plan's text (not for security: it tells plans apart).
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-}  // namespace
-
 PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vector<size_t>& units, ShardSpec shard) {
   PlanRecord record;
   record.dump = dump_label(dump.path());
@@ -125,7 +111,7 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
                         s.reference, s.trials);
   text += fmt::format("metrics={}\n", fmt::join(record.metrics, ","));
   for (size_t i = 0; i < plan.slices.size(); ++i) text += unit_name(unit(i)) + fmt::format(";p={}\n", unit(i).p);
-  record.fingerprint = fmt::format("{:016x}", fnv1a(text));
+  record.fingerprint = fmt::format("{:016x}", stable_hash(text));
   for (size_t i : units) record.units.push_back(unit(i));
   return record;
 }

@@ -19,7 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/sweep/merge.h"
@@ -66,6 +68,7 @@ SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, Outpu
       info_(std::move(info)) {
   namespace fs = std::filesystem;
   require_usage(!csv_path_.empty(), "-o needs a file name");
+  require_separate_files({{"the dump", dump_.path()}}, {{"-o", csv_path_}, {"its run.json", info_path_}});
   const fs::path path(csv_path_);
   std::error_code ec;
   if (path.has_parent_path()) {
@@ -149,7 +152,7 @@ void SweepRun::lock_output() {
       ::close(fd);
       if (error != EWOULDBLOCK) throw InputError(fmt::format("cannot lock '{}': {}", csv_path_, std::strerror(error)));
       // /proc/locks names the holder; else run.json (written a moment after the lock is taken).
-      const nlohmann::json earlier = read_earlier_info(info_path_);
+      const nlohmann::json earlier = read_earlier_info(existing_run_info_path(csv_path_));
       const std::string who = holder > 0 ? fmt::format("process {}", holder)
                               : earlier.is_object() && earlier.contains("pid") && earlier["pid"].is_number_integer()
                                   ? fmt::format("process {}", earlier["pid"].get<long long>())
@@ -172,7 +175,8 @@ void SweepRun::lock_output() {
 }
 
 void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
-  const nlohmann::json earlier = read_earlier_info(info_path_);
+  const std::string earlier_path = existing_run_info_path(csv_path_);
+  const nlohmann::json earlier = read_earlier_info(earlier_path);
   const std::string command =
       earlier.is_object() && earlier.contains("command_line") && earlier["command_line"].is_array()
           ? fmt::format(" (its command: {})", earlier["command_line"].dump())
@@ -201,6 +205,44 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
         "trials, metrics, mask or query rows differ from the earlier run's{}. Resume with the same command, or write "
         "to another -o file.",
         csv_path_, command);
+  // The dump's contents and how they are read, and the device (its rounding differs): rows of two dumps
+  // or devices would be summarized as one run.
+  auto earlier_text = [&](const char* field) {
+    return earlier.is_object() && earlier.contains(field) && earlier[field].is_string()
+               ? earlier[field].get<std::string>()
+               : std::string();
+  };
+  const std::string earlier_dump = earlier_text("dump_fingerprint");
+  require_usage(earlier_dump.empty() || info_.dump_fingerprint.empty() || earlier_dump == info_.dump_fingerprint,
+                "--resume of '{}': the dump '{}' is not the one the earlier run read (then: {}; now: {}), so its "
+                "rows would mix two dumps. Write to another -o file, or --overwrite to start again.",
+                csv_path_, dump_.path(), earlier_dump, info_.dump_fingerprint);
+  const std::string earlier_device = earlier_text("device");
+  require_usage(earlier_device.empty() || earlier_device == info_.device,
+                "--resume of '{}' with --device {}, but it was written with --device {}{}: the two devices round "
+                "differently, and one file must hold one run's numbers. Resume on {}, or write to another -o file.",
+                csv_path_, info_.device, earlier_device, command, earlier_device);
+  // Without run.json the rows must pin the grid themselves: a metric or a trial this command does not
+  // measure would be kept beside its rows (another --metrics or --trials, mixed into one file).
+  if (!earlier.is_object()) {
+    std::set<std::string> metrics;
+    for (Metric m : plan_.metrics) metrics.insert(metric_name(m));
+    std::map<std::pair<std::string, std::string>, int64_t> trials;
+    for (const EstimatorSetting& s : plan_.settings) trials[{s.canonical, s.reference}] = s.trials;
+    for (const TrialRow& r : rows) {
+      require_usage(metrics.count(r.metric),
+                    "--resume of '{}' without its run.json ({}): it has rows of the metric {}, which this command "
+                    "does not measure (another --metrics?). Resume with the metrics it was written with, or write "
+                    "to another -o file.",
+                    csv_path_, earlier_path, r.metric);
+      const auto it = trials.find({r.key.spec, r.key.reference});
+      require_usage(it == trials.end() || r.trial < it->second,
+                    "--resume of '{}' without its run.json ({}): it has trial {} of {}, but this command runs {} "
+                    "trials (another --trials?). Resume with the trials it was written with, or write to another "
+                    "-o file.",
+                    csv_path_, earlier_path, r.trial, r.key.spec, it->second);
+    }
+  }
   // Every row must be a case of this grid (a check that needs no run.json).
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask, int64_t, QueryRows>> slices;
   for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n, s.mask, s.window, s.queries);

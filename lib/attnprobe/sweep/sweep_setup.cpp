@@ -8,6 +8,7 @@ SweepSetup set_up_sweep(Dump dump, const SweepOptions& options) {
   ShardPlan part = plan_shard(dump, plan, costs, options.shard.value_or(ShardSpec{}));
   RunInfo info = sweep_run_info(options.command_line, dump.path(), options.threads, options.device, plan.seed);
   info.plan = part.record;
+  info.dump_fingerprint = dump.fingerprint();
   RunOptions run;
   run.threads = options.threads;
   run.device = parse_device(options.device);

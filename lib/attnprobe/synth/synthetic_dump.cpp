@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/text.h"
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/version.h"
 
@@ -31,6 +33,8 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
     for (int64_t l : o.lengths)
       if (l < 1 || l > o.tokens) throw UsageError(fmt::format("synth: valid length {} outside 1..{}", l, o.tokens));
   }
+  require_usage(std::isfinite(o.spread) && o.spread >= 0, "synth: --spread {} must be a finite number >= 0",
+                format_real(o.spread));
   const int p = o.dim, pv = o.value_dim > 0 ? o.value_dim : o.dim;
   const double sqrt_p = std::sqrt(static_cast<double>(p));
 
@@ -90,6 +94,17 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
         }
       }
     }
+    // What the stored type cannot hold would be written as inf (or NaN from inf − inf in the noise).
+    const double largest = o.type == StoredType::kFloat16   ? 65504.0
+                           : o.type == StoredType::kFloat32 ? static_cast<double>(std::numeric_limits<float>::max())
+                                                            : std::numeric_limits<double>::max();
+    for (const auto& [name, array] : out.datasets)
+      for (double value : array.values)
+        require_usage(std::isfinite(value) && std::abs(value) <= largest,
+                      "synth: layer {} ({} = {}, --spread {}) gives {} value {} in {}, beyond what the dump's type "
+                      "holds (largest {:g}). Use a larger temperature, a smaller --spread or a wider --dtype.",
+                      layer, "temperature", format_real(temperature), format_real(o.spread), name, format_real(value),
+                      out.name, largest);
     contents.layers.push_back(std::move(out));
   }
   return contents;

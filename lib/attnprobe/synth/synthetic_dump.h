@@ -32,8 +32,13 @@ struct SynthOptions {
   double spread = 0.5;                            ///< σ, within-cluster noise
   std::vector<int64_t> lengths;                   ///< valid tokens per batch item (writes `lengths`)
   uint64_t seed = 0;
+  /// The type the dump will store: options whose values overflow it (a tiny temperature makes q and k
+  /// about sqrt(sqrt(p)/T)) are refused, never written as inf.
+  StoredType type = StoredType::kFloat32;
 };
 
+/// Throws UsageError naming the option when the options are invalid or the values they give are not
+/// finite in `options.type`.
 DumpContents make_synthetic_dump(const SynthOptions& options);
 
 }  // namespace attnprobe
