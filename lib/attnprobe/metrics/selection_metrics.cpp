@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/largest_entries.h"
 
 namespace attnprobe {
 namespace {
@@ -13,17 +14,13 @@ namespace {
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kRecallK = 10;  ///< topk_recall@10: Quest's Fig. 4
 
-// The visible keys [begin, end) of a row of exact weights, the `count` largest first (ties to the older key),
-// returned ascending.
-std::vector<int64_t> heaviest(const Eigen::Ref<const RowVectorD>& a, KeyRange seen, int64_t count) {
-  std::vector<int64_t> order(seen.size());
-  for (int64_t j = seen.begin; j < seen.end; ++j) order[j - seen.begin] = j;
-  count = std::min(count, seen.size());
-  std::partial_sort(order.begin(), order.begin() + count, order.end(),
-                    [&](int64_t x, int64_t y) { return a[x] > a[y] || (a[x] == a[y] && x < y); });
-  order.resize(count);
-  std::sort(order.begin(), order.end());
-  return order;
+// The first `count` of a largest-first list of keys, ascending (for the merge in `common`).
+std::vector<int64_t> ascending_prefix(const std::vector<int64_t>& largest_first, int64_t count) {
+  std::vector<int64_t> out(
+      largest_first.begin(),
+      largest_first.begin() + std::min<int64_t>(count, static_cast<int64_t>(largest_first.size())));
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // |x ∩ y| of two ascending index lists.
@@ -95,11 +92,12 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       // Against the oracle of the same size (kept_overlap, a Jaccard index) and the 10 heaviest keys.
       if (wants_oracle) {
         const int64_t size = static_cast<int64_t>(row.keys.size());
-        const std::vector<int64_t> same_size = heaviest(a.row(r), seen, size);
+        const std::vector<int64_t> largest = largest_entries(a.row(r), seen.begin, seen.end, std::max(size, kRecallK));
+        const std::vector<int64_t> same_size = ascending_prefix(largest, size);
         const int64_t both = common(row.keys, same_size);
         const int64_t either = size + static_cast<int64_t>(same_size.size()) - both;
         sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
-        const std::vector<int64_t> top = heaviest(a.row(r), seen, kRecallK);
+        const std::vector<int64_t> top = ascending_prefix(largest, kRecallK);
         sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());
       }
     }

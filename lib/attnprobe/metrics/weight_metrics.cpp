@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <stdexcept>
 
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/largest_entries.h"
 
 namespace attnprobe {
 
@@ -14,25 +14,15 @@ namespace {
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kTopK = 8;
 
-// The indices of the k largest entries of a row, larger first, ties to the lower index.
-std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& row, int64_t k) {
-  std::vector<int64_t> order(row.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  order.resize(k);
-  return order;
-}
-
 // How many of the estimate's top k keys are among the exact row's top k, where a key that ties with the
 // exact k-th largest weight counts as among them: two equal keys (a repeated token without positions,
 // synthetic duplicates) are equally right answers, and the estimate's rounding picks either. The set
 // intersection with ties to the lower index gave exact softmax 0.996 on such rows.
 int64_t top_k_found(const Eigen::Ref<const Eigen::RowVectorXd>& exact,
                     const Eigen::Ref<const Eigen::RowVectorXd>& estimate, int64_t k) {
-  const double kth_exact = exact[top_k(exact, k).back()];
+  const double kth_exact = exact[largest_entries(exact, 0, exact.size(), k).back()];
   int64_t found = 0;
-  for (int64_t j : top_k(estimate, k)) found += exact[j] >= kth_exact ? 1 : 0;
+  for (int64_t j : largest_entries(estimate, 0, estimate.size(), k)) found += exact[j] >= kth_exact ? 1 : 0;
   return found;
 }
 
