@@ -10,6 +10,7 @@
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/selection/kept_keys.h"
+#include "attnprobe/estimators/selection/snapkv/snapkv.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/selection_metrics.h"
 #include "support.h"
@@ -426,4 +427,118 @@ TEST_CASE("sweep --metrics selection writes the selection rows and refuses estim
                                      temp_path("selection-refused.csv"));
   CHECK(refused.exit_code == 2);
   CHECK_THAT(refused.output, Catch::Contains("states no kept set"));
+}
+
+namespace {
+
+// SnapKV's kept set of decode row i (the rows before the view are its prompt), from the definition: votes of the
+// last `window` prompt rows with their causal weights, zero-padded pooling, the best by (score, older key).
+std::vector<int64_t> snapkv_set(const HeadView& view, int64_t i, int64_t window, int64_t budget, int64_t kernel,
+                                bool max_pool) {
+  const int64_t P = view.first_position, t = view.position(i);
+  std::vector<int64_t> kept;
+  if (P <= budget) {
+    for (int64_t j = 0; j < P; ++j) kept.push_back(j);
+  } else {
+    const int64_t candidates = P - window, half = kernel / 2;
+    std::vector<double> votes(candidates, 0.0);
+    for (int64_t r = candidates; r < P; ++r) {
+      std::vector<double> w(r + 1);
+      double top = -INFINITY, total = 0;
+      for (int64_t j = 0; j <= r; ++j)
+        top =
+            std::max(top, w[j] = view.scale * view.prompt_qf.row(r).cast<double>().dot(view.kf.row(j).cast<double>()));
+      for (double& x : w) total += x = std::exp(x - top);
+      for (int64_t j = 0; j < candidates; ++j) votes[j] += w[j] / total;
+    }
+    std::vector<double> padded(candidates + 2 * half, max_pool ? -INFINITY : 0.0), score(candidates);
+    std::copy(votes.begin(), votes.end(), padded.begin() + half);
+    for (int64_t j = 0; j < candidates; ++j) {
+      double pooled = max_pool ? -INFINITY : 0.0;
+      for (int64_t d = 0; d < kernel; ++d) pooled = max_pool ? std::max(pooled, padded[j + d]) : pooled + padded[j + d];
+      score[j] = max_pool ? pooled : pooled / static_cast<double>(kernel);
+    }
+    std::vector<int64_t> order(candidates);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+    order.resize(budget - window);
+    kept = order;
+    for (int64_t j = candidates; j < P; ++j) kept.push_back(j);
+  }
+  for (int64_t j = P; j <= t; ++j) kept.push_back(j);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+}  // namespace
+
+TEST_CASE("snapkv keeps the prompt keys its pooled votes choose, and the decode keys", "[selection][snapkv]") {
+  const HeadView whole = masked_slice(240, 12, Mask::kCausal, 0, 31);
+  struct Case {
+    std::string spec;
+    int64_t window, budget, kernel;
+    bool max_pool;
+    int64_t rows;
+  };
+  for (const Case& c : {Case{"snapkv(window=8,budget=40)", 8, 40, 5, false, 16},
+                        Case{"snapkv(window=8,budget=32,kernel=7,pool=max)", 8, 32, 7, true, 5},
+                        Case{"snapkv(window=12,budget=12,kernel=1)", 12, 12, 1, false, 30},
+                        Case{"snapkv(window=4,budget=300)", 4, 300, 5, false, 16}}) {
+    INFO(c.spec << ", the last " << c.rows << " rows");
+    const HeadView view = last_rows(whole, c.rows);
+    REQUIRE(view.prompt_qf.rows() == 240 - c.rows);
+    const MatrixF out = run_estimator(c.spec, view);
+    int64_t set_mismatches = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < view.n(); ++i) {
+      const std::vector<int64_t> kept = snapkv_set(view, i, c.window, c.budget, c.kernel, c.max_pool);
+      set_mismatches += stated_set(c.spec, view, i) != kept;
+      const RowVectorD expected = attend(view, i, kept);
+      worst = std::max(worst, (out.row(i).cast<double>() - expected).norm() / expected.norm());
+    }
+    CHECK(set_mismatches == 0);
+    CHECK(worst < 1e-5);  // float32 attention of the same keys: observed 1.7e-7..4.9e-7 per row
+  }
+  // A budget covering the prompt keeps every key: exact attention of the decode rows.
+  const HeadView view = last_rows(whole, 16);
+  const MatrixF out = run_estimator("snapkv(window=4,budget=300)", view);
+  const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
+  CHECK((out.cast<double>() - exact).norm() / exact.norm() < 1e-6);  // observed 3.3e-7: float32 rounding
+}
+
+TEST_CASE("snapkv pools its votes with zero padding counted (avg) and the in-range maximum (max)",
+          "[selection][snapkv]") {
+  const std::vector<double> votes = {1, 2, 3, 4, 5};
+  // avg, kernel 3: the borders divide by 3 with one padded zero: (0 + 1 + 2)/3 = 1 and (4 + 5 + 0)/3 = 3.
+  CHECK(pool_votes(votes, 3, SnapkvPool::kAvg) == std::vector<double>{1, 2, 3, 4, 3});
+  CHECK(pool_votes(votes, 3, SnapkvPool::kMax) == std::vector<double>{2, 3, 4, 5, 5});
+  CHECK(pool_votes(votes, 1, SnapkvPool::kAvg) == votes);  // kernel 1: no pooling
+  CHECK(pool_votes(votes, 1, SnapkvPool::kMax) == votes);
+  CHECK(pool_votes({7}, 5, SnapkvPool::kAvg) == std::vector<double>{7.0 / 5});
+}
+
+TEST_CASE("snapkv rows do not see later tokens, and it refuses what it cannot measure", "[selection][snapkv]") {
+  // Replacing the tokens from position 230 on leaves every earlier decode row bit for bit.
+  const HeadView whole = masked_slice(240, 12, Mask::kCausal, 0, 33);
+  const HeadView changed = with_tokens_replaced(whole, 230, 4);
+  const MatrixF a = run_estimator("snapkv(window=8,budget=40)", last_rows(whole, 20));
+  const MatrixF b = run_estimator("snapkv(window=8,budget=40)", last_rows(changed, 20));
+  CHECK(rows_identical(a, b, 10));
+  CHECK(!rows_identical(a.bottomRows(10), b.bottomRows(10), 10));
+  // No prompt (a whole slice), a prompt no longer than the window: exit 3 from the estimator.
+  CHECK_THROWS_AS(run_estimator("snapkv", whole), InputError);
+  CHECK_THROWS_AS(run_estimator("snapkv(window=32)", last_rows(whole, 210)), InputError);
+  CHECK_THROWS_AS(parse_spec("snapkv(kernel=4)"), UsageError);
+  CHECK_THROWS_AS(parse_spec("snapkv(window=64,budget=32)"), UsageError);
+  // On the command line: all rows is a usage error, decode rows run.
+  const std::string dump = write_synth("snapkv.h5", synth_options(1, 1, 1, 96, 16));
+  const auto all = run_attnprobe("eval " + dump + " -e snapkv --mask causal -q");
+  CHECK(all.exit_code == 2);
+  CHECK_THAT(all.output, Catch::Contains("--queries last:W"));
+  const auto decode = run_attnprobe("eval " + dump +
+                                    " -e 'snapkv(window=8,budget=24)' --mask causal --queries last:8 --metrics "
+                                    "spec_rel,selection -q");
+  INFO(decode.output);
+  CHECK(decode.exit_code == 0);
+  CHECK_THAT(decode.output, Catch::Contains("keys_attended"));
 }

@@ -44,12 +44,14 @@ def full_variants():
 @pytest.fixture(scope="module")
 def cli_csv(tmp_path_factory):
     """The CLI's sweeps of every variant of every estimator on SLICE (2 trials each): under the full mask those with
-    a full form, under the causal mask the positional ones (sinks and windows, which have none)."""
+    a full form, under the causal mask the positional ones (sinks and windows, which have none). Those that compress
+    a prompt (decode rows only) are test_prompt_estimators_sweep_decode_rows_as_the_cli's."""
     folder = tmp_path_factory.mktemp("cli")
     full = set(full_variants())
+    prompt = {s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]}
     paths = {}
     for mask, specs in (("full", [s for s in all_variants() if s in full]),
-                        ("causal", [s for s in all_variants() if s not in full])):
+                        ("causal", [s for s in all_variants() if s not in full and s not in prompt])):
         paths[mask] = folder / f"{mask}.csv"
         args = ["sweep", DUMP, "--layers", SLICE["layers"], "--heads", SLICE["heads"], "--batch", SLICE["batch"],
                 "--lengths", SLICE["lengths"], "--trials", "2", "--seed", str(SEED), "--threads", "2", "--mask", mask,
@@ -87,7 +89,10 @@ def test_estimate_and_metrics_equal_the_cli_bit_for_bit(cli_csv):
             for metric, value in zip(group["metric"], group["value"]):
                 assert same(values[metric], value), (spec, mask, trial, metric, values[metric], value)
             checked.add(spec)
-    assert checked == set(all_variants())  # every variant of every registered estimator was compared
+    # Every variant of every registered estimator was compared (those that compress a prompt, decode rows only, in
+    # test_prompt_estimators_sweep_decode_rows_as_the_cli).
+    prompt = {s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]}
+    assert checked == set(all_variants()) - prompt
 
 
 def test_sweep_dataframe_and_csv_equal_the_cli(tmp_path):
@@ -832,7 +837,7 @@ def test_decode_estimates_match_the_cli_and_the_whole_slice(tmp_path):
     # Every estimator with a causal decode form (estimators()' "decode"): estimate() of the last 16 rows
     # against all 96 keys with a --queries last:16 row as its case gives the CLI's metrics bit for bit,
     # and the very bits of the last 16 rows of the whole slice's estimate (the draws are the all case's).
-    specs = [e["spec"] for e in attnprobe.estimators() if "causal" in e["decode"]]
+    specs = [e["spec"] for e in attnprobe.estimators() if "causal" in e["decode"] and not e["prompt"]]
     assert "softmax" in specs and not any(s.startswith("nystrom") for s in specs)
     out = tmp_path / "decode.csv"
     cli("sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--trials", "2",
@@ -861,6 +866,27 @@ def test_decode_estimates_match_the_cli_and_the_whole_slice(tmp_path):
         "layer=1;head=1;batch=1;n=96;spec=softmax;mask=causal;queries=last:16"
     assert attnprobe.case_id(1, 1, 1, 96, "softmax", mask="window:8") == \
         "layer=1;head=1;batch=1;n=96;spec=softmax;mask=window:8"
+
+
+def test_prompt_estimators_sweep_decode_rows_as_the_cli(tmp_path):
+    # snapkv compresses the cache from the prompt's query rows: sweep(queries="last:W") reads them from the dump's
+    # slice, as the CLI does, bit for bit; a decode slice handed to estimate() holds no prompt (InputError).
+    specs = [s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]]
+    assert any(s.startswith("snapkv") for s in specs)
+    out = tmp_path / "prompt.csv"
+    args = ["sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--mask", "causal",
+            "--queries", "last:16", "--metrics", "spec_rel,selection", "-q", "-o", str(out)]
+    cli(*args, *[a for s in specs for a in ("-e", s)])
+    mine = attnprobe.sweep(DUMP, specs, layers="1", heads="1", batch="1", lengths=[96], mask="causal",
+                           queries="last:16", metrics="spec_rel,selection")
+    theirs = attnprobe.read_csv(out)
+    assert len(mine) == len(theirs) > 0
+    assert list(mine["value"]) == list(theirs["value"])
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    with pytest.raises(attnprobe.InputError, match="needs the query rows of the prompt"):
+        attnprobe.estimate(specs[0], q[-16:], k, v, scale, mask="causal")
+    with pytest.raises(ValueError, match="--queries last:W"):
+        attnprobe.sweep(DUMP, specs[:1], layers="1", heads="1", batch="1", lengths=[96], mask="causal")
 
 
 def test_decode_refusals_say_what_to_do():

@@ -67,6 +67,10 @@ struct Capabilities {
   Forms weights;  ///< the masks under which it states the attention weights it implies (docs/metrics.md)
   /// It states the keys each row reads (Estimator::kept_keys): the selection metrics apply to it.
   bool selection = false;
+  /// It compresses the cache once from the prompt (docs/estimators/selection.md, "class B"): its state comes from
+  /// the query rows before the first evaluated row (HeadView::prompt_qf), so it has a decode form only, on the
+  /// last rows of a self-attention slice; a dump that stores only its decode rows lacks the prompt's queries.
+  bool prompt = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 };

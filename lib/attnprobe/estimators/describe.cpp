@@ -88,6 +88,7 @@ std::string estimators_json() {
                                {"weights", !can.weights.empty()},
                                {"causal_weights", can.weights.has(Mask::kCausal)},
                                {"kept_keys", can.selection},
+                               {"prompt", can.prompt},
                                {"backward", backward_name(can.backward)},
                                {"causal_backward", can.backward_forms.has(Mask::kCausal)},
                                {"devices", device_names},

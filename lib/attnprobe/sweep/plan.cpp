@@ -171,6 +171,9 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
 
   const bool decode =
       std::any_of(request.queries.begin(), request.queries.end(), [](QueryRows rows) { return !rows.all(); });
+  // Only last:W rows: the self-attention forms are not used (an estimator may have a decode form only).
+  const bool decode_only =
+      std::none_of(request.queries.begin(), request.queries.end(), [](QueryRows rows) { return rows.all(); });
   if (request.queries.empty()) throw UsageError("--queries selects no query rows (use all, or last:W)");
   const auto gradient = std::find_if(plan.metrics.begin(), plan.metrics.end(), is_gradient_metric);
   if (decode && gradient != plan.metrics.end())
@@ -218,7 +221,15 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     }
     for (const EstimatorSetting& setting : plan.settings)
       for (const Spec& spec : {setting.spec, parse_spec(setting.reference)}) {
-        require_form_support(spec, mask.mask, false);
+        // A class-B estimator reads the prompt's query rows, which a dump of decode rows does not hold.
+        if (own && spec.capabilities().prompt)
+          throw InputError(fmt::format(
+              "{}: '{}' compresses the cache from the prompt's query rows (positions before the stored rows), "
+              "which this dump does not hold. Dump the whole sequence's queries and measure its last rows with "
+              "--queries last:W.",
+              fmt::format("layer {} of '{}' stores only its own {} query rows", layer, dump.path(), info.tokens),
+              spec.canonical()));
+        if (!decode_only || own) require_form_support(spec, mask.mask, false);
         if (decode || own) require_form_support(spec, mask.mask, true);
       }
     if (mask.mask != Mask::kFull) {

@@ -106,6 +106,7 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
   view.window = like.window;
   view.first_position = like.first_position;
   view.positions = like.positions;
+  view.prompt_qf = like.prompt_qf;
   return view;
 }
 
@@ -118,6 +119,11 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   view.first_position = whole.first_position + whole.n() - rows;
   view.q = whole.q.bottomRows(rows);
   view.qf = whole.qf.bottomRows(rows);
+  // The prompt: whole's own prompt (when it is itself a cut of a self-attention slice) and its rows before these.
+  if (whole.positions.empty() && whole.prompt_qf.rows() == whole.first_position) {
+    view.prompt_qf.resize(view.first_position, whole.qf.cols());
+    view.prompt_qf << whole.prompt_qf, whole.qf.topRows(whole.n() - rows);
+  }
   view.k = whole.k;
   view.kf = whole.kf;
   view.v = whole.v;

@@ -28,6 +28,10 @@ struct HeadView {
   std::vector<int64_t> positions;  ///< explicit positions of the query rows (strictly increasing), or empty
   MatrixD q, k, v;                 ///< rows × p, keys × p, keys × pv (float64)
   MatrixF qf, kf, vf;              ///< the same in float32
+  /// The query rows at positions 0..first_position − 1 when the view is the last rows of a self-attention
+  /// slice (last_rows): the prompt, whose queries estimators that compress the cache once read (float32, as
+  /// the selection scores widen it). Empty for a whole slice and for a dump that stores only its decode rows.
+  MatrixF prompt_qf;
 
   int64_t n() const { return q.rows(); }  ///< query rows
   int64_t keys() const { return k.rows(); }
@@ -47,7 +51,8 @@ HeadView make_head_view(SliceId id, double scale, MatrixD q, MatrixD k, MatrixD 
 HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v);
 
 /// The last `rows` query rows of a self-attention view against all of its keys: rows at positions
-/// keys − rows..keys − 1 (a decode step of `rows` queries with the slice as its cache), same mask.
+/// keys − rows..keys − 1 (a decode step of `rows` queries with the slice as its cache), same mask; the rows
+/// before them become its prompt_qf.
 HeadView last_rows(const HeadView& whole, int64_t rows);
 
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores

@@ -68,20 +68,21 @@ Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows kee
   };
 }
 
+double widened_dot(const float* q, const float* k, int64_t p) {
+  double part[4] = {0, 0, 0, 0};
+  int64_t c = 0;
+  for (; c + 4 <= p; c += 4)
+    for (int l = 0; l < 4; ++l) part[l] += static_cast<double>(q[c + l]) * static_cast<double>(k[c + l]);
+  for (; c < p; ++c) part[0] += static_cast<double>(q[c]) * static_cast<double>(k[c]);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
 std::vector<double> score_visible(const HeadView& view, int64_t row) {
   const KeyRange seen = view.visible(row);
-  const int64_t p = view.p();
   const float* q = view.qf.row(row).data();
   std::vector<double> scores(seen.size());
-  for (int64_t j = seen.begin; j < seen.end; ++j) {
-    const float* k = view.kf.row(j).data();
-    double part[4] = {0, 0, 0, 0};
-    int64_t c = 0;
-    for (; c + 4 <= p; c += 4)
-      for (int l = 0; l < 4; ++l) part[l] += static_cast<double>(q[c + l]) * static_cast<double>(k[c + l]);
-    for (; c < p; ++c) part[0] += static_cast<double>(q[c]) * static_cast<double>(k[c]);
-    scores[j - seen.begin] = view.scale * ((part[0] + part[1]) + (part[2] + part[3]));
-  }
+  for (int64_t j = seen.begin; j < seen.end; ++j)
+    scores[j - seen.begin] = view.scale * widened_dot(q, view.kf.row(j).data(), view.p());
   return scores;
 }
 

@@ -42,6 +42,10 @@ class KeptKeysEstimator : public Estimator {
   }
 };
 
+/// q·k in float64 from float32 inputs, in a fixed order (four interleaved partial sums over the p channels): the
+/// one dot product every selection score is made of.
+double widened_dot(const float* q, const float* k, int64_t p);
+
 /// The float64 logits s·q_i·k_j of row i over the keys it sees (view.visible(i)), index 0 = the range's first key,
 /// from the float32 inputs widened: each one dot product in a fixed order (four interleaved partial sums),
 /// independent of the other rows.
