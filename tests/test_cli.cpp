@@ -262,6 +262,31 @@ TEST_CASE("bad input exits 3 and bad usage exits 2 with messages that say what t
   }
 }
 
+TEST_CASE("unknown names and options suggest the nearest one, exit 2", "[cli][errors][did-you-mean]") {
+  const std::string dump = demo_dump(), out = temp_path("suggest.csv");
+  struct Case {
+    std::string args, says;
+  };
+  const std::vector<Case> cases = {
+      {"eval " + dump + " -e performr", "Did you mean 'performer'?"},
+      {"eval " + dump + " -e " + quote("performer(m=16)"), "Did you mean 'M'?"},
+      {"sweep " + dump + " -e vmean --trails 3 -o " + out, "Did you mean '--trials' (for '--trails')?"},
+      {"sweep " + dump + " -e vmean --trails=3 -o " + out, "Did you mean '--trials' (for '--trails')?"},
+      {"eval " + dump + " -e vmean --sample 8", "Did you mean '--samples' (for '--sample')?"},
+      {"list performr", "Did you mean 'performer'?"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_attnprobe(c.args);
+    INFO("attnprobe " << c.args << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.says));
+  }
+  // Nothing near: CLI11's own message, no guess.
+  const auto far = run_attnprobe("eval " + dump + " -e vmean --frobnicate 1");
+  CHECK(far.exit_code == 2);
+  CHECK_THAT(far.output, Catch::Contains("--frobnicate") && !Catch::Contains("Did you mean"));
+}
+
 TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
   const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean --device cuda -q");
   if (r.exit_code == 0) SKIP_TEST("a GPU is visible: --device cuda runs (the parity tests check it)");
