@@ -287,6 +287,28 @@ TEST_CASE("unknown names and options suggest the nearest one, exit 2", "[cli][er
   CHECK_THAT(far.output, Catch::Contains("--frobnicate") && !Catch::Contains("Did you mean"));
 }
 
+TEST_CASE("eval, sweep and diagnose take --length and --lengths alike", "[cli]") {
+  const std::string dump = demo_dump();
+  const auto eval = run_attnprobe("eval " + dump + " -e vmean --layers 0 --lengths 64 -q");
+  INFO(eval.output);
+  CHECK(eval.exit_code == 0);
+  CHECK_THAT(eval.output, Catch::Contains("n = 64"));
+  const auto several = run_attnprobe("eval " + dump + " -e vmean --lengths 32,64 -q");
+  CHECK(several.exit_code == 2);
+  CHECK_THAT(several.output, Catch::Contains("one value (use sweep for several)"));
+  const std::string csv = temp_path("one-length.csv");
+  const auto sweep = run_attnprobe("sweep " + dump + " -e vmean --layers 0 --length 32 -q --overwrite -o " + csv);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  const auto rows = read_csv(csv).trials;
+  CHECK(!rows.empty());
+  for (const TrialRow& row : rows) CHECK(row.key.n == Coordinate(32));
+  const auto diagnose =
+      run_attnprobe("diagnose " + dump + " --layers 0 --length 32 -o " + temp_path("one-length-diagnose.csv"));
+  INFO(diagnose.output);
+  CHECK(diagnose.exit_code == 0);
+}
+
 TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
   const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean --device cuda -q");
   if (r.exit_code == 0) SKIP_TEST("a GPU is visible: --device cuda runs (the parity tests check it)");
