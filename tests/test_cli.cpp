@@ -309,6 +309,19 @@ TEST_CASE("eval, sweep and diagnose take --length and --lengths alike", "[cli]")
   CHECK(diagnose.exit_code == 0);
 }
 
+TEST_CASE("list NAME prints that estimator alone, from the registry", "[cli]") {
+  const auto r = run_attnprobe("list performer");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const EstimatorDef& def = *find_estimator("performer");
+  CHECK_THAT(r.output, Catch::StartsWith("performer\n") && Catch::Contains(def.summary) &&
+                           Catch::Contains("docs/" + def.page) && Catch::Contains("samples knob: M") &&
+                           Catch::Contains("devices: cpu") && Catch::Contains("masks") && Catch::Contains("decode:") &&
+                           Catch::Contains("attention weights:") && Catch::Contains("backward:"));
+  for (const ParamDef& p : def.params) CHECK_THAT(r.output, Catch::Contains(p.help));
+  CHECK_THAT(r.output, !Catch::Contains("== ") && !Catch::Contains("\nyoso"));  // no family header, no other
+}
+
 TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
   const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean --device cuda -q");
   if (r.exit_code == 0) SKIP_TEST("a GPU is visible: --device cuda runs (the parity tests check it)");
