@@ -262,6 +262,66 @@ TEST_CASE("bad input exits 3 and bad usage exits 2 with messages that say what t
   }
 }
 
+TEST_CASE("unknown names and options suggest the nearest one, exit 2", "[cli][errors][did-you-mean]") {
+  const std::string dump = demo_dump(), out = temp_path("suggest.csv");
+  struct Case {
+    std::string args, says;
+  };
+  const std::vector<Case> cases = {
+      {"eval " + dump + " -e performr", "Did you mean 'performer'?"},
+      {"eval " + dump + " -e " + quote("performer(m=16)"), "Did you mean 'M'?"},
+      {"sweep " + dump + " -e vmean --trails 3 -o " + out, "Did you mean '--trials' (for '--trails')?"},
+      {"sweep " + dump + " -e vmean --trails=3 -o " + out, "Did you mean '--trials' (for '--trails')?"},
+      {"eval " + dump + " -e vmean --sample 8", "Did you mean '--samples' (for '--sample')?"},
+      {"list performr", "Did you mean 'performer'?"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_attnprobe(c.args);
+    INFO("attnprobe " << c.args << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.says));
+  }
+  // Nothing near: CLI11's own message, no guess.
+  const auto far = run_attnprobe("eval " + dump + " -e vmean --frobnicate 1");
+  CHECK(far.exit_code == 2);
+  CHECK_THAT(far.output, Catch::Contains("--frobnicate") && !Catch::Contains("Did you mean"));
+}
+
+TEST_CASE("eval, sweep and diagnose take --length and --lengths alike", "[cli]") {
+  const std::string dump = demo_dump();
+  const auto eval = run_attnprobe("eval " + dump + " -e vmean --layers 0 --lengths 64 -q");
+  INFO(eval.output);
+  CHECK(eval.exit_code == 0);
+  CHECK_THAT(eval.output, Catch::Contains("n = 64"));
+  const auto several = run_attnprobe("eval " + dump + " -e vmean --lengths 32,64 -q");
+  CHECK(several.exit_code == 2);
+  CHECK_THAT(several.output, Catch::Contains("one value (use sweep for several)"));
+  const std::string csv = temp_path("one-length.csv");
+  const auto sweep = run_attnprobe("sweep " + dump + " -e vmean --layers 0 --length 32 -q --overwrite -o " + csv);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  const auto rows = read_csv(csv).trials;
+  CHECK(!rows.empty());
+  for (const TrialRow& row : rows) CHECK(row.key.n == Coordinate(32));
+  const auto diagnose =
+      run_attnprobe("diagnose " + dump + " --layers 0 --length 32 -o " + temp_path("one-length-diagnose.csv"));
+  INFO(diagnose.output);
+  CHECK(diagnose.exit_code == 0);
+}
+
+TEST_CASE("list NAME prints that estimator alone, from the registry", "[cli]") {
+  const auto r = run_attnprobe("list performer");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const EstimatorDef& def = *find_estimator("performer");
+  CHECK_THAT(r.output, Catch::StartsWith("performer\n") && Catch::Contains(def.summary) &&
+                           Catch::Contains("docs/" + def.page) && Catch::Contains("samples knob: M") &&
+                           Catch::Contains("devices: cpu") && Catch::Contains("masks") && Catch::Contains("decode:") &&
+                           Catch::Contains("attention weights:") && Catch::Contains("backward:"));
+  for (const ParamDef& p : def.params) CHECK_THAT(r.output, Catch::Contains(p.help));
+  CHECK_THAT(r.output, !Catch::Contains("== ") && !Catch::Contains("\nyoso"));  // no family header, no other
+}
+
 TEST_CASE("device cuda fails clearly where it cannot run", "[cli][gpu]") {
   const auto r = run_attnprobe("eval " + demo_dump() + " -e vmean --device cuda -q");
   if (r.exit_code == 0) SKIP_TEST("a GPU is visible: --device cuda runs (the parity tests check it)");

@@ -165,6 +165,59 @@ TEST_CASE("layout bnhp and layout bnp with num_heads read other orders", "[dump]
   CHECK(d.read_slice(0, 1, 1, 3).q == a.q);
 }
 
+TEST_CASE("a default layout with more heads than tokens is refused with the layout that fits", "[dump][layout]") {
+  // [B=1, N=16, H=4, P=4] read as [B, H, N, P] would be 16 "heads" of 4 "tokens".
+  const DumpArray bnhp = iota_array({1, 16, 4, 4});
+  const std::string path = write_arrays("heads-first.h5", {{"q", bnhp}, {"k", bnhp}, {"v", bnhp}});
+  CHECK_THAT(error_of([&] { Dump::open(path); }),
+             Catch::Contains("16 heads of 4 tokens") && Catch::Contains("--layout bnhp"));
+  const auto cli = run_attnprobe("info " + path);
+  CHECK(cli.exit_code == 3);
+  CHECK_THAT(cli.output, Catch::Contains("--layout bnhp"));
+  DumpOptions options;
+  options.layout = "bnhp";
+  CHECK(Dump::open(path, options).layer(0).heads == 4);
+  // An explicit layout is the user's word, even with more heads than tokens.
+  options.layout = "bhnp";
+  CHECK(Dump::open(path, options).layer(0).heads == 16);
+  // Rank 3: [N, H, P] read as [H, N, P].
+  const DumpArray nhp = iota_array({16, 4, 4});
+  const std::string r3 = write_arrays("heads-first-3.h5", {{"q", nhp}, {"k", nhp}, {"v", nhp}});
+  CHECK_THAT(error_of([&] { Dump::open(r3); }), Catch::Contains("--layout nhp"));
+  // A decode dump's one query row is not its token count: 4 heads over a cache of 6 keys is sound.
+  const std::string decode =
+      write_arrays("decode-heads.h5",
+                   {{"q", iota_array({1, 4, 1, 8})}, {"k", iota_array({1, 2, 6, 8})}, {"v", iota_array({1, 2, 6, 8})}});
+  CHECK(Dump::open(decode).layer(0).heads == 4);
+}
+
+TEST_CASE("a layout without heads and a last dim of 128 or more needs --num-heads", "[dump][layout]") {
+  // [N=6, H·P=128]: two heads of 64 side by side, or one of 128; the reader cannot tell which.
+  const DumpArray flat = iota_array({6, 128});
+  const std::string path = write_arrays("flat.h5", {{"q", flat}, {"k", flat}, {"v", flat}});
+  CHECK_THAT(error_of([&] { Dump::open(path); }), Catch::Contains("one head of dim 128") &&
+                                                      Catch::Contains("--num-heads H") &&
+                                                      Catch::Contains("--num-heads 1"));
+  const auto cli = run_attnprobe("info " + path);
+  CHECK(cli.exit_code == 3);
+  CHECK_THAT(cli.output, Catch::Contains("--num-heads"));
+  DumpOptions one;
+  one.num_heads = 1;  // "it really is one head"
+  CHECK(Dump::open(path, one).layer(0).dim == 128);
+  DumpOptions two;
+  two.num_heads = 2;
+  CHECK(Dump::open(path, two).layer(0).dim == 64);
+  // An explicit headless layout does not say how wide a head is: still refused.
+  const DumpArray bnp = iota_array({1, 6, 256});
+  const std::string wide = write_arrays("flat-bnp.h5", {{"q", bnp}, {"k", bnp}, {"v", bnp}});
+  DumpOptions headless;
+  headless.layout = "bnp";
+  CHECK_THAT(error_of([&] { Dump::open(wide, headless); }), Catch::Contains("--num-heads"));
+  // Below 128 a single head is common (the small test dumps): read as before.
+  const DumpArray narrow = iota_array({6, 64});
+  CHECK(Dump::open(write_arrays("narrow.h5", {{"q", narrow}, {"k", narrow}, {"v", narrow}})).layer(0).dim == 64);
+}
+
 TEST_CASE("explicit q/k/v dataset paths read datasets anywhere", "[dump][layout]") {
   DumpContents c;
   DumpLayer g;

@@ -34,6 +34,19 @@ TEST_CASE("spec parsing is strict and its errors list what is valid", "[registry
   }
 }
 
+TEST_CASE("an unknown estimator name or spec key suggests the nearest one", "[registry][did-you-mean]") {
+  CHECK_THROWS_WITH(parse_spec("performr"),
+                    Catch::Contains("unknown estimator 'performr'") && Catch::Contains("Did you mean 'performer'?"));
+  CHECK_THROWS_WITH(parse_spec("Performer(M=16)"), Catch::Contains("Did you mean 'performer'?"));
+  // Keys are case-sensitive; the suggestion is not, so the usual slip (m for M) finds its key.
+  CHECK_THROWS_WITH(parse_spec("performer(m=16)"), Catch::Contains("no parameter 'm'") &&
+                                                       Catch::Contains("Did you mean 'M'?") &&
+                                                       Catch::Contains("valid keys of 'performer'"));
+  // Nothing near: no suggestion, only the list.
+  CHECK_THROWS_WITH(parse_spec("nosuch"), !Catch::Contains("Did you mean"));
+  CHECK_THROWS_WITH(parse_spec("yoso(bogus=1)"), !Catch::Contains("Did you mean"));
+}
+
 namespace {
 // A registration used only by this test: one parameter of each kind, to test values and ranges.
 class ZeroEstimator final : public Estimator {

@@ -44,3 +44,22 @@ TEST_CASE("numbers are written to round-trip exactly", "[text]") {
   }
   CHECK(format_real(std::nan("")) == "nan");
 }
+
+TEST_CASE("edit distance ignores case and counts a swap of neighbours as one edit", "[text][did-you-mean]") {
+  CHECK(edit_distance("performr", "performer") == 1);
+  CHECK(edit_distance("m", "M") == 0);
+  CHECK(edit_distance("--trails", "--trials") == 1);  // a swap, not two substitutions
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("did you mean suggests only a near name", "[text][did-you-mean]") {
+  const std::vector<std::string> keys = {"M", "features", "ortho"};
+  CHECK(nearest_name("m", keys) == "M");
+  CHECK(nearest_name("featurs", keys) == "features");
+  CHECK(nearest_name("x", keys).empty());  // one letter from M, but nothing of the word would remain
+  CHECK(nearest_name("bogus", keys).empty());
+  CHECK(nearest_name("--length", {"--lengths", "--layers"}) == "--lengths");
+  CHECK(did_you_mean("performr", {"yoso", "performer"}) == " Did you mean 'performer'?");
+  CHECK(did_you_mean("zzz", {"yoso", "performer"}).empty());
+}

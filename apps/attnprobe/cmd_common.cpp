@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
@@ -15,6 +16,22 @@ const CLI::Validator kAtLeastOne(
       return "must be a whole number of at least 1, got '" + text + "'";
     },
     "INT>=1");
+
+std::string suggest_options(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) names.push_back("-" + name);
+  }
+  std::string hints;
+  for (const std::string& arg : command.remaining()) {
+    if (arg.size() < 2 || arg[0] != '-') continue;  // a value, or a stray positional: no option to suggest
+    const std::string word = arg.substr(0, arg.find('='));
+    if (const std::string name = nearest_name(word, names); !name.empty())
+      hints += fmt::format(" Did you mean '{}' (for '{}')?", name, word);
+  }
+  return hints;
+}
 
 void add_dump_options(CLI::App& cmd, DumpOptions& options) {
   auto* group = "Dump layout (for files that are not /layer_NN/{q,k,v} [B,H,N,P])";

@@ -58,7 +58,8 @@ int run_diagnose(const DiagnoseOptions& o) {
 Action add_diagnose(CLI::App& app) {
   auto o = std::make_shared<DiagnoseOptions>();
   app.add_option("dump", o->dump, "the dump")->required();
-  app.add_option("--lengths", o->lengths, "prefix lengths, e.g. 64..4096:x2; default: each item's full length");
+  app.add_option("--lengths,--length", o->lengths,
+                 "prefix lengths, e.g. 64..4096:x2; default: each item's full length");
   app.add_option("--layers", o->layers, "layer numbers: all (default), a list or a range");
   app.add_option("--heads", o->heads, "head indices: all (default), a list or a range");
   app.add_option("--batch", o->batch, "batch items: all (default), a list or a range");

@@ -314,7 +314,9 @@ int run_sweep_command(const RunCommandOptions& o, const Globals& globals) {
 Action add_eval(CLI::App& app, const Globals& globals) {
   auto o = std::make_shared<RunCommandOptions>();
   add_common_options(app, *o);
-  app.add_option("--length", o->lengths, "tokens to use (a prefix of each batch item); default: the full valid length");
+  // --lengths too, so a command line moves between eval and sweep unchanged (with one value).
+  app.add_option("--length,--lengths", o->lengths,
+                 "tokens to use (a prefix of each batch item), one value; default: the full valid length");
   app.add_option("-o,--output", o->output, "also write the trial rows to this CSV (overwritten)");
   app.footer(
       "Example:\n  attnprobe eval data/synth-demo.h5 -e vmean -e softmax --layers 0 --length 128\n\n"
@@ -325,9 +327,9 @@ Action add_eval(CLI::App& app, const Globals& globals) {
 Action add_sweep(CLI::App& app, const Globals& globals) {
   auto o = std::make_shared<RunCommandOptions>();
   add_common_options(app, *o);
-  app.add_option(
-      "--lengths", o->lengths,
-      "sequence lengths, e.g. 64..1024:x2 (each is a prefix of the sequence); default: the full valid length");
+  app.add_option("--lengths,--length", o->lengths,
+                 "sequence lengths, one or a list, e.g. 64..1024:x2 (each is a prefix of the sequence); default: the "
+                 "full valid length");
   app.add_option("-o,--output", o->output, "the long CSV to write (one row per case, trial and metric)")->required();
   app.add_flag("--resume", o->resume, "continue an interrupted sweep into the same CSV: finished trials are skipped");
   app.add_flag("--overwrite", o->overwrite, "replace the CSV if it exists");

@@ -31,6 +31,10 @@ Action add_diagnose(CLI::App& app);
 /// A whole number ≥ 1 (CLI::PositiveNumber's message named a 300-digit bound: DBL_MAX).
 extern const CLI::Validator kAtLeastOne;
 
+/// " Did you mean '--trials' (for '--trails')?" for each option of `command` left unparsed (CLI::ExtrasError)
+/// that is near one of its options; "" if none is.
+std::string suggest_options(const CLI::App& command);
+
 /// --q-path/--k-path/--v-path/--layout/--num-heads, shared by every command that reads a dump.
 void add_dump_options(CLI::App& cmd, DumpOptions& options);
 

@@ -77,6 +77,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 names an unknown option of a command but not the one that was meant.
+    std::string hints;
+    if (dynamic_cast<const CLI::ExtrasError*>(&e))
+      for (const CLI::App* sub : app.get_subcommands()) hints += cli::suggest_options(*sub);
+    if (!hints.empty()) {
+      fmt::print(stderr, "{}.{}\nRun with --help for more information.\n", e.what(), hints);
+      return exit_code::kUsage;
+    }
     return app.exit(e) == 0 ? exit_code::kOk : exit_code::kUsage;
   }
   try {

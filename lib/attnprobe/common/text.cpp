@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -134,6 +136,44 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what
     }
   }
   return values;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  auto lower = [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); };
+  // Three rows of the (|a|+1) × (|b|+1) table: the swap of two adjacent characters looks two rows back.
+  std::vector<size_t> before(b.size() + 1), above(b.size() + 1), row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) above[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const bool same = lower(a[i - 1]) == lower(b[j - 1]);
+      row[j] = std::min({above[j] + 1, row[j - 1] + 1, above[j - 1] + (same ? 0 : 1)});
+      if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1]))
+        row[j] = std::min(row[j], before[j - 2] + 1);
+    }
+    std::swap(before, above);
+    std::swap(above, row);
+  }
+  return above[b.size()];
+}
+
+std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates) {
+  const size_t allowed = std::max<size_t>(1, word.size() / 3);
+  std::string best;
+  size_t best_distance = allowed + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t d = edit_distance(word, candidate);
+    if (d < best_distance && d < word.size()) {
+      best = candidate;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  const std::string name = nearest_name(word, candidates);
+  return name.empty() ? std::string() : fmt::format(" Did you mean '{}'?", name);
 }
 
 std::string format_real(double value) {

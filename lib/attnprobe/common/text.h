@@ -20,6 +20,19 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view what
 bool parse_int(std::string_view text, int64_t& out);
 bool parse_real(std::string_view text, double& out);
 
+/// Edit distance between a and b ignoring ASCII case: insertions, deletions, substitutions and swaps of
+/// two adjacent characters each cost 1 (optimal string alignment), so `--trails` is 1 from `--trials`.
+/// Cost O(|a| · |b|).
+size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The candidate nearest to `word` by edit_distance when it is near enough to be a typo of it: at most
+/// max(1, |word| / 3) edits, and fewer edits than `word` has characters (a one-letter word suggests only
+/// itself in another case: `m` finds `M`, `x` finds nothing). Ties go to the earlier candidate; "" if none.
+std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates);
+
+/// " Did you mean 'NAME'?" for nearest_name, or "" when nothing is near: appended to "unknown ..." errors.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
 /// Shortest decimal that round-trips a double ("{}" in fmt), with nan/inf spelled out.
 std::string format_real(double value);
 

@@ -88,10 +88,10 @@ void check_implementations() {
   (void)kChecked;
 }
 
-std::string names_list() {
+std::vector<std::string> estimator_names() {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators()) names.push_back(def->name);
-  return join(names, ", ");
+  return names;
 }
 
 std::string describe_param(const ParamDef& p) {
@@ -343,8 +343,8 @@ Spec parse_spec(const std::string& input) {
   const EstimatorDef* def = find_estimator(name);
   if (!def)
     throw UsageError(
-        fmt::format("unknown estimator '{}' in spec '{}'. Registered estimators: {} (see `attnprobe list`).", name,
-                    input, names_list()));
+        fmt::format("unknown estimator '{}' in spec '{}'.{} Registered estimators: {} (see `attnprobe list`).", name,
+                    input, did_you_mean(name, estimator_names()), join(estimator_names(), ", ")));
   std::map<std::string, std::string> given;
   if (open != std::string::npos) {
     if (text.back() != ')' || text.find('(', open + 1) != std::string::npos || text.find(')') != text.size() - 1)
@@ -360,9 +360,12 @@ Spec parse_spec(const std::string& input) {
         std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
         auto known =
             std::find_if(def->params.begin(), def->params.end(), [&](const ParamDef& p) { return p.name == key; });
-        if (known == def->params.end())
-          throw UsageError(
-              fmt::format("estimator '{}' has no parameter '{}' (in '{}'). {}.", name, key, input, keys_list(*def)));
+        if (known == def->params.end()) {
+          std::vector<std::string> keys;
+          for (const ParamDef& p : def->params) keys.push_back(p.name);
+          throw UsageError(fmt::format("estimator '{}' has no parameter '{}' (in '{}').{} {}.", name, key, input,
+                                       did_you_mean(key, keys), keys_list(*def)));
+        }
         if (given.count(key)) throw UsageError(fmt::format("parameter '{}' is given twice in '{}'.", key, input));
         given[key] = value;
       }

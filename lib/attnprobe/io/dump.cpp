@@ -250,6 +250,15 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     info.key_tokens = dim_of(ks, info.layout, 'n');
     info.dim = dim_of(qs, info.layout, 'p');
     info.value_dim = dim_of(vs, info.layout, 'p');
+    // A [B, N, H, P] file read as [B, H, N, P] runs without complaint as N "heads" of H "tokens": refuse
+    // the default layout when it makes more heads than (key) tokens. An explicit --layout is the user's word.
+    if (options.layout.empty() && info.layout.find('h') != std::string::npos)
+      require_input(info.heads <= info.key_tokens,
+                    "'{}' {}: read with the default layout {}, q {} has {} heads of {} tokens (k: {}). More heads than "
+                    "tokens is most likely a file whose tokens come before its heads: read it with --layout {}, or, "
+                    "if the axes really are {}, say so with --layout {}.",
+                    path, info.name, info.layout, shape_text(qs), info.heads, info.tokens, info.key_tokens,
+                    info.layout == "bhnp" ? "bnhp" : "nhp", info.layout, info.layout);
     auto mismatch = [&](const char* what) {
       return InputError(
           fmt::format("'{}' {}: q {}, k {} and v {} do not match in {} (layout {}). q/k/v must share "
@@ -277,6 +286,16 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       info.dim /= options.num_heads;
       info.value_dim /= options.num_heads;
     }
+    // A flat [B, N, H·P] file read without --num-heads is measured as one head of dim H·P. Nothing in
+    // the shape tells one head of 128 from two of 64, and a model's hidden width (≥ 128) is the likelier
+    // reading of a headless dump, so one wide head is read only when asked for with --num-heads 1.
+    constexpr int64_t kWideHeadDim = 128;
+    require_input(
+        info.layout.find('h') != std::string::npos || options.num_heads > 0 || info.dim < kWideHeadDim,
+        "'{}' {}: layout {} has no head axis, so q {} would be read as one head of dim {}, which is most "
+        "likely H heads of dim P side by side ([.., N, H·P]). Give their number with --num-heads H (H·P = {}); "
+        "if it really is one head, say so with --num-heads 1.",
+        path, info.name, info.layout, shape_text(qs), info.dim, info.dim);
     if (dim_of(ks, info.layout, 'p') != dim_of(qs, info.layout, 'p')) throw mismatch("head dim");
     if (dim_of(vs, info.layout, 'n') != info.key_tokens) throw mismatch("tokens (k and v)");
 
