@@ -4,7 +4,9 @@
 # the statistical tolerance fails (attnprobe check exits 1).
 #   - full mask: every registered estimator's variants with a full form, against data/baselines/synth-demo.csv;
 #   - causal mask: every variant with a causal form, against the masked softmax (masked yoso-e for
-#     yoso), against data/baselines/synth-demo-causal.csv.
+#     yoso), against data/baselines/synth-demo-causal.csv;
+#   - decode rows: the variants that compress a prompt (decode rows only), the last 32 rows of each slice
+#     under the causal mask, against data/baselines/synth-demo-decode.csv.
 #
 #   tools/baseline.sh            # check (CTest runs this as the test "baseline_gate")
 #   tools/baseline.sh --refresh  # rewrite both baselines after an intended change; commit them with the change
@@ -20,17 +22,18 @@ bin=${ATTNPROBE:-build/attnprobe}
 work=${BASELINE_WORK:-build/baseline}
 mkdir -p "$work"
 
-# gate NAME MASK LIST-FLAGS...: sweeps the settings `attnprobe list LIST-FLAGS` prints (the registry's:
+# gate NAME MASK LENGTHS QUERIES LIST-FLAGS...: sweeps the settings `attnprobe list LIST-FLAGS` prints (the registry's:
 # each estimator's default, each other choice of its choice keys, and its declared ablations, so a new
 # estimator or causal form is gated by registering it) and checks or refreshes data/baselines/NAME.csv.
 gate() {
-  local name=$1 mask=$2
-  shift 2
+  local name=$1 mask=$2 lengths=$3 queries=$4
+  shift 4
   local baseline=data/baselines/$name.csv estimators args=()
   mapfile -t estimators < <("$bin" list "$@")
   [ ${#estimators[@]} -gt 0 ] || { echo "baseline: 'attnprobe list $*' printed nothing" >&2; exit 1; }
   for e in "${estimators[@]}"; do args+=(-e "$e"); done
-  "$bin" sweep data/synth-demo.h5 "${args[@]}" --mask "$mask" --lengths 64,256,1024 --trials 8 --seed 0 \
+  "$bin" sweep data/synth-demo.h5 "${args[@]}" --mask "$mask" --lengths "$lengths" --queries "$queries" \
+    --trials 8 --seed 0 \
     --metrics spec_rel,fro_rel,mse,angle,zero_rows \
     --overwrite -q -o "$work/$name.csv"
   if [ "$refresh" = 1 ]; then
@@ -45,5 +48,6 @@ gate() {
 
 refresh=0
 [ "${1:-}" = "--refresh" ] && refresh=1
-gate synth-demo full --variants --full
-gate synth-demo-causal causal --variants --causal
+gate synth-demo full 64,256,1024 all --variants --full
+gate synth-demo-causal causal 64,256,1024 all --variants --causal
+gate synth-demo-decode causal 256,1024 last:32 --variants --prompt

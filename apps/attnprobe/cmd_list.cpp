@@ -41,7 +41,8 @@ void print_estimator(const EstimatorDescription& d) {
 
 Action add_list(CLI::App& app) {
   auto only_variants = std::make_shared<bool>(false), only_causal = std::make_shared<bool>(false),
-       only_full = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
+       only_full = std::make_shared<bool>(false), only_prompt = std::make_shared<bool>(false),
+       json = std::make_shared<bool>(false);
   auto markdown = std::make_shared<std::string>(), name = std::make_shared<std::string>();
   app.add_option("name", *name, "print only this estimator (e.g. `attnprobe list performer`)");
   app.add_flag("--variants", *only_variants,
@@ -53,6 +54,9 @@ Action add_list(CLI::App& app) {
   app.add_flag("--full", *only_full,
                "with --variants, print only the variants with a full (bidirectional) form (the full gate's settings: "
                "positional methods such as streaming have none)");
+  app.add_flag("--prompt", *only_prompt,
+               "with --variants, print only the variants that compress the cache from a prompt (decode rows only: "
+               "the decode gate's settings, e.g. snapkv)");
   app.add_flag("--json", *json,
                "print every estimator as JSON: parameters, defaults, target, capabilities, devices with their "
                "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");
@@ -62,10 +66,11 @@ Action add_list(CLI::App& app) {
       ->check(CLI::IsMember(markdown_table_names()));
   app.footer(
       "Example:\n  attnprobe list\n  attnprobe list performer\n  attnprobe list --variants\n  attnprobe list --causal\n"
-      "  attnprobe list --variants --causal\n  attnprobe list --variants --full\n  attnprobe list --json\n  attnprobe "
+      "  attnprobe list --variants --causal\n  attnprobe list --variants --full\n  attnprobe list --variants "
+      "--prompt\n  attnprobe list --json\n  attnprobe "
       "list --markdown estimators\n\n"
       "A spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys take their defaults.");
-  return [only_variants, only_causal, only_full, json, markdown, name] {
+  return [only_variants, only_causal, only_full, only_prompt, json, markdown, name] {
     if (!markdown->empty()) {
       fmt::print("{}", markdown_table(*markdown));
       return 0;
@@ -78,7 +83,8 @@ Action add_list(CLI::App& app) {
       for (const EstimatorDef* def : registered_estimators())
         for (const std::string& spec : variants(*def))
           if ((!*only_causal || parse_spec(spec).causal()) &&
-              (!*only_full || parse_spec(spec).capabilities().forms.has(Mask::kFull)))
+              (!*only_full || parse_spec(spec).capabilities().forms.has(Mask::kFull)) &&
+              (!*only_prompt || parse_spec(spec).capabilities().prompt))
             fmt::print("{}\n", spec);
       return 0;
     }
