@@ -58,7 +58,10 @@ std::string summary_file(const std::string& name, const std::string& mean, const
     if (columns[i] == "stderr") fields[i] = stderr_;
   }
   std::string line;
-  for (size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + csv_field(fields[i]);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) line += ',';
+    line += csv_field(fields[i]);
+  }
   const std::string path = temp_path(name);
   write_all(path, text.substr(0, header_end) + line + "\n");
   return path;
@@ -310,7 +313,7 @@ TEST_CASE("hostile dump names round-trip through the CSV, one row per line", "[h
 
 TEST_CASE("synth refuses options whose values the stored type cannot hold", "[hostile48]") {
   // Before: exit 0 and a dump of inf (float32) or of inf and NaN (float16).
-  for (const std::string& args :
+  for (const char* args :
        {"--temperatures 1e-300", "--temperatures 1e-12 --dtype float16", "--spread inf", "--spread nan"}) {
     const std::string out = temp_path("classes-synth.h5");
     std::filesystem::remove(out);

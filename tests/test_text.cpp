@@ -63,3 +63,12 @@ TEST_CASE("did you mean suggests only a near name", "[text][did-you-mean]") {
   CHECK(did_you_mean("performr", {"yoso", "performer"}) == " Did you mean 'performer'?");
   CHECK(did_you_mean("zzz", {"yoso", "performer"}).empty());
 }
+
+TEST_CASE("fnv1a is the 64-bit FNV-1a that run.json's plan fingerprints were written with", "[text]") {
+  // Published FNV-1a 64 test vectors: "" is the offset basis, "a" is 0xaf63dc4c8601ec8c.
+  CHECK(fnv1a("") == 0xcbf29ce484222325ULL);
+  CHECK(fnv1a("a") == 0xaf63dc4c8601ec8cULL);
+  CHECK(fnv1a("foobar") == 0x85944171f73967e8ULL);
+  // Continuing from a state hashes a text in parts as in one piece (the dump digest reads 1 MiB at a time).
+  CHECK(fnv1a("bar", fnv1a("foo")) == fnv1a("foobar"));
+}

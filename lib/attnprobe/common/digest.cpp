@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
 
 namespace attnprobe {
 
@@ -17,7 +19,7 @@ std::string file_digest(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
   const uint64_t size = static_cast<uint64_t>(in.tellg());
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, as stable_hash (common/text.h), over the chosen bytes
+  uint64_t h = kFnv1aStart;  // over the chosen bytes, in order
   std::vector<char> buffer(1 << 20);
   auto hash_range = [&](uint64_t offset, uint64_t length) {
     in.seekg(static_cast<std::streamoff>(offset));
@@ -27,10 +29,7 @@ std::string file_digest(const std::string& path) {
       if (static_cast<uint64_t>(in.gcount()) != chunk)
         throw InputError(
             fmt::format("reading '{}' failed at byte {}: the file changed while it was read?", path, offset));
-      for (uint64_t i = 0; i < chunk; ++i) {
-        h ^= static_cast<unsigned char>(buffer[i]);
-        h *= 0x100000001b3ULL;
-      }
+      h = fnv1a(std::string_view(buffer.data(), chunk), h);
       offset += chunk;
       length -= chunk;
     }

@@ -182,12 +182,16 @@ std::string format_real(double value) {
   return fmt::format("{}", value);
 }
 
-uint64_t stable_hash(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
+uint64_t fnv1a(std::string_view text, uint64_t state) {
   for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
+    state ^= c;
+    state *= 0x100000001b3ULL;
   }
+  return state;
+}
+
+uint64_t stable_hash(std::string_view text) {
+  uint64_t h = fnv1a(text);
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ULL;
   h ^= h >> 27;

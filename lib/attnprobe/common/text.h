@@ -36,8 +36,13 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 /// Shortest decimal that round-trips a double ("{}" in fmt), with nan/inf spelled out.
 std::string format_real(double value);
 
-/// 64-bit FNV-1a followed by a splitmix64 finaliser: stable across platforms and builds,
-/// used to key randomness by the canonical case id (docs/randomness.md).
+/// 64-bit FNV-1a of `text`, continuing from `state` (the offset basis to start; a previous call's result
+/// to hash a long input in parts): run.json's plan fingerprint and the dump digest.
+constexpr uint64_t kFnv1aStart = 0xcbf29ce484222325ULL;
+uint64_t fnv1a(std::string_view text, uint64_t state = kFnv1aStart);
+
+/// fnv1a followed by a splitmix64 finaliser: stable across platforms and builds, used to key randomness
+/// by the canonical case id (docs/randomness.md).
 uint64_t stable_hash(std::string_view text);
 
 }  // namespace attnprobe

@@ -341,10 +341,13 @@ Spec parse_spec(const std::string& input) {
   const size_t open = text.find('(');
   const std::string name = trim(text.substr(0, open));
   const EstimatorDef* def = find_estimator(name);
-  if (!def)
+  if (!def) {
+    const std::vector<std::string> names = estimator_names();
     throw UsageError(
-        fmt::format("unknown estimator '{}' in spec '{}'.{} Registered estimators: {} (see `attnprobe list`).", name,
-                    input, did_you_mean(name, estimator_names()), join(estimator_names(), ", ")));
+        fmt::format("unknown estimator '{}' in spec '{}'.{} Registered estimators: {} (see `attnprobe "
+                    "list`).",
+                    name, input, did_you_mean(name, names), join(names, ", ")));
+  }
   std::map<std::string, std::string> given;
   if (open != std::string::npos) {
     if (text.back() != ')' || text.find('(', open + 1) != std::string::npos || text.find(')') != text.size() - 1)

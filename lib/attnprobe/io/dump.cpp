@@ -373,7 +373,7 @@ std::string Dump::fingerprint() const {
     reading += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{:a}|{}|{}|{}\n", l.name, l.q_path, l.k_path, l.v_path,
                            l.layout, l.dtype, l.batch, l.heads, l.kv_heads, l.tokens, l.key_tokens, l.scale, l.dim,
                            l.value_dim, num_heads_split_);
-  return fmt::format("{}, read as {:016x}", file_digest(path_), stable_hash(reading));
+  return fmt::format("{}, read as {:016x}", file_digest(path_), fnv1a(reading));
 }
 
 void Dump::read_block(const std::string& tensor, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,

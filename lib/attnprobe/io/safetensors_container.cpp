@@ -57,7 +57,6 @@ class HeaderChecker final : public nlohmann::json_sax<nlohmann::json> {
   bool start_object(std::size_t) override {
     open();
     keys_.emplace_back();
-    in_object_.push_back(true);
     return true;
   }
   bool key(string_t& name) override {
@@ -75,17 +74,16 @@ class HeaderChecker final : public nlohmann::json_sax<nlohmann::json> {
   }
   bool end_object() override {
     keys_.pop_back();
-    in_object_.pop_back();
+    --depth_;
     if (keys_.size() == 1) metadata_open_ = false;
     return true;
   }
   bool start_array(std::size_t) override {
     open();
-    in_object_.push_back(false);
     return true;
   }
   bool end_array() override {
-    in_object_.pop_back();
+    --depth_;
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
@@ -95,16 +93,17 @@ class HeaderChecker final : public nlohmann::json_sax<nlohmann::json> {
 
  private:
   void open() {
-    require_input(in_object_.size() < static_cast<size_t>(kMaxHeaderDepth),
+    require_input(depth_ < kMaxHeaderDepth,
                   "'{}': the safetensors header nests deeper than {} levels; a safetensors header has three. "
                   "Re-create the file.",
                   path_, kMaxHeaderDepth);
     // The object opened as the value of the top-level "__metadata__" key.
-    if (in_object_.size() == 1 && next_is_metadata_) metadata_open_ = true;
+    if (depth_ == 1 && next_is_metadata_) metadata_open_ = true;
+    ++depth_;
   }
   const std::string& path_;
   std::vector<std::set<std::string>> keys_;  ///< per open object, the keys seen
-  std::vector<bool> in_object_;              ///< per open container: object or array
+  int depth_ = 0;                            ///< open objects and arrays
   bool next_is_metadata_ = false, metadata_open_ = false;
 };
 

@@ -224,11 +224,10 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         // A class-B estimator reads the prompt's query rows, which a dump of decode rows does not hold.
         if (own && spec.capabilities().prompt)
           throw InputError(fmt::format(
-              "{}: '{}' compresses the cache from the prompt's query rows (positions before the stored rows), "
-              "which this dump does not hold. Dump the whole sequence's queries and measure its last rows with "
-              "--queries last:W.",
-              fmt::format("layer {} of '{}' stores only its own {} query rows", layer, dump.path(), info.tokens),
-              spec.canonical()));
+              "layer {} of '{}' stores only its own {} query rows: '{}' compresses the cache from the prompt's "
+              "query rows (positions before the stored rows), which this dump does not hold. Dump the whole "
+              "sequence's queries and measure its last rows with --queries last:W.",
+              layer, dump.path(), info.tokens, spec.canonical()));
         if (!decode_only || own) require_form_support(spec, mask.mask, false);
         if (decode || own) require_form_support(spec, mask.mask, true);
       }

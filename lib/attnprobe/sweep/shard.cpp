@@ -111,7 +111,7 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
                         s.reference, s.trials);
   text += fmt::format("metrics={}\n", fmt::join(record.metrics, ","));
   for (size_t i = 0; i < plan.slices.size(); ++i) text += unit_name(unit(i)) + fmt::format(";p={}\n", unit(i).p);
-  record.fingerprint = fmt::format("{:016x}", stable_hash(text));
+  record.fingerprint = fmt::format("{:016x}", fnv1a(text));
   for (size_t i : units) record.units.push_back(unit(i));
   return record;
 }

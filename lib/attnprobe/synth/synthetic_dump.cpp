@@ -101,10 +101,9 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
     for (const auto& [name, array] : out.datasets)
       for (double value : array.values)
         require_usage(std::isfinite(value) && std::abs(value) <= largest,
-                      "synth: layer {} ({} = {}, --spread {}) gives {} value {} in {}, beyond what the dump's type "
+                      "synth: {} (temperature {}, --spread {}) gives {} the value {}, beyond what the dump's type "
                       "holds (largest {:g}). Use a larger temperature, a smaller --spread or a wider --dtype.",
-                      layer, "temperature", format_real(temperature), format_real(o.spread), name, format_real(value),
-                      out.name, largest);
+                      out.name, format_real(temperature), format_real(o.spread), name, format_real(value), largest);
     contents.layers.push_back(std::move(out));
   }
   return contents;
