@@ -18,6 +18,12 @@ namespace attnprobe {
 struct EstimateContext {
   RandomKey key;               ///< keyed by (seed, case id, trial)
   ThreadPool* pool = nullptr;  ///< set by `bench` for estimators that parallelise inside one call
+  /// Keyed like `key` with the case id's head replaced by its kv head (`kv=g`): the draws that every query head
+  /// of a kv group shares (hash tables per kv head). Unset outside a sweep, where a call holds one head.
+  std::optional<RandomKey> group_key;
+
+  /// The key of the draws shared by a kv group: group_key when set, else the head's own key.
+  RandomKey shared_key() const { return group_key.value_or(key); }
 };
 
 /// The backward pass of an estimator for a loss L = ⟨G, Y⟩ with upstream gradient G (n × pv), in

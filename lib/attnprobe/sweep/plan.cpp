@@ -71,6 +71,14 @@ RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& cano
   return make_random_key(seed, case_id(every_row, canonical_spec), trial);
 }
 
+RandomKey group_case_key(uint64_t seed, const SliceRef& slice, int kv_head, const std::string& canonical_spec,
+                         uint32_t trial) {
+  return make_random_key(seed,
+                         fmt::format("layer={};kv={};batch={};n={};spec={}{}", slice.layer, kv_head, slice.batch,
+                                     slice.n, canonical_spec, geometry_suffix(slice.mask, slice.window, QueryRows{})),
+                         trial);
+}
+
 std::vector<QueryRows> parse_query_rows_list(const std::string& text, const std::string& what) {
   std::vector<QueryRows> rows;
   for (const std::string& item : split(text, ',')) {

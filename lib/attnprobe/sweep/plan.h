@@ -83,6 +83,11 @@ std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 /// `last:W` case of a slice draws what its `all` case draws (its rows are the last rows of the `all` estimate).
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial);
 
+/// The key of the draws a kv group shares (EstimateContext::group_key): case_key's with the case id's `head=h`
+/// replaced by `kv=g`, so every query head of kv head g draws the same tables.
+RandomKey group_case_key(uint64_t seed, const SliceRef& slice, int kv_head, const std::string& canonical_spec,
+                         uint32_t trial);
+
 /// The ";mask=…" and ";queries=…" suffix of a case id or a plan unit's name: empty for a full-mask
 /// self-attention case.
 std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries);

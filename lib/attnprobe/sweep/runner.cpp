@@ -131,7 +131,7 @@ const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& st
   const bool prefix = slice.n != read.keys(), last = slice.queries.kind == QueryRows::Kind::kLast;
   if (!prefix && !last) return read;
   if (prefix) {
-    storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n}, read.scale,
+    storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n, read.id.kv_head}, read.scale,
                              read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
     storage.window = slice.window;
   }
@@ -283,7 +283,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (stopped()) return;
       const Task& task = tasks[i];
       const EstimatorSetting& setting = plan.settings[task.setting];
-      const EstimateContext ctx{case_key(plan.seed, slice, setting.canonical, task.trial), inner_pool};
+      const EstimateContext ctx{case_key(plan.seed, slice, setting.canonical, task.trial), inner_pool,
+                                group_case_key(plan.seed, slice, view.id.kv_head, setting.canonical, task.trial)};
       MatrixF out;
       estimators[task.setting]->estimate(view, ctx, out);
       if (out.rows() != view.n() || out.cols() != view.pv())

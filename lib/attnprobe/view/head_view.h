@@ -13,6 +13,7 @@ struct SliceId {
   int head = 0;   ///< head index
   int batch = 0;  ///< batch item index
   int64_t n = 0;  ///< keys used: the prefix 0..n-1 of the keys (self-attention: of the queries too)
+  int kv_head = 0;  ///< the kv head whose keys and values the query head reads (GQA: head / (H / Hkv))
 };
 
 /// The data of one slice in both precisions: float64 exactly as stored (the reference and the
