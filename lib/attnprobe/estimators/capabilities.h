@@ -71,6 +71,9 @@ struct Capabilities {
   /// the query rows before the first evaluated row (HeadView::prompt_qf), so it has a decode form only, on the
   /// last rows of a self-attention slice; a dump that stores only its decode rows lacks the prompt's queries.
   bool prompt = false;
+  /// It chooses one kept set for every query head of a kv group (share=group): a sweep gives its views the other
+  /// heads' query rows (HeadView::group); a view without them is a group of one.
+  bool group = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 };
