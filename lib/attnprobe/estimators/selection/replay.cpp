@@ -17,6 +17,23 @@ ReplayMember replay_member(const HeadView& view) {
   return {&view.prompt_qf, &view.qf, view.first_position, &view.kf, view.scale};
 }
 
+std::vector<ReplayMember> replay_members(const HeadView& view, Share share) {
+  const ScoringHeads heads = scoring_heads(view, share);
+  std::vector<ReplayMember> members;
+  for (int h = 0; h < heads.size(); ++h) {
+    require_input(heads.prompt[h]->rows() == view.prompt_qf.rows() && heads.rows[h]->rows() == view.n(),
+                  "a cache shared by a kv group needs the same query rows of every head of the group");
+    members.push_back({heads.prompt[h], heads.rows[h], view.first_position, &view.kf, view.scale});
+  }
+  return members;
+}
+
+ReplayAggregate replay_aggregate(Aggregate agg) {
+  return agg == Aggregate::kMean  ? ReplayAggregate::kMean
+         : agg == Aggregate::kMax ? ReplayAggregate::kMax
+                                  : ReplayAggregate::kSum;
+}
+
 int64_t replay_prompt(const HeadView& view, const char* method) {
   require_usage(view.mask == Mask::kCausal,
                 "{} replays a cache over decode steps, which needs the causal mask: use --mask causal.", method);

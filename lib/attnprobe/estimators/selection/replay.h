@@ -20,9 +20,12 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/estimators/selection/sharing.h"
 #include "attnprobe/view/head_view.h"
 
 namespace attnprobe {
+
+enum class ReplayAggregate { kMean, kMax, kSum };
 
 /// One head the replay steps: its query rows by absolute position and the keys it reads (float32, as stored for
 /// the estimators; scores widen them to float64).
@@ -40,11 +43,18 @@ struct ReplayMember {
 /// The member of a self-attention view cut with last_rows (or a whole one: P = 0): its prompt_qf and its rows.
 ReplayMember replay_member(const HeadView& view);
 
+/// The members whose weights score a cache: the view's own head (share=head, or a view without its group), or
+/// every head of its kv group (sharing.h), each reading the view's keys; InputError when a member lacks the prompt
+/// rows the view has.
+std::vector<ReplayMember> replay_members(const HeadView& view, Share share);
+
+/// The replay's aggregate of the members' weights for a sharing `agg` (sum for logit: the scores are weights).
+ReplayAggregate replay_aggregate(Aggregate agg);
+
 /// The prompt P = view.first_position of a view a replay runs on, after checking that the view holds the query
 /// rows of positions 0..P − 1 (InputError naming them and `method` otherwise) and is causal (UsageError).
 int64_t replay_prompt(const HeadView& view, const char* method);
 
-enum class ReplayAggregate { kMean, kMax, kSum };
 enum class PrefillScores {
   kColumnSums,  ///< σ_j = Σ_{i=j}^{P−1} a_ij over every prompt row (H2O)
   kLastRow,     ///< a_{P−1,j} (TOVA)

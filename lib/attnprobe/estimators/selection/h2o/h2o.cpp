@@ -19,9 +19,10 @@ class H2o final : public KeptKeysEstimator {
     const ReplayPolicy policy{.prefill = PrefillScores::kColumnSums,
                               .accumulate = true,
                               .capacity = params_.heavy + params_.window - 1,
-                              .protect = params_.window - 1};
+                              .protect = params_.window - 1,
+                              .aggregate = replay_aggregate(params_.agg)};
     auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets({replay_member(view)}, policy, P, P, view.keys()));
+        replay_sets(replay_members(view, params_.share), policy, P, P, view.keys()));
     // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
     return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
   }
@@ -46,11 +47,11 @@ class H2o final : public KeptKeysEstimator {
     .summary = "H2O: a cache of heavy hitters by accumulated attention and a recent window, replayed step by step "
                "(decode rows only)",
     .page = "estimators/selection.md",
-    .params = ParamSet<H2oParams>()
-                  .integer("heavy", &H2oParams::heavy, 0, int64_t{1} << 30,
-                           "keys kept beyond the window, by their accumulated attention")
-                  .integer("window", &H2oParams::window, 1, int64_t{1} << 30,
-                           "the newest keys attended, the query's own included (H2O's recent_size + 1)"),
+    .params = with_sharing(ParamSet<H2oParams>()
+                               .integer("heavy", &H2oParams::heavy, 0, int64_t{1} << 30,
+                                        "keys kept beyond the window, by their accumulated attention")
+                               .integer("window", &H2oParams::window, 1, int64_t{1} << 30,
+                                        "the newest keys attended, the query's own included (H2O's recent_size + 1)")),
     .samples_knob = "heavy",
     // A cache replayed from key 0: causal decode rows only, after a prompt (the prompt may be empty).
     .capabilities = {.random = false,
@@ -59,7 +60,8 @@ class H2o final : public KeptKeysEstimator {
                      .weights = {Mask::kCausal},
                      .selection = true,
                      .prompt = true},
-    .ablations = {"h2o(heavy=32,window=1)"},
+    .narrow = [](const H2oParams& params, Capabilities& can) { can.group = params.share == Share::kGroup; },
+    .ablations = {"h2o(heavy=32,window=1)", "h2o(heavy=16,window=8,share=group,agg=max)"},
     .make = [](const H2oParams& params) { return std::make_unique<H2o>(params); },
 });
 

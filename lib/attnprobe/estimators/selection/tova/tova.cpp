@@ -13,13 +13,16 @@ namespace attnprobe {
 namespace {
 
 // kvpress's one-shot form: K_P = {P − 1} ∪ the budget − 1 best older prompt keys by the last prompt row's weights.
-std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t budget) {
+std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t budget, Share share) {
   std::vector<int64_t> kept(P);
   std::iota(kept.begin(), kept.end(), 0);
   if (P <= budget) return kept;
-  const std::vector<double> weights = prefill_scores(replay_member(view), PrefillScores::kLastRow, P);
+  std::vector<std::vector<double>> weights;  // each head's; a group ranks by their mean
+  for (const ReplayMember& member : replay_members(view, share))
+    weights.push_back(prefill_scores(member, PrefillScores::kLastRow, P));
   kept.pop_back();  // P − 1 is forced; the rest compete
-  kept = best_by_score(std::move(kept), weights, 0, budget - 1);
+  const std::vector<double> mean = aggregate_scores(std::move(weights), kept, 0, Aggregate::kMean, false);
+  kept = best_by_score(std::move(kept), mean, 0, budget - 1);
   kept.push_back(P - 1);
   finish_kept(kept);
   return kept;
@@ -35,17 +38,20 @@ class Tova final : public KeptKeysEstimator {
       require_usage(P > 0,
                     "tova(mode=prefill) compresses a prompt once, but the evaluated rows start at position 0: measure "
                     "the last rows with --queries last:W, W below the length (or use mode=replay).");
-      auto prompt = std::make_shared<const std::vector<int64_t>>(compressed_prompt(view, P, params_.budget));
+      auto prompt = std::make_shared<const std::vector<int64_t>>(compressed_prompt(view, P, params_.budget, share()));
       return [&view, prompt, P](int64_t i) {
         KeptKeys kept{*prompt, {}, 0.0};
         append_range(kept.keys, P, view.position(i) + 1);
         return kept;
       };
     }
-    const ReplayPolicy policy{
-        .prefill = PrefillScores::kLastRow, .accumulate = false, .capacity = params_.budget, .protect = 0};
+    const ReplayPolicy policy{.prefill = PrefillScores::kLastRow,
+                              .accumulate = false,
+                              .capacity = params_.budget,
+                              .protect = 0,
+                              .aggregate = ReplayAggregate::kMean};
     auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets({replay_member(view)}, policy, P, P, view.keys()));
+        replay_sets(replay_members(view, share()), policy, P, P, view.keys()));
     // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
     return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
   }
@@ -60,6 +66,7 @@ class Tova final : public KeptKeysEstimator {
   }
 
  private:
+  Share share() const { return params_.heads == TovaHeads::kGroup ? Share::kGroup : Share::kHead; }
   TovaParams params_;
 };
 
@@ -72,6 +79,8 @@ class Tova final : public KeptKeysEstimator {
     .params = ParamSet<TovaParams>()
                   .integer("budget", &TovaParams::budget, 1, int64_t{1} << 30,
                            "keys cached after each step (replay) or prompt keys kept, the last one included (prefill)")
+                  .choice("heads", &TovaParams::heads, {{"group", TovaHeads::kGroup}, {"head", TovaHeads::kHead}},
+                          "group: one cache per kv group, scored by its heads' mean weights; head: one per query head")
                   .choice("mode", &TovaParams::mode, {{"replay", TovaMode::kReplay}, {"prefill", TovaMode::kPrefill}},
                           "replay: TOVA's eviction at every step; prefill: kvpress's one compression of the prompt "
                           "with its last key forced"),
@@ -83,6 +92,7 @@ class Tova final : public KeptKeysEstimator {
                      .weights = {Mask::kCausal},
                      .selection = true,
                      .prompt = true},
+    .narrow = [](const TovaParams& params, Capabilities& can) { can.group = params.heads == TovaHeads::kGroup; },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },
 });
