@@ -52,6 +52,7 @@ struct RunCommandOptions {
   std::string reference = "auto";
   std::string mask = "auto";
   std::string queries = "all";
+  int64_t prefill = -1;  // -1: each case's first evaluated row
   std::string metrics = "all";
   std::string output;
   std::string shard;  // sweep: "I/N"
@@ -112,6 +113,12 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                              "estimate. Estimators with a decode form: {}",
                              join(estimators_where_on(Device::kCpu, Mask::kFull, true), ", ")))
       ->capture_default_str();
+  cmd.add_option("--prefill", o.prefill,
+                 "P: end the prompt at position P instead of at the first evaluated row of each last:W case; the "
+                 "rows P..N-W-1 become decode steps that are not evaluated. For the estimators that compress a "
+                 "prompt once (snapkv, expected, streaming(roll=0), tova(mode=prefill)) or replay a cache from it "
+                 "(h2o, tova); the others give the same rows. One value; the case id gains ;prefill=P (e.g. "
+                 "--queries last:16 --prefill 1024 --lengths 4096: 3056 steps, the last 16 measured)");
   cmd.add_option(
          "--metrics", o.metrics,
          "all (every per-trial metric), or a list of spec,spec_rel,fro,fro_rel,mse,nmse,maxabs,angle,zero_rows; "
@@ -154,6 +161,16 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
   r.reference = o.reference;
   r.mask = o.mask;
   r.queries = parse_query_rows_list(o.queries, "--queries");
+  if (o.prefill != -1) {
+    require_usage(o.prefill >= 0, "--prefill {} is negative: give the position where the prompt ends (P >= 0)",
+                  o.prefill);
+    for (QueryRows& rows : r.queries) {
+      require_usage(rows.kind == QueryRows::Kind::kLast,
+                    "--prefill lowers the prompt of decode cases, but --queries has {}: use last:W only",
+                    query_rows_text(rows));
+      rows.prefill = o.prefill;
+    }
+  }
   r.metrics = parse_metrics(o.metrics);
   return r;
 }

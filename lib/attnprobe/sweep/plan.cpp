@@ -275,12 +275,18 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
               "or leave --lengths out to use each item's full length.",
               n, layer, b, dump.path(), info.lengths[b], info.has_lengths ? ", from its lengths dataset" : "",
               info.lengths[b]));
-        for (QueryRows rows : request.queries)
+        for (QueryRows rows : request.queries) {
           if (rows.kind == QueryRows::Kind::kLast && rows.last > n)
             throw UsageError(fmt::format(
                 "--queries {} asks for more query rows than the {} keys of layer {} batch item {} at length {}; "
                 "use last:W with W up to {} (or a longer --lengths)",
                 query_rows_text(rows), n, layer, b, n, n));
+          if (rows.prefill > n - rows.last)
+            throw UsageError(fmt::format(
+                "--prefill {} ends the prompt after the first evaluated row of last:{} at length {} (position "
+                "{}): give P up to {} (or a longer --lengths)",
+                rows.prefill, rows.last, n, n - rows.last, n - rows.last));
+        }
       }
     }
     // Order: layer, head, batch item, length, query rows — the runner reads one (layer, head, item) once at
@@ -288,9 +294,11 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     for (int h : heads)
       for (int b : batch)
         for (int64_t n : lengths_of[b])
-          for (QueryRows rows : request.queries)
+          for (QueryRows rows : request.queries) {
+            if (rows.prefill == n - rows.last) rows.prefill = -1;  // not lowered: the case of plain last:W
             plan.slices.push_back(
                 SliceRef{layer, h, b, n, mask.mask, mask.window, own ? QueryRows{QueryRows::Kind::kDump, 0} : rows});
+          }
   }
   return plan;
 }

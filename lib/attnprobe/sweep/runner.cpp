@@ -139,7 +139,10 @@ const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& st
     storage.window = slice.window;
     if (group_rows) storage.group = prefix_group(*group_rows, member, slice.n);
   }
-  if (last) storage = last_rows(prefix ? storage : read, slice.queries.last);
+  if (last) {
+    storage = last_rows(prefix ? storage : read, slice.queries.last);
+    storage.prefill = slice.queries.prefill;
+  }
   return storage;
 }
 

@@ -43,7 +43,8 @@ std::optional<MaskSpec> parse_mask(std::string_view text) {
 std::string query_rows_text(QueryRows rows) {
   switch (rows.kind) {
     case QueryRows::Kind::kLast:
-      return "last:" + std::to_string(rows.last);
+      return "last:" + std::to_string(rows.last) +
+             (rows.prefill >= 0 ? ";prefill=" + std::to_string(rows.prefill) : "");
     case QueryRows::Kind::kDump:
       return "dump";
     case QueryRows::Kind::kAll:
@@ -55,10 +56,14 @@ std::string query_rows_text(QueryRows rows) {
 std::optional<QueryRows> parse_query_rows(std::string_view text) {
   if (text == "all") return QueryRows{};
   if (text == "dump") return QueryRows{QueryRows::Kind::kDump, 0};
-  constexpr std::string_view kLast = "last:";
+  constexpr std::string_view kLast = "last:", kPrefill = ";prefill=";
   if (text.substr(0, kLast.size()) == kLast) {
-    int64_t rows = 0;
-    if (parse_int(text.substr(kLast.size()), rows) && rows >= 1) return QueryRows{QueryRows::Kind::kLast, rows};
+    text.remove_prefix(kLast.size());
+    const size_t cut = text.find(kPrefill);
+    int64_t rows = 0, prefill = -1;
+    if (cut != std::string_view::npos && !(parse_int(text.substr(cut + kPrefill.size()), prefill) && prefill >= 0))
+      return std::nullopt;
+    if (parse_int(text.substr(0, cut), rows) && rows >= 1) return QueryRows{QueryRows::Kind::kLast, rows, prefill};
   }
   return std::nullopt;
 }
@@ -107,6 +112,7 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
   view.first_position = like.first_position;
   view.positions = like.positions;
   view.prompt_qf = like.prompt_qf;
+  view.prefill = like.prefill;
   view.group = like.group;
   return view;
 }

@@ -45,6 +45,9 @@ struct HeadView {
   /// slice (last_rows): the prompt, whose queries estimators that compress the cache once read (float32, as
   /// the selection scores widen it). Empty for a whole slice and for a dump that stores only its decode rows.
   MatrixF prompt_qf;
+  /// The prompt's end when lowered below the first evaluated row (--prefill P; the rows between are decode steps
+  /// that are not evaluated), else −1: see prompt_end().
+  int64_t prefill = -1;
   /// The query rows of the other heads of its kv group, when a setting chooses keys per group (share=group); null
   /// otherwise, and outside a sweep, where a view is its own group of one.
   std::shared_ptr<const QueryGroup> group;
@@ -55,6 +58,11 @@ struct HeadView {
   int64_t pv() const { return v.cols(); }
   QueryGeometry geometry() const { return {mask, window, first_position, positions.empty() ? nullptr : &positions}; }
   int64_t position(int64_t row) const { return geometry().position(row); }
+  /// P, where the prompt of the estimators that compress it once or replay a cache from it ends: `prefill` when
+  /// lowered, else the first evaluated row's position.
+  int64_t prompt_end() const {
+    return prefill >= 0 ? prefill : (positions.empty() ? first_position : positions.front());
+  }
   KeyRange visible(int64_t row) const { return geometry().visible(row, keys()); }
   /// Whether queries and keys are the same tokens (row i at position i, as many rows as keys).
   bool self_attention() const { return positions.empty() && first_position == 0 && q.rows() == k.rows(); }

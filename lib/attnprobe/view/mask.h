@@ -34,14 +34,18 @@ struct QueryRows {
   enum class Kind { kAll, kLast, kDump };
   Kind kind = Kind::kAll;
   int64_t last = 0;  ///< W of kLast, else 0
+  /// The prompt's end P when lowered below the first evaluated row (--prefill P, kLast only): the rows P..N − W − 1
+  /// become decode steps that are not evaluated (estimators that compress a prompt or replay a cache). −1: the
+  /// first evaluated row, N − W.
+  int64_t prefill = -1;
 
   bool all() const { return kind == Kind::kAll; }
   auto operator<=>(const QueryRows&) const = default;
   bool operator==(const QueryRows&) const = default;
 };
-/// The CSV's `queries` column and the case id's `;queries=…`: "all", "last:W" or "dump".
+/// The CSV's `queries` column and the case id's `;queries=…`: "all", "last:W", "last:W;prefill=P" or "dump".
 std::string query_rows_text(QueryRows rows);
-/// Parses "all" | "last:W" (W ≥ 1) | "dump"; nullopt for anything else.
+/// Parses "all" | "last:W" (W ≥ 1) | "last:W;prefill=P" (P ≥ 0) | "dump"; nullopt for anything else.
 std::optional<QueryRows> parse_query_rows(std::string_view text);
 
 /// Keys [begin, end) of a row.

@@ -37,12 +37,13 @@ ReplayAggregate replay_aggregate(Aggregate agg) {
 int64_t replay_prompt(const HeadView& view, const char* method) {
   require_usage(view.mask == Mask::kCausal,
                 "{} replays a cache over decode steps, which needs the causal mask: use --mask causal.", method);
-  const int64_t P = view.positions.empty() ? view.first_position : view.positions.front();
+  const int64_t P = view.prompt_end();  // the first evaluated row, or earlier with --prefill
   // Bottom-right rows of a self-attention slice: the rows before them are the prompt the cache is built from.
-  require_input(view.positions.empty() && view.prompt_qf.rows() == P && P + view.n() == view.keys(),
+  require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position &&
+                    view.first_position + view.n() == view.keys(),
                 "{} builds its cache from every query row before the evaluated ones (positions 0..{}), which this "
                 "slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
-                method, P - 1);
+                method, view.first_position - 1);
   return P;
 }
 

@@ -47,8 +47,8 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const Expected
   const ScoringHeads heads = scoring_heads(view, o.share);
   std::vector<std::vector<double>> weights;
   for (const MatrixF* prompt : heads.prompt) {
-    require_input(prompt->rows() == P, "expected(share=group) needs the prompt rows of every head of the kv group");
-    weights.push_back(expected_weights(*prompt, view.kf, view.scale, o));
+    require_input(prompt->rows() >= P, "expected(share=group) needs the prompt rows of every head of the kv group");
+    weights.push_back(expected_weights(prompt->topRows(P), view.kf, view.scale, o));
   }
   std::vector<int64_t> candidates(P - o.sink);
   for (int64_t j = o.sink; j < P; ++j) candidates[j - o.sink] = j;
@@ -67,11 +67,12 @@ class Expected final : public KeptKeysEstimator {
   explicit Expected(ExpectedParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    const int64_t P = view.positions.empty() ? view.first_position : view.positions.front();
-    require_input(view.positions.empty() && view.prompt_qf.rows() == P && P > 0,
+    // The prompt ends at the first evaluated row, or earlier with --prefill (the rows between are decode steps).
+    const int64_t P = view.prompt_end();
+    require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position && P > 0,
                   "expected needs the query rows of the prompt before the evaluated rows (positions 0..{}), which "
                   "this slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
-                  P - 1);
+                  view.first_position - 1);
     require_input(P > params_.sink + 1,
                   "expected(sink={}) models future queries from the prompt's rows after its sinks, but the evaluated "
                   "rows start at position {}: use a smaller W in --queries last:W, a longer --lengths, or fewer sinks.",

@@ -22,7 +22,7 @@ class H2o final : public KeptKeysEstimator {
                               .protect = params_.window - 1,
                               .aggregate = replay_aggregate(params_.agg)};
     auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets(replay_members(view, params_.share), policy, P, P, view.keys()));
+        replay_sets(replay_members(view, params_.share), policy, P, view.first_position, view.keys()));
     // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
     return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
   }

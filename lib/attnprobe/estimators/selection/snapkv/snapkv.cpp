@@ -56,8 +56,8 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvPa
   const int64_t candidates = P - o.window;
   std::vector<std::vector<double>> votes;
   for (const MatrixF* prompt : scoring_heads(view, o.share).prompt) {
-    require_input(prompt->rows() == P, "snapkv(share=group) needs the prompt rows of every head of the kv group");
-    votes.push_back(pooled_votes(*prompt, view.kf, view.scale, o));
+    require_input(prompt->rows() >= P, "snapkv(share=group) needs the prompt rows of every head of the kv group");
+    votes.push_back(pooled_votes(prompt->topRows(P), view.kf, view.scale, o));
   }
   std::vector<int64_t> all(candidates);
   for (int64_t j = 0; j < candidates; ++j) all[j] = j;
@@ -74,11 +74,12 @@ class Snapkv final : public KeptKeysEstimator {
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
     // The prompt ends where the first evaluated row begins (last_rows: rows at positions P..N − 1).
-    const int64_t P = view.positions.empty() ? view.first_position : view.positions.front();
-    require_input(view.positions.empty() && view.prompt_qf.rows() == P && P > 0,
+    // The prompt ends at the first evaluated row, or earlier with --prefill (the rows between are decode steps).
+    const int64_t P = view.prompt_end();
+    require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position && P > 0,
                   "snapkv needs the query rows of the prompt before the evaluated rows (positions 0..{}), which this "
                   "slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
-                  P - 1);
+                  view.first_position - 1);
     require_input(
         P > params_.window,
         "snapkv(window={}) needs a prompt longer than its observation window, but the evaluated rows start at "

@@ -18,7 +18,7 @@ class Streaming final : public KeptKeysEstimator {
       return [&view, params = params_](int64_t i) {
         return KeptKeys{sink_and_window(view.visible(i), view.position(i), params.sink, params.window), {}};
       };
-    const int64_t P = view.position(0);  // the prefill boundary: the first evaluated row
+    const int64_t P = view.prompt_end();  // the first evaluated row, or earlier with --prefill
     require_usage(P > 0,
                   "streaming(roll=0) compresses the prompt before the first evaluated row, and this case has none: "
                   "measure decode rows with --queries last:W (W below the length).");

@@ -51,7 +51,7 @@ class Tova final : public KeptKeysEstimator {
                               .protect = 0,
                               .aggregate = ReplayAggregate::kMean};
     auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets(replay_members(view, share()), policy, P, P, view.keys()));
+        replay_sets(replay_members(view, share()), policy, P, view.first_position, view.keys()));
     // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
     return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
   }
