@@ -23,16 +23,22 @@ double magicpig_inclusion(double p, int64_t L, int64_t min) {
   if (p <= 0 || min > L) return 0.0;
   const double n = static_cast<double>(L);
   if (min == 1) return -std::expm1(n * std::log1p(-p));
-  if (min == 2) return -std::expm1((n - 1) * std::log1p(-p) + std::log1p((n - 1) * p));
-  // pmf(k + 1) = pmf(k)·(L − k)/(k + 1)·p/(1 − p), from pmf(k0) in logs (lgamma), summed from the small side.
+  // min = 2's closed form subtracts two logs of size (L − 1)·p from each other to leave ~C(L,2)·p²: relative error
+  // ~1e-16/(L·p), so below L·p = 0.01 the series below (first term C(L,2)·p²·(1 − p)^{L−2}) takes over.
+  if (min == 2 && n * p >= 0.01) return -std::expm1((n - 1) * std::log1p(-p) + std::log1p((n - 1) * p));
+  // pmf(k + 1) = pmf(k)·(L − k)/(k + 1)·p/(1 − p), summed from the small side. pmf(k0) = C(L, k0)·p^k0·(1 − p)^{L−k0},
+  // the coefficient as a product (a few ulps) while it stays finite, else through lgamma.
   const double odds = p / (1 - p);
-  auto log_pmf = [&](int64_t k) {
+  auto pmf = [&](int64_t k) {
     const double kk = static_cast<double>(k);
-    return std::lgamma(n + 1) - std::lgamma(kk + 1) - std::lgamma(n - kk + 1) + kk * std::log(p) +
-           (n - kk) * std::log1p(-p);
+    double choose = 1;
+    for (int64_t i = 1; i <= k && std::isfinite(choose); ++i) choose *= (n - kk + static_cast<double>(i)) / i;
+    if (std::isfinite(choose) && choose < 1e300) return choose * std::pow(p, kk) * std::exp((n - kk) * std::log1p(-p));
+    return std::exp(std::lgamma(n + 1) - std::lgamma(kk + 1) - std::lgamma(n - kk + 1) + kk * std::log(p) +
+                    (n - kk) * std::log1p(-p));
   };
   if (n * p < static_cast<double>(min)) {  // the upper tail is the small side: past the mode its terms fall
-    double term = std::exp(log_pmf(min)), sum = 0;
+    double term = pmf(min), sum = 0;
     for (int64_t k = min; k <= L && term > 0; ++k) {
       sum += term;
       if (term < 1e-18 * sum) break;
@@ -40,7 +46,7 @@ double magicpig_inclusion(double p, int64_t L, int64_t min) {
     }
     return std::min(1.0, sum);
   }
-  double term = std::exp(n * std::log1p(-p)), lower = 0;
+  double term = pmf(0), lower = 0;
   for (int64_t k = 0; k < min; ++k) {
     lower += term;
     term *= static_cast<double>(L - k) / static_cast<double>(k + 1) * odds;
@@ -82,8 +88,8 @@ KeptKeys row_keys(const HeadView& view, const Tables& t, const MagicpigParams& o
   // H_t = [hb, he) within the keys the row sees; E_t the rest.
   int64_t hb = t.h0, he = t.h1;
   if (!t.fixed) hb = t.sink, he = position - t.window + 1;
-  hb = std::max(hb, seen.begin);
-  he = std::max(hb, std::min(he, seen.end));
+  hb = std::clamp(hb, seen.begin, seen.end);
+  he = std::clamp(he, hb, seen.end);
   RowVectorD centre = t.centre;
   if (t.moving && he > hb) centre = (t.prefix.row(he) - t.prefix.row(hb)) / static_cast<double>(he - hb);
   const RowVectorD q = view.qf.row(i).cast<double>();

@@ -47,8 +47,9 @@ struct MagicpigParams {
 double simhash_collision(double cosine, int64_t K);
 
 /// π = P(Binomial(L, p) ≥ min) without cancellation: min = 1: −expm1(L·log1p(−p)); min = 2:
-/// −expm1((L − 1)·log1p(−p) + log1p((L − 1)·p)); min ≥ 3: the binomial tail summed from the small side (the upper
-/// terms from pmf(min) when L·p < min, else 1 − the lower terms).
+/// −expm1((L − 1)·log1p(−p) + log1p((L − 1)·p)) for L·p ≥ 0.01 (below, where its two logs cancel, the series); min ≥ 3
+/// and small p: the binomial tail summed from the small side (the upper terms from pmf(min) when L·p < min, else
+/// 1 − the lower terms).
 double magicpig_inclusion(double p, int64_t L, int64_t min);
 
 }  // namespace attnprobe
