@@ -288,7 +288,7 @@ Unbiasedness over_seeds(const std::string& spec, const HeadView& view, int seeds
 
 // ---- oracle_sample --------------------------------------------------------------------------------------------
 
-TEST_CASE("oracle_sample: the definition's draws and weights, D-hat = D every trial", "[sampling]") {
+TEST_CASE("oracle_sample: the definition's draws and weights and D-hat = D every trial", "[sampling]") {
   HeadView view = synth_slice(80, 16, 0.3, 5, 12);
   for (const Mask mask : {Mask::kCausal, Mask::kFull}) {
     view.mask = mask;
@@ -384,7 +384,7 @@ TEST_CASE("magicpig: inclusion frequencies over hash draws match pi_j", "[sampli
   CHECK(max_z < 4.5);  // observed 3.6 over 201 keys
 }
 
-TEST_CASE("magicpig: kept keys and weights as defined, every anchor and mask", "[sampling][magicpig]") {
+TEST_CASE("magicpig: kept keys and weights as defined under every anchor and mask", "[sampling][magicpig]") {
   const HeadView whole = [] {
     HeadView v = synth_slice(90, 8, 0.5, 13, 6);
     v.mask = Mask::kCausal;
@@ -422,7 +422,7 @@ TEST_CASE("magicpig: kept keys and weights as defined, every anchor and mask", "
   }
 }
 
-TEST_CASE("magicpig: exact when sink + window cover the keys; prefill needs a prompt", "[sampling][magicpig]") {
+TEST_CASE("magicpig: exact when sink + window cover the keys and prefill needs a prompt", "[sampling][magicpig]") {
   HeadView view = synth_slice(60, 8, 0.3, 4, 8);
   view.mask = Mask::kCausal;
   const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry()) * view.v;
@@ -435,7 +435,8 @@ TEST_CASE("magicpig: exact when sink + window cover the keys; prefill needs a pr
   CHECK_THROWS_AS(parse_spec("magicpig(L=4,min=5)"), UsageError);
 }
 
-TEST_CASE("magicpig: tables=group shares the hyperplanes of a kv group, tables=head does not", "[sampling][magicpig]") {
+TEST_CASE("magicpig: tables=group shares the hyperplanes of a kv group and tables=head does not",
+          "[sampling][magicpig]") {
   HeadView view = synth_slice(120, 8, 0.5, 6, 8);
   view.mask = Mask::kCausal;
   const RandomKey group = make_random_key(1, "kv", 0);
@@ -464,7 +465,7 @@ TEST_CASE("magicpig: decode rows read no later token (prefill and auto anchors)"
     }
 }
 
-TEST_CASE("magicpig(floor=0): N-hat and D-hat unbiased over 2000 hash draws, the ratio biased",
+TEST_CASE("magicpig(floor=0): N-hat and D-hat unbiased over 2000 hash draws and the ratio biased",
           "[sampling][magicpig]") {
   HeadView view = synth_slice(48, 16, 0.5, 31, 8);
   view.mask = Mask::kCausal;
@@ -480,6 +481,54 @@ TEST_CASE("magicpig(floor=0): N-hat and D-hat unbiased over 2000 hash draws, the
   CHECK(many.max_z_num < 4.5);                    // observed 2.9
   CHECK(few.max_z_ratio > 4.5);                   // the ratio's bias is visible: observed z 38 (L = 8)
   CHECK(many.ratio_bias < 0.5 * few.ratio_bias);  // and shrinks with the budget: observed 0.0094 (L = 40), 0.116
+}
+
+TEST_CASE("magicpig(floor>0): E[D-hat] = the exact part + the hashed keys' e^l pi/(pi + floor)",
+          "[sampling][magicpig]") {
+  // A large floor (0.05) makes the bias of the reference's floor visible over 2000 draws.
+  HeadView view = synth_slice(40, 16, 0.5, 41, 8);
+  view.mask = Mask::kCausal;
+  const std::string spec = "magicpig(K=4,L=8,sink=2,window=5,floor=0.05,anchor=row)";
+  const int seeds = 2000;
+  std::vector<double> sum(view.n(), 0), squares(view.n(), 0);
+  const auto estimator = parse_spec(spec).make();
+  for (int s = 0; s < seeds; ++s) {
+    const auto rows = estimator->kept_keys(view, context(spec, static_cast<uint32_t>(s)));
+    for (int64_t i = 0; i < view.n(); ++i) {
+      const double d = estimated_sums(view, i, rows(i)).den;
+      sum[i] += d, squares[i] += d * d;
+    }
+  }
+  double max_z_formula = 0, max_z_exact = 0;
+  for (int64_t i = 0; i < view.n(); ++i) {
+    const int64_t t = view.position(i), he = std::max<int64_t>(2, t - 5 + 1);
+    double top = -INFINITY;
+    for (int64_t j = 0; j <= t; ++j) top = std::max(top, logit(view, i, j));
+    RowVectorD centre = RowVectorD::Zero(view.p());
+    for (int64_t j = 2; j < he; ++j) centre += view.kf.row(j).cast<double>() / static_cast<double>(he - 2);
+    const RowVectorD q = view.qf.row(i).cast<double>();
+    double expected = 0;
+    for (int64_t j = 0; j <= t; ++j) {
+      const double e = std::exp(logit(view, i, j) - top);
+      if (j < 2 || j >= he) {
+        expected += e;
+        continue;
+      }
+      const RowVectorD x = view.kf.row(j).cast<double>() - centre;
+      const double norms = q.norm() * x.norm();
+      const double prob =
+          std::pow(1 - std::acos(std::clamp(norms > 0 ? q.dot(x) / norms : 0.0, -1.0, 1.0)) / std::numbers::pi, 4);
+      const double pi = binomial_tail(prob, 8, 2);
+      expected += e * pi / (pi + 0.05);
+    }
+    const double mean = sum[i] / seeds, se = std::sqrt(std::max(0.0, squares[i] / seeds - mean * mean) / (seeds - 1));
+    if (se == 0) continue;  // rows with no hashed key: exact
+    max_z_formula = std::max(max_z_formula, std::abs(mean - expected) / se);
+    max_z_exact = std::max(max_z_exact, std::abs(mean - exact_sums(view, i).den) / se);
+  }
+  INFO("max |z| against the formula " << max_z_formula << ", against D " << max_z_exact);
+  CHECK(max_z_formula < 4.5);  // observed 2.2 (40 rows)
+  CHECK(max_z_exact > 4.5);    // the floor's bias: observed 45
 }
 
 // ---- vattention -----------------------------------------------------------------------------------------------
@@ -503,7 +552,7 @@ TEST_CASE("vattention: the CLT budget and its two clamps", "[sampling][vattentio
   CHECK(vattention_budget(1e-8, 100, 10, 0.25, 0.25, 2) == 2);
 }
 
-TEST_CASE("vattention: kept keys and weights as defined, each draw", "[sampling][vattention]") {
+TEST_CASE("vattention: kept keys and weights as defined for each draw", "[sampling][vattention]") {
   HeadView causal = synth_slice(150, 8, 0.4, 19, 6);
   causal.mask = Mask::kCausal;
   HeadView full = causal;
@@ -526,7 +575,7 @@ TEST_CASE("vattention: kept keys and weights as defined, each draw", "[sampling]
     }
 }
 
-TEST_CASE("vattention: exact limits (window covers the row; wor with b' = n_u)", "[sampling][vattention]") {
+TEST_CASE("vattention: exact limits (window covers the row and wor with b' = n_u)", "[sampling][vattention]") {
   HeadView view = synth_slice(70, 8, 0.3, 23, 8);
   view.mask = Mask::kCausal;
   const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry()) * view.v;
@@ -537,7 +586,8 @@ TEST_CASE("vattention: exact limits (window covers the row; wor with b' = n_u)",
   }
 }
 
-TEST_CASE("vattention(draw=hh): N-hat and D-hat unbiased over 2000 seeds, the ratio biased", "[sampling][vattention]") {
+TEST_CASE("vattention(draw=hh): N-hat and D-hat unbiased over 2000 seeds and the ratio biased",
+          "[sampling][vattention]") {
   HeadView view = synth_slice(64, 8, 0.5, 29, 8);
   view.mask = Mask::kCausal;
   // eps = 2 keeps the CLT budget below the pilot's b₀, so `base` sets the budget: b = max(2, ⌊base·r⌋).
@@ -557,7 +607,8 @@ TEST_CASE("vattention(draw=hh): N-hat and D-hat unbiased over 2000 seeds, the ra
 
 // ---- the sampling metrics -------------------------------------------------------------------------------------
 
-TEST_CASE("sampling metrics: den_rel, num_rel, eps_cover, pilot; tail metrics deterministic only", "[sampling]") {
+TEST_CASE("sampling metrics: den_rel num_rel eps_cover pilot and the tail metrics for deterministic selections only",
+          "[sampling]") {
   HeadView view = synth_slice(100, 8, 0.4, 37, 8);
   view.mask = Mask::kCausal;
   const std::vector<Metric> which = {Metric::kDenRel, Metric::kNumRel, Metric::kEpsCover, Metric::kPilot,
@@ -613,7 +664,7 @@ TEST_CASE("sampling metrics: den_rel, num_rel, eps_cover, pilot; tail metrics de
   CHECK(det[4] > 0);
 }
 
-TEST_CASE("sampling metrics: --eps reaches eps_cover and run.json; bad values are usage errors", "[sampling][cli]") {
+TEST_CASE("sampling metrics: --eps reaches eps_cover and run.json and bad values are usage errors", "[sampling][cli]") {
   const std::string dump = write_synth("sampling_eps.h5", synth_options(1, 2, 1, 64, 8));
   const std::string out = temp_path("sampling_eps.csv");
   CommandResult r =
