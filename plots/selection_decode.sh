@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The selection family at decode (docs/estimators/selection.md): the last 16 rows of our causal GQA model's
-# 4096-token slices and of stories260K's 512-token ones (from ../shared/data, when present), each method at five
-# (four) key budgets, reduced to plots/data/selection-density.csv and drawn as plots/figures/selection-density.png
-# with the paired table of plots/README.md ("Selection at decode"). Takes a few seconds.
+# 4096-token slices and of stories260K's 512-token ones (from ../shared/data, when present), each method — per-row
+# selections, prompt compressions, replayed caches, and the kv-group shared forms — at five (four) key budgets, reduced to plots/data/selection-density.csv and drawn as plots/figures/selection-density.png
+# with the paired table of plots/README.md ("Selection at decode"). Takes about a minute.
 #   ATTNPROBE=build/attnprobe plots/selection_decode.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,9 @@ methods() {  # methods BLOCK PAGE BUDGET...: every method at each budget, then t
   shift 2
   for b in "$@"; do
     printf '%s\n' -e "topk(k=$b)" -e "streaming(sink=4,window=$((b - 4)))" -e "quest(page=$page,budget=$b)" \
-      -e "quest(page=$page,budget=$b,last=1)" -e "moba(block=$block,topk=$((b / block)))"
+      -e "quest(page=$page,budget=$b,last=1)" -e "moba(block=$block,topk=$((b / block)))" \
+      -e "snapkv(window=16,budget=$b)" -e "expected(budget=$b)" -e "h2o(heavy=$((b / 2)),window=$((b / 2)))" \
+      -e "tova(budget=$((b - 1)))" -e "topk(k=$b,share=group)" -e "snapkv(window=16,budget=$b,share=group)"
   done
   for p in 0.5 0.7 0.8 0.9 0.95; do printf '%s\n' -e "topp(p=$p)"; done
 }

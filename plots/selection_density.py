@@ -10,8 +10,11 @@ Two steps, so that the figure is redrawn from data committed beside it:
                                                              per method (the median over heads, the band the
                                                              heads' interquartile range); prints, at each dump's
                                                              matched budget B, paired comparisons over heads
-Methods are named from the spec: topk, topp, streaming, quest (last=0), quest-last (last=1), moba; a method's
-budget is the number of keys it is asked to read (topp has none: its points sit where its p lands).
+Methods are named from the spec: topk, topp, streaming, quest (last=0), quest-last (last=1), moba, snapkv, expected
+(its default: one set per kv group), h2o, tova (its default: one cache per kv group), and topk-group, snapkv-group
+(share=group); a method's budget is the number of keys it is asked to read per row (the prompt-compressed ones:
+prompt keys kept; topp has none: its points sit where its p lands). The figure has two panels per dump: the
+per-row methods, and the ones that compress the prompt or replay a cache, with the kv-group forms.
 Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
 import argparse
@@ -30,8 +33,15 @@ def method_and_budget(spec):
     """('quest-last', 256) from 'quest(page=16,budget=256,last=1,...)'; budget None for topp."""
     name = spec.split("(")[0]
     keys = dict(re.findall(r"(\w+)=([^,)]+)", spec))
+    group = "-group" if keys.get("share") == "group" and name in ("topk", "snapkv") else ""
     if name == "topk":
-        return name, int(keys["k"]) + int(keys["sink"]) + int(keys["window"])
+        return name + group, int(keys["k"]) + int(keys["sink"]) + int(keys["window"])
+    if name in ("snapkv", "expected"):
+        return name + group, int(keys["budget"])
+    if name == "h2o":
+        return name, int(keys["heavy"]) + int(keys["window"])
+    if name == "tova":
+        return name, int(keys["budget"]) + 1
     if name == "streaming":
         return name, int(keys["sink"]) + int(keys["window"])
     if name == "quest":
@@ -74,32 +84,39 @@ def draw(path, out, budgets):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(dumps), figsize=(6.2 * len(dumps), 4.6), squeeze=False)
-    colours = {"topk": "C0", "topp": "C1", "streaming": "C2", "quest": "C3", "quest-last": "C4", "moba": "C5"}
-    for ax, dump in zip(axes[0], dumps):
-        mine = [r for r in rows if r["dump"] == dump]
-        heads = len({(r["layer"], r["head"]) for r in mine})
-        for method in colours:
-            specs = sorted({r["spec"] for r in mine if r["method"] == method})
-            points = []
-            for spec in specs:
-                cell = [r for r in mine if r["spec"] == spec]
-                density = np.array([float(r["density"]) for r in cell])
-                error = np.array([float(r["spec_rel"]) for r in cell])
-                points.append((np.median(density), np.median(error), *np.percentile(error, [25, 75])))
-            if not points:
-                continue
-            points.sort()
-            x, y, lo, hi = map(np.array, zip(*points))
-            ax.plot(x, y, "o-", color=colours[method], label=method, ms=4)
-            ax.fill_between(x, lo, hi, color=colours[method], alpha=0.15, lw=0)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("density: keys read / keys the row sees (median over heads)")
-        ax.set_ylabel("spec_rel of the 16 decode rows")
-        ax.set_title(f"{dump}: {heads} heads, last 16 rows (band: heads' IQR)", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    fig, axes = plt.subplots(2, len(dumps), figsize=(6.2 * len(dumps), 9.0), squeeze=False)
+    colours = {"topk": "C0", "topp": "C1", "streaming": "C2", "quest": "C3", "quest-last": "C4", "moba": "C5",
+               "snapkv": "C6", "expected": "C7", "h2o": "C8", "tova": "C9", "topk-group": "navy",
+               "snapkv-group": "deeppink"}
+    panels = [("per-row selections", ["topk", "topp", "streaming", "quest", "quest-last", "moba"]),
+              ("compressed once, replayed, kv-group",
+               ["topk", "topk-group", "snapkv", "snapkv-group", "expected", "h2o", "tova", "streaming"])]
+    for column, dump in enumerate(dumps):
+        for (title, methods), ax in zip(panels, axes[:, column]):
+            mine = [r for r in rows if r["dump"] == dump]
+            heads = len({(r["layer"], r["head"]) for r in mine})
+            for method in methods:
+                specs = sorted({r["spec"] for r in mine if r["method"] == method})
+                points = []
+                for spec in specs:
+                    cell = [r for r in mine if r["spec"] == spec]
+                    density = np.array([float(r["density"]) for r in cell])
+                    error = np.array([float(r["spec_rel"]) for r in cell])
+                    points.append((np.median(density), np.median(error), *np.percentile(error, [25, 75])))
+                if not points:
+                    continue
+                points.sort()
+                x, y, lo, hi = map(np.array, zip(*points))
+                ax.plot(x, y, "o-", color=colours[method], label=method, ms=4)
+                ax.fill_between(x, lo, hi, color=colours[method], alpha=0.15, lw=0)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("density: keys read / keys the row sees (median over heads)")
+            ax.set_ylabel("spec_rel of the 16 decode rows")
+            ax.set_title(f"{dump}, {heads} heads, last 16 rows\n{title} (line: median over heads; band: IQR)",
+                         fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     print(f"wrote {out}")
@@ -112,16 +129,20 @@ def draw(path, out, budgets):
         for r in mine:
             by[r["method"]][(r["layer"], r["head"])] = float(r["spec_rel"])
         print(f"\n{dump}, budget {budget} keys: spec_rel paired over heads")
-        print(f"{'A':<11} {'B':<11} {'heads':>5} {'A lower':>7} {'sign p':>8} {'median A/B':>10}")
-        pairs = [(m, "topk") for m in ("streaming", "quest", "quest-last", "moba")] + [("quest-last", "streaming"),
-                                                                                         ("moba", "quest-last")]
+        print(f"{'A':<12} {'B':<11} {'heads':>5} {'A lower':>7} {'ties':>5} {'sign p':>8} {'median A/B':>10}")
+        pairs = [(m, "topk") for m in ("streaming", "quest", "quest-last", "moba", "snapkv", "expected", "h2o", "tova")]
+        pairs += [("quest-last", "streaming"), ("moba", "quest-last"), ("snapkv", "streaming"), ("h2o", "streaming"),
+                  ("tova", "h2o"), ("expected", "snapkv"), ("topk-group", "topk"), ("snapkv-group", "snapkv")]
         for a, b in pairs:
             common = sorted(set(by[a]) & set(by[b]))
             if not common:
                 continue
             wins = sum(by[a][h] < by[b][h] for h in common)
+            ties = sum(by[a][h] == by[b][h] for h in common)
             ratio = np.median([by[a][h] / by[b][h] for h in common])
-            print(f"{a:<11} {b:<11} {len(common):>5} {wins:>7} {sign_test(wins, len(common)):>8.2g} {ratio:>10.3g}")
+            # The sign test leaves tied heads out (no sign); all tied: no test.
+            p = f"{sign_test(wins, len(common) - ties):>8.2g}" if ties < len(common) else f"{'—':>8}"
+            print(f"{a:<12} {b:<11} {len(common):>5} {wins:>7} {ties:>5} {p} {ratio:>10.3g}")
         # Why heads fail: tail mass against tail gap of topk at this budget.
         topk = [r for r in mine if r["method"] == "topk"]
         if topk:

@@ -39,7 +39,8 @@ Action add_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--queries", o->queries,
                  "query rows, a list: all (n rows against n keys) or last:W (a decode step: the last W rows against "
-                 "the n keys; CPU, estimators with a decode form), e.g. last:1,last:64; decode rows report bytes read "
+                 "the n keys; CPU, estimators with a decode form; those built from a prompt, such as h2o, run only "
+                 "these), e.g. last:1,last:64; decode rows report bytes read "
                  "per second beside the read and copy bandwidths measured in the same run")
       ->capture_default_str();
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();

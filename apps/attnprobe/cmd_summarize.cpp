@@ -8,6 +8,7 @@
 #include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/report/pareto.h"
 #include "attnprobe/report/slopes.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
@@ -22,6 +23,7 @@ struct SummarizeOptions {
   std::string output;
   bool table = false;
   bool slopes = false;
+  std::string pareto;
 };
 
 int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
@@ -46,7 +48,28 @@ int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions
   return 0;
 }
 
+int print_pareto(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
+  const std::vector<ParetoRow> fronts = pareto_fronts(per_case, o.pareto);
+  if (o.table) {
+    std::vector<std::vector<std::string>> rows = {
+        {"layer", "head", "batch", "n", "queries", "estimator", "spec", "metric", o.pareto, "value"}};
+    for (const ParetoRow& r : fronts)
+      rows.push_back({r.key.layer.text(), r.key.head.text(), r.key.batch.text(), r.key.n.text(),
+                      query_rows_text(r.key.queries), r.key.estimator, r.key.spec, r.metric,
+                      fmt::format("{:.4g}", r.axis), fmt::format("{:.4g}", r.value)});
+    fmt::print("{}", format_table(rows));
+    if (o.output.empty()) return 0;
+  }
+  const std::string text = pareto_csv_text(fronts, o.pareto);
+  if (o.output.empty() || o.output == "-")
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  else
+    write_file_atomically(o.output, text);
+  return 0;
+}
+
 int run_summarize(const SummarizeOptions& o) {
+  if (o.slopes && !o.pareto.empty()) throw UsageError("--slopes and --pareto are two outputs: ask for one");
   std::vector<NamedPath> inputs;
   for (const std::string& path : o.inputs) inputs.push_back({"the input", path});
   require_separate_files(inputs, {{"-o", o.output == "-" ? "" : o.output}});
@@ -75,6 +98,7 @@ int run_summarize(const SummarizeOptions& o) {
   }
 
   if (o.slopes) return print_slopes(result, o);
+  if (!o.pareto.empty()) return print_pareto(result, o);
   if (o.table) {
     // The query rows only when some case evaluates other rows than all (a decode sweep).
     const bool decode =
@@ -114,11 +138,16 @@ Action add_summarize(CLI::App& app) {
                "a Monte-Carlo estimator falls as -1/2 for norms (spec_rel, fro_rel) and -1 for squared errors "
                "(mse, nmse); flatter means bias. Columns: the case key but samples, metric, points, slope, "
                "stderr, intercept, min_samples, max_samples");
+  app.add_option("--pareto", o->pareto,
+                 "AXIS (e.g. density): per case and estimator, the settings on its error-vs-AXIS front — none of the "
+                 "estimator's other settings reads no more and errs less (for recalls: finds more). With --over, "
+                 "the front of the pooled means. Columns: the case key, metric, AXIS, value");
   app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
   app.footer(
       "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n"
-      "  attnprobe summarize out/sweep.csv --over layer,head,batch --slopes --table\n\n"
+      "  attnprobe summarize out/sweep.csv --over layer,head,batch --slopes --table\n"
+      "  attnprobe summarize out/decode.csv --over layer,head,batch --pareto density --table\n\n"
       "Columns: " +
       csv_header(summary_columns()) + " (std with n-1; stderr = std/sqrt(count)).");
   return [o] { return run_summarize(*o); };

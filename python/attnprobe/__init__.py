@@ -210,7 +210,7 @@ def _slice_only(q, k, v, scale) -> bool:
 
 def estimators() -> list:
     """The registered estimators, as ``attnprobe list`` shows them: a list of dicts with ``name``,
-    ``family``, ``summary``, ``params`` (each: name, kind, default, min/max or choices, help),
+    ``family``, ``summary``, ``params`` (each: name, kind — int, real, choice or text —, default, min/max or choices, help),
     ``defaults``, ``spec`` (the default's canonical spec), ``target`` (what it estimates, the
     reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
     ``weights``, ``causal_weights`` (its causal form states its weights too), ``kept_keys`` (it states the

@@ -75,6 +75,9 @@ struct Capabilities {
   /// before it (magicpig's tables of the prompt keys), so the last rows of a slice evaluated alone differ by design
   /// from the same rows of the whole slice's estimate, where P = 0 (the conformance decode property skips it).
   bool anchored = false;
+  /// It chooses one kept set for every query head of a kv group (share=group): a sweep gives its views the other
+  /// heads' query rows (HeadView::group); a view without them is a group of one.
+  bool group = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 };

@@ -42,13 +42,14 @@ std::string estimators_json() {
     nlohmann::ordered_json params = nlohmann::ordered_json::array(), defaults = nlohmann::ordered_json::object();
     for (const ParamDef& p : def.params) {
       nlohmann::ordered_json param = {{"name", p.name},
-                                      {"kind", p.kind == ParamKind::kInt    ? "int"
-                                               : p.kind == ParamKind::kReal ? "real"
-                                                                            : "choice"},
+                                      {"kind", p.kind == ParamKind::kInt      ? "int"
+                                               : p.kind == ParamKind::kReal   ? "real"
+                                               : p.kind == ParamKind::kChoice ? "choice"
+                                                                              : "text"},
                                       {"default", p.default_value}};
       if (p.kind == ParamKind::kChoice) {
         param["choices"] = p.choices;
-      } else {
+      } else if (p.kind != ParamKind::kText) {
         param["min"] = p.min;
         param["max"] = p.max;
         if (!p.choices.empty()) param["words"] = p.choices;

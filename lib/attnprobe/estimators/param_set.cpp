@@ -13,6 +13,8 @@ std::string param_domain(const ParamDef& p) {
                                : fmt::format("{} or real {}..{}", join(p.choices, "|"), p.min, p.max);
     case ParamKind::kChoice:
       return join(p.choices, "|");
+    case ParamKind::kText:
+      return "text (a path; no spaces or ,;())";
   }
   return "";
 }

@@ -29,7 +29,7 @@
 
 namespace attnprobe {
 
-enum class ParamKind { kInt, kReal, kChoice };
+enum class ParamKind { kInt, kReal, kChoice, kText };
 
 /// One key of a spec, as the parser, `list` and Python see it.
 struct ParamDef {
@@ -111,6 +111,16 @@ class ParamSet {
           for (const auto& [word, value] : options)
             if (word == text) std::invoke(access, p) = value;
         });
+    return std::move(*this);
+  }
+
+  /// A text key bound to a std::string member (a file path): any text without `,;()` or spaces, "" by default;
+  /// variants() leave it at its default.
+  template <class Access>
+  ParamSet&& text(std::string key, Access access, std::string help) && {
+    static_assert(std::is_same_v<Member<Access>, std::string>, "text() binds a std::string member");
+    add({std::move(key), ParamKind::kText, std::invoke(access, defaults_), 0, 0, {}, std::move(help)},
+        [access](P& p, const std::string& text) { std::invoke(access, p) = text; });
     return std::move(*this);
   }
 

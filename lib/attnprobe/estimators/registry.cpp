@@ -127,6 +127,13 @@ std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const st
     case ParamKind::kChoice:
       if (std::find(p.choices.begin(), p.choices.end(), text) == p.choices.end()) throw bad("is not a valid choice");
       return text;
+    case ParamKind::kText:
+      // The spec list splits on ',' and ';', the spec on '(' ')'; a CSV or shell would mangle spaces and quotes.
+      for (const char c : text)
+        if (c == ',' || c == ';' || c == '(' || c == ')' || c == '"' || c == '\'' ||
+            std::isspace(static_cast<unsigned char>(c)) || static_cast<unsigned char>(c) < 0x20)
+          throw bad("holds a character a spec cannot carry (spaces or ,;()\"')");
+      return text;
   }
   return text;
 }

@@ -439,8 +439,8 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
   require_input(problem.empty(),
                 "'{}' layer {} head {} batch item {}: {}. Check the dump's values and its scale attribute.", path_,
                 info.number, head, batch, problem);
-  HeadView view =
-      make_head_view(SliceId{info.number, head, batch, n, kv_head}, info.scale, std::move(q), std::move(k), std::move(v));
+  HeadView view = make_head_view(SliceId{info.number, head, batch, n, kv_head}, info.scale, std::move(q), std::move(k),
+                                 std::move(v));
   if (info.own_queries() && !info.cross) {
     if (info.q_positions.empty())
       view.first_position = n - info.tokens;

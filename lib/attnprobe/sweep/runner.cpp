@@ -125,15 +125,19 @@ struct CaseState {
 
 }  // namespace
 
-const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage) {
+const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
+                             const std::vector<MatrixF>* group_rows) {
   read.mask = slice.mask;
   read.window = slice.window;
   const bool prefix = slice.n != read.keys(), last = slice.queries.kind == QueryRows::Kind::kLast;
+  const int member = group_rows ? read.id.head - read.id.kv_head * static_cast<int>(group_rows->size()) : 0;
+  if (group_rows) read.group = prefix_group(*group_rows, member, read.keys());
   if (!prefix && !last) return read;
   if (prefix) {
     storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n, read.id.kv_head}, read.scale,
                              read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
     storage.window = slice.window;
+    if (group_rows) storage.group = prefix_group(*group_rows, member, slice.n);
   }
   if (last) storage = last_rows(prefix ? storage : read, slice.queries.last);
   return storage;
@@ -193,6 +197,12 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
+  // Settings that choose keys per kv group read every query head of the slice's group: their rows, read once per
+  // (layer, head, batch item) while the sweep stays in that kv group.
+  const bool groups = std::any_of(plan.settings.begin(), plan.settings.end(),
+                                  [](const EstimatorSetting& s) { return s.spec.capabilities().group; });
+  std::map<std::tuple<int, int, int>, std::pair<int64_t, MatrixF>> group_queries;  // → (length read, its rows)
+  std::vector<MatrixF> group_rows;
 
   int64_t tasks_done = 0;
   const int64_t tasks_total = plan.total_tasks();
@@ -246,8 +256,23 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       cached = dump.read_slice(slice.layer, slice.head, slice.batch, longest[id]);
       cached_id = id;
     }
+    if (groups) {
+      const LayerInfo& info = dump.layer(slice.layer);
+      const int size = info.heads / info.kv_heads, first = cached.id.kv_head * size;
+      if (!group_queries.empty() && (std::get<0>(group_queries.begin()->first) != slice.layer ||
+                                     std::get<1>(group_queries.begin()->first) / size != cached.id.kv_head))
+        group_queries.clear();
+      group_rows.assign(size, MatrixF());
+      for (int m = 0; m < size; ++m) {
+        if (first + m == slice.head) continue;
+        auto [it, fresh] = group_queries.try_emplace({slice.layer, first + m, slice.batch});
+        if (fresh || it->second.first < longest[id])
+          it->second = {longest[id], dump.read_slice(slice.layer, first + m, slice.batch, longest[id]).qf};
+        group_rows[m] = it->second.second;
+      }
+    }
     HeadView cut;
-    const HeadView& view = view_of_case(cached, slice, cut);
+    const HeadView& view = view_of_case(cached, slice, cut, groups ? &group_rows : nullptr);
 
     // G: the dump's layer_NN/dy when present, else the keyed generator's.
     MatrixD upstream;

@@ -38,7 +38,8 @@ struct RunStats {
 /// The view of a case from `read`, its (layer, head, item) read at the longest length the plan needs: the mask of
 /// the case set on `read`, then, where the case has fewer keys or only the last query rows, those cut into
 /// `storage`. Returns `read` itself when there is nothing to cut.
-const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage);
+const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
+                             const std::vector<MatrixF>* group_rows = nullptr);
 
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);

@@ -107,6 +107,7 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
   view.first_position = like.first_position;
   view.positions = like.positions;
   view.prompt_qf = like.prompt_qf;
+  view.group = like.group;
   return view;
 }
 
@@ -124,11 +125,32 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
     view.prompt_qf.resize(view.first_position, whole.qf.cols());
     view.prompt_qf << whole.prompt_qf, whole.qf.topRows(whole.n() - rows);
   }
+  if (whole.group) {  // the same cut of every member's rows
+    auto group = std::make_shared<QueryGroup>(*whole.group);
+    for (int m = 0; m < group->size(); ++m) {
+      if (m == group->member) continue;
+      const MatrixF& all = whole.group->rows[m];
+      group->prompt[m].resize(view.prompt_qf.rows() > 0 ? view.first_position : 0, all.cols());
+      if (group->prompt[m].rows() > 0) group->prompt[m] << whole.group->prompt[m], all.topRows(all.rows() - rows);
+      group->rows[m] = all.bottomRows(rows);
+    }
+    view.group = std::move(group);
+  }
   view.k = whole.k;
   view.kf = whole.kf;
   view.v = whole.v;
   view.vf = whole.vf;
   return view;
+}
+
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<MatrixF>& rows, int member, int64_t n) {
+  auto group = std::make_shared<QueryGroup>();
+  group->member = member;
+  group->rows.resize(rows.size());
+  group->prompt.resize(rows.size());
+  for (size_t m = 0; m < rows.size(); ++m)
+    if (static_cast<int>(m) != member) group->rows[m] = rows[m].topRows(std::min<int64_t>(n, rows[m].rows()));
+  return group;
 }
 
 std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale) {

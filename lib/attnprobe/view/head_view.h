@@ -1,7 +1,9 @@
 #pragma once
 // One (layer, head, batch item, length n) slice of a dump: the unit every estimator works on.
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/view/mask.h"
@@ -9,11 +11,21 @@
 namespace attnprobe {
 
 struct SliceId {
-  int layer = 0;  ///< layer number (NN of layer_NN)
-  int head = 0;   ///< head index
-  int batch = 0;  ///< batch item index
-  int64_t n = 0;  ///< keys used: the prefix 0..n-1 of the keys (self-attention: of the queries too)
+  int layer = 0;    ///< layer number (NN of layer_NN)
+  int head = 0;     ///< head index
+  int batch = 0;    ///< batch item index
+  int64_t n = 0;    ///< keys used: the prefix 0..n-1 of the keys (self-attention: of the queries too)
   int kv_head = 0;  ///< the kv head whose keys and values the query head reads (GQA: head / (H / Hkv))
+};
+
+/// The query rows of every head that reads the same keys (its kv group, in head order), for the methods that choose
+/// one kept set for a whole group (share=group, docs/estimators/selection.md): each member's rows as the view's own
+/// (qf: the evaluated rows; prompt: the rows before them, as prompt_qf). The view's own head, at `member`, is left
+/// empty here: its rows are the view's qf and prompt_qf, so a view whose own data is replaced stays consistent.
+struct QueryGroup {
+  std::vector<MatrixF> rows, prompt;
+  int member = 0;  ///< the view's own head among them
+  int size() const { return static_cast<int>(rows.size()); }
 };
 
 /// The data of one slice in both precisions: float64 exactly as stored (the reference and the
@@ -33,6 +45,9 @@ struct HeadView {
   /// slice (last_rows): the prompt, whose queries estimators that compress the cache once read (float32, as
   /// the selection scores widen it). Empty for a whole slice and for a dump that stores only its decode rows.
   MatrixF prompt_qf;
+  /// The query rows of the other heads of its kv group, when a setting chooses keys per group (share=group); null
+  /// otherwise, and outside a sweep, where a view is its own group of one.
+  std::shared_ptr<const QueryGroup> group;
 
   int64_t n() const { return q.rows(); }  ///< query rows
   int64_t keys() const { return k.rows(); }
@@ -55,6 +70,11 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v);
 /// keys − rows..keys − 1 (a decode step of `rows` queries with the slice as its cache), same mask; the rows
 /// before them become its prompt_qf.
 HeadView last_rows(const HeadView& whole, int64_t rows);
+
+/// A group from every member head's query rows as read (`rows[member]` unused), cut to the first `n` rows as a
+/// prefix of a self-attention slice cuts its own (a decode dump's rows, fewer than its keys, stay whole). last_rows
+/// cuts a view's group with it.
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<MatrixF>& rows, int member, int64_t n);
 
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
 /// s·q·k and their exponentials) and turn every metric into NaN. "" when q, k, v and scale stay within

@@ -77,9 +77,11 @@ double widened_dot(const float* q, const float* k, int64_t p) {
   return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
-std::vector<double> score_visible(const HeadView& view, int64_t row) {
+std::vector<double> score_visible(const HeadView& view, int64_t row) { return score_visible(view, view.qf, row); }
+
+std::vector<double> score_visible(const HeadView& view, const MatrixF& queries, int64_t row) {
   const KeyRange seen = view.visible(row);
-  const float* q = view.qf.row(row).data();
+  const float* q = queries.row(row).data();
   std::vector<double> scores(seen.size());
   for (int64_t j = seen.begin; j < seen.end; ++j)
     scores[j - seen.begin] = view.scale * widened_dot(q, view.kf.row(j).data(), view.p());

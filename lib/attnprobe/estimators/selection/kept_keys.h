@@ -50,6 +50,8 @@ double widened_dot(const float* q, const float* k, int64_t p);
 /// from the float32 inputs widened: each one dot product in a fixed order (four interleaved partial sums),
 /// independent of the other rows.
 std::vector<double> score_visible(const HeadView& view, int64_t row);
+/// The same for row `row` of other query rows at the view's positions (another head of its kv group).
+std::vector<double> score_visible(const HeadView& view, const MatrixF& queries, int64_t row);
 
 /// Keys [range.begin, range.end) in order, for the positional parts of a kept set.
 void append_range(std::vector<int64_t>& keys, int64_t begin, int64_t end);

@@ -31,15 +31,20 @@ class Moba final : public KeptKeysEstimator {
       std::vector<int64_t> past(own);
       for (int64_t b = 0; b < own; ++b) past[b] = b;
       if (own > params.topk - 1) {
-        // The gates s·q_t·k̄_b of the past blocks, each a dot product in a fixed order.
-        std::vector<double> gate(own);
-        const float* q = view.qf.row(i).data();
-        for (int64_t b = 0; b < own; ++b) {
-          const double* mean = means->row(b).data();
-          double g = 0;
-          for (int64_t d = 0; d < view.p(); ++d) g += static_cast<double>(q[d]) * mean[d];
-          gate[b] = view.scale * g;
+        // The gates s·q_t·k̄_b of the past blocks, each a dot product in a fixed order, for each scoring head's
+        // query; a group ranks by their aggregate.
+        const ScoringHeads heads = scoring_heads(view, params.share);
+        std::vector<std::vector<double>> gates(heads.size(), std::vector<double>(own));
+        for (int h = 0; h < heads.size(); ++h) {
+          const float* q = heads.rows[h]->row(i).data();
+          for (int64_t b = 0; b < own; ++b) {
+            const double* mean = means->row(b).data();
+            double g = 0;
+            for (int64_t d = 0; d < view.p(); ++d) g += static_cast<double>(q[d]) * mean[d];
+            gates[h][b] = view.scale * g;
+          }
         }
+        const std::vector<double> gate = aggregate_scores(std::move(gates), past, 0, params.agg, /*logits=*/true);
         past = best_by_score(std::move(past), gate, 0, params.topk - 1);
       }
       for (int64_t b : past) append_range(kept.keys, b * params.block, (b + 1) * params.block);
@@ -63,10 +68,10 @@ class Moba final : public KeptKeysEstimator {
     .family = "selection",
     .summary = "MoBA's block gate at decode: the query's own block and the past blocks whose mean key scores best",
     .page = "estimators/selection.md",
-    .params = ParamSet<MobaParams>()
-                  .integer("block", &MobaParams::block, 1, int64_t{1} << 20, "keys per block")
-                  .integer("topk", &MobaParams::topk, 1, int64_t{1} << 20,
-                           "blocks attended, the query's own included (the samples knob)"),
+    .params = with_sharing(ParamSet<MobaParams>()
+                               .integer("block", &MobaParams::block, 1, int64_t{1} << 20, "keys per block")
+                               .integer("topk", &MobaParams::topk, 1, int64_t{1} << 20,
+                                        "blocks attended, the query's own included (the samples knob)")),
     .samples_knob = "topk",
     // Blocks are positions from key 0 up to the query: causal only.
     .capabilities = {.random = false,
@@ -74,7 +79,8 @@ class Moba final : public KeptKeysEstimator {
                      .decode = {Mask::kCausal},
                      .weights = {Mask::kCausal},
                      .selection = true},
-    .ablations = {"moba(block=16,topk=3)"},
+    .narrow = [](const MobaParams& params, Capabilities& can) { can.group = params.share == Share::kGroup; },
+    .ablations = {"moba(block=16,topk=3)", "moba(block=8,topk=3,share=group,agg=max)"},
     .make = [](const MobaParams& params) { return std::make_unique<Moba>(params); },
 });
 

@@ -7,11 +7,15 @@
 // would compute. Causal mask only (the current block is a position). keys_scored: the past blocks' means.
 #include <cstdint>
 
+#include "attnprobe/estimators/selection/sharing.h"
+
 namespace attnprobe {
 
 struct MobaParams {
   int64_t block = 64;
-  int64_t topk = 4;  ///< blocks attended, the query's own included (the samples knob)
+  int64_t topk = 4;            ///< blocks attended, the query's own included (the samples knob)
+  Share share = Share::kHead;  ///< MoBA repeats K per query head
+  Aggregate agg = Aggregate::kMean;
 };
 
 }  // namespace attnprobe

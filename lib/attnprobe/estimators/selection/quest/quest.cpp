@@ -55,16 +55,19 @@ class Quest final : public KeptKeysEstimator {
       const KeyRange seen = view.visible(i);
       const int64_t page = params.page, first = seen.begin / page, last = (seen.end - 1) / page;
       const int64_t pages = last - first + 1;
-      // U_b of each page (index b − first), its keys clipped to the row's.
-      std::vector<double> upper(pages);
-      const float* q = view.qf.row(i).data();
+      // U_b of each page (index b − first), its keys clipped to the row's, for each scoring head's query.
+      const ScoringHeads heads = scoring_heads(view, params.share);
+      std::vector<std::vector<double>> upper(heads.size(), std::vector<double>(pages));
       RowVectorF low, high;
       for (int64_t b = first; b <= last; ++b) {
         const int64_t begin = std::max(seen.begin, b * page), end = std::min(seen.end, (b + 1) * page);
         const bool whole = begin == b * page && end == (b + 1) * page;
         if (!whole) key_bounds(view.kf, begin, end, low, high);
-        upper[b - first] = whole ? page_bound(q, bounds->low[b].data(), bounds->high[b].data(), view.p())
-                                 : page_bound(q, low.data(), high.data(), view.p());
+        for (int h = 0; h < heads.size(); ++h) {
+          const float* q = heads.rows[h]->row(i).data();
+          upper[h][b - first] = whole ? page_bound(q, bounds->low[b].data(), bounds->high[b].data(), view.p())
+                                      : page_bound(q, low.data(), high.data(), view.p());
+        }
       }
       const int64_t wanted = std::min(params.budget, seen.size());
       int64_t n = params.round == QuestRound::kCeil ? (wanted + page - 1) / page : wanted / page;
@@ -77,8 +80,12 @@ class Quest final : public KeptKeysEstimator {
       for (int64_t b = first; b <= last; ++b)
         if (!(params.last && b == own)) candidates.push_back(b);
       if (params.last && n > 0) chosen.push_back(own);
+      if (heads.size() > 1)  // the group's aggregate of the logit bounds s·U_b over the competing pages
+        for (std::vector<double>& bound : upper)
+          for (double& u : bound) u *= view.scale;
+      const std::vector<double> score = aggregate_scores(std::move(upper), candidates, first, params.agg, true);
       const std::vector<int64_t> best =
-          best_by_score(std::move(candidates), upper, first, n - static_cast<int64_t>(chosen.size()));
+          best_by_score(std::move(candidates), score, first, n - static_cast<int64_t>(chosen.size()));
       chosen.insert(chosen.end(), best.begin(), best.end());
       KeptKeys kept{{}, {}, 2.0 * static_cast<double>(pages)};
       for (int64_t b : chosen)
@@ -103,25 +110,27 @@ class Quest final : public KeptKeysEstimator {
     .summary = "Quest: pages of keys scored by an upper bound from their channel-wise min and max; the best pages "
                "up to a key budget",
     .page = "estimators/selection.md",
-    .params = ParamSet<QuestParams>()
-                  .integer("page", &QuestParams::page, 1, int64_t{1} << 20, "keys per page")
-                  .integer("budget", &QuestParams::budget, 0, int64_t{1} << 30,
-                           "keys the kept pages should hold (the samples knob)")
-                  .integer("last", &QuestParams::last, 0, 1,
-                           "1: always the query's own page plus the best others (Quest's kernel); 0: the best "
-                           "pages, its own competing (the evaluation code)")
-                  .choice("round", &QuestParams::round, {{"ceil", QuestRound::kCeil}, {"floor", QuestRound::kFloor}},
-                          "pages = budget/page rounded up (exact when the budget covers the keys) or down (the "
-                          "reference)")
-                  .integer("min_pages", &QuestParams::min_pages, 0, int64_t{1} << 20, "the fewest pages kept"),
+    .params = with_sharing(
+        ParamSet<QuestParams>()
+            .integer("page", &QuestParams::page, 1, int64_t{1} << 20, "keys per page")
+            .integer("budget", &QuestParams::budget, 0, int64_t{1} << 30,
+                     "keys the kept pages should hold (the samples knob)")
+            .integer("last", &QuestParams::last, 0, 1,
+                     "1: always the query's own page plus the best others (Quest's kernel); 0: the best "
+                     "pages, its own competing (the evaluation code)")
+            .choice("round", &QuestParams::round, {{"ceil", QuestRound::kCeil}, {"floor", QuestRound::kFloor}},
+                    "pages = budget/page rounded up (exact when the budget covers the keys) or down (the "
+                    "reference)")
+            .integer("min_pages", &QuestParams::min_pages, 0, int64_t{1} << 20, "the fewest pages kept")),
     .samples_knob = "budget",
     .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
     // The query's own page is a position: the full mask has none.
     .narrow =
         [](const QuestParams& params, Capabilities& can) {
           if (params.last) can.forms = can.decode = can.weights = {Mask::kCausal, Mask::kWindow};
+          can.group = params.share == Share::kGroup;
         },
-    .ablations = {"quest(last=1)"},
+    .ablations = {"quest(last=1)", "quest(page=8,budget=32,share=group,agg=logit)"},
     .make = [](const QuestParams& params) { return std::make_unique<Quest>(params); },
 });
 

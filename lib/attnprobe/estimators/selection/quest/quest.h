@@ -7,8 +7,11 @@
 // min_pages and at most all (and all when round=ceil and budget ≥ |V_t|: a window's keys can straddle one page
 // more than they fill): the n best by U_b (last=0: the evaluation code behind the paper's numbers), or the
 // page holding the query plus the n − 1 best others (last=1: the kernel's). Ties to the older page; w = 1.
-// keys_scored: 2 per page (its min and max). last=1 needs positions (causal or window mask).
+// share=group ranks the competing pages by the kv group's aggregate of s·U_b (sharing.h; default logit: the sum,
+// sparse-frontier's share_pages). keys_scored: 2 per page (its min and max). last=1 needs positions.
 #include <cstdint>
+
+#include "attnprobe/estimators/selection/sharing.h"
 
 namespace attnprobe {
 
@@ -20,6 +23,8 @@ struct QuestParams {
   bool last = false;     ///< the query's own page always, plus the n − 1 best others
   QuestRound round = QuestRound::kCeil;
   int64_t min_pages = 3;
+  Share share = Share::kHead;         ///< Quest's evaluation code repeats K per query head
+  Aggregate agg = Aggregate::kLogit;  ///< sparse-frontier's shared pages sum the heads' page scores
 };
 
 }  // namespace attnprobe

@@ -28,15 +28,9 @@ std::vector<double> pool_votes(const std::vector<double>& votes, int64_t kernel,
 
 namespace {
 
-// The kept prompt keys K_P, ascending, for a prompt of P = prompt.rows() tokens (the header's steps).
-std::vector<int64_t> kept_prompt(const MatrixF& prompt, const MatrixF& keys, double scale, const SnapkvParams& o) {
-  const int64_t P = prompt.rows(), p = prompt.cols();
-  std::vector<int64_t> kept;
-  if (P <= o.budget) {
-    append_range(kept, 0, P);
-    return kept;
-  }
-  const int64_t candidates = P - o.window;
+// One head's pooled votes over the candidates [0, P − window).
+std::vector<double> pooled_votes(const MatrixF& prompt, const MatrixF& keys, double scale, const SnapkvParams& o) {
+  const int64_t P = prompt.rows(), p = prompt.cols(), candidates = P - o.window;
   std::vector<double> votes(candidates, 0.0), logits;
   for (int64_t i = candidates; i < P; ++i) {  // row i sees keys 0..i
     logits.resize(i + 1);
@@ -49,9 +43,25 @@ std::vector<int64_t> kept_prompt(const MatrixF& prompt, const MatrixF& keys, dou
     for (double& l : logits) total += l = std::exp(l - top);
     for (int64_t j = 0; j < candidates; ++j) votes[j] += logits[j] / total;
   }
-  const std::vector<double> pooled = pool_votes(votes, o.kernel, o.pool);
+  return pool_votes(votes, o.kernel, o.pool);
+}
+
+// The kept prompt keys K_P, ascending, for a prompt of P tokens (the header's steps).
+std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvParams& o) {
+  std::vector<int64_t> kept;
+  if (P <= o.budget) {
+    append_range(kept, 0, P);
+    return kept;
+  }
+  const int64_t candidates = P - o.window;
+  std::vector<std::vector<double>> votes;
+  for (const MatrixF* prompt : scoring_heads(view, o.share).prompt) {
+    require_input(prompt->rows() == P, "snapkv(share=group) needs the prompt rows of every head of the kv group");
+    votes.push_back(pooled_votes(*prompt, view.kf, view.scale, o));
+  }
   std::vector<int64_t> all(candidates);
   for (int64_t j = 0; j < candidates; ++j) all[j] = j;
+  const std::vector<double> pooled = aggregate_scores(std::move(votes), all, 0, o.agg, /*logits=*/false);
   kept = best_by_score(std::move(all), pooled, 0, o.budget - o.window);
   append_range(kept, candidates, P);
   finish_kept(kept);
@@ -74,8 +84,7 @@ class Snapkv final : public KeptKeysEstimator {
         "snapkv(window={}) needs a prompt longer than its observation window, but the evaluated rows start at "
         "position {}: use a smaller W in --queries last:W, a longer --lengths, or a smaller window.",
         params_.window, P);
-    auto prompt =
-        std::make_shared<const std::vector<int64_t>>(kept_prompt(view.prompt_qf, view.kf, view.scale, params_));
+    auto prompt = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_));
     return [&view, prompt, P](int64_t i) {
       const KeyRange seen = view.visible(i);
       KeptKeys kept{{}, {}, 0.0};  // keys_scored: 0 per row (the votes are state work, once per prompt)
@@ -101,24 +110,25 @@ class Snapkv final : public KeptKeysEstimator {
     .family = "selection",
     .summary = "SnapKV: the prompt's cache compressed once by the pooled votes of its last queries (decode rows only)",
     .page = "estimators/selection.md",
-    .params = ParamSet<SnapkvParams>()
-                  .integer("window", &SnapkvParams::window, 1, int64_t{1} << 20,
-                           "observation rows at the prompt's end (their keys are kept)")
-                  .integer("budget", &SnapkvParams::budget, 1, int64_t{1} << 30,
-                           "prompt keys kept, the window's included (>= the prompt: exact)")
-                  .integer("kernel", &SnapkvParams::kernel, 1, 1023, "pooling width over the votes (odd)")
-                  .choice("pool", &SnapkvParams::pool, {{"avg", SnapkvPool::kAvg}, {"max", SnapkvPool::kMax}},
-                          "pooling: avg (zero padding counted, as avg_pool1d) or max")
-                  .check([](const SnapkvParams& p) {
-                    require_usage(p.kernel % 2 == 1,
-                                  "snapkv: kernel={} is even; the pooled votes keep their length with an odd kernel "
-                                  "only (as the reference's padding kernel/2)",
-                                  p.kernel);
-                    require_usage(p.budget >= p.window,
-                                  "snapkv: budget={} is below window={}; the budget counts the window's keys (lower "
-                                  "the window, or raise the budget)",
-                                  p.budget, p.window);
-                  }),
+    .params =
+        with_sharing(ParamSet<SnapkvParams>()
+                         .integer("window", &SnapkvParams::window, 1, int64_t{1} << 20,
+                                  "observation rows at the prompt's end (their keys are kept)")
+                         .integer("budget", &SnapkvParams::budget, 1, int64_t{1} << 30,
+                                  "prompt keys kept, the window's included (>= the prompt: exact)")
+                         .integer("kernel", &SnapkvParams::kernel, 1, 1023, "pooling width over the votes (odd)")
+                         .choice("pool", &SnapkvParams::pool, {{"avg", SnapkvPool::kAvg}, {"max", SnapkvPool::kMax}},
+                                 "pooling: avg (zero padding counted, as avg_pool1d) or max"))
+            .check([](const SnapkvParams& p) {
+              require_usage(p.kernel % 2 == 1,
+                            "snapkv: kernel={} is even; the pooled votes keep their length with an odd kernel "
+                            "only (as the reference's padding kernel/2)",
+                            p.kernel);
+              require_usage(p.budget >= p.window,
+                            "snapkv: budget={} is below window={}; the budget counts the window's keys (lower "
+                            "the window, or raise the budget)",
+                            p.budget, p.window);
+            }),
     .samples_knob = "budget",
     // Positions from key 0: causal decode rows only, after a prompt.
     .capabilities = {.random = false,
@@ -127,7 +137,8 @@ class Snapkv final : public KeptKeysEstimator {
                      .weights = {Mask::kCausal},
                      .selection = true,
                      .prompt = true},
-    .ablations = {"snapkv(window=8,budget=32,kernel=7,pool=max)"},
+    .narrow = [](const SnapkvParams& p, Capabilities& can) { can.group = p.share == Share::kGroup; },
+    .ablations = {"snapkv(window=8,budget=32,kernel=7,pool=max)", "snapkv(window=8,budget=32,share=group,agg=max)"},
     .make = [](const SnapkvParams& params) { return std::make_unique<Snapkv>(params); },
 });
 

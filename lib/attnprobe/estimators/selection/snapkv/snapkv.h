@@ -6,11 +6,14 @@
 // j < P − window; the votes are pooled over a window of `kernel` keys (avg: zero-padded, divided by kernel as
 // avg_pool1d with count_include_pad; max: the in-range maximum); the budget − window best candidates (ties to
 // the older key) and O form K_P, or every prompt key when P ≤ budget. Row t ≥ P attends K_P ∪ [P, t] (w = 1).
-// Selection per query head (the original repeats K/V per head; kvpress's group mean is not built yet).
+// share=head selects per query head (the original repeats K/V per head); share=group aggregates the pooled votes
+// over the kv group first (kvpress: agg=mean).
 // Deterministic; needs the prompt's query rows (HeadView::prompt_qf) and P > window (else exit 3).
 // Cost: window·P·p votes once per call, then |S_t|·(p + pv) per row.
 #include <cstdint>
 #include <vector>
+
+#include "attnprobe/estimators/selection/sharing.h"
 
 namespace attnprobe {
 
@@ -21,6 +24,8 @@ struct SnapkvParams {
   int64_t budget = 256;  ///< prompt keys kept, the window's included
   int64_t kernel = 5;    ///< pooling width (odd)
   SnapkvPool pool = SnapkvPool::kAvg;
+  Share share = Share::kHead;  ///< the original repeats K/V per query head; kvpress: group, mean
+  Aggregate agg = Aggregate::kMean;
 };
 
 /// The votes pooled over `kernel` (odd) neighbours, stride 1, same length: avg sums the in-range ones and

@@ -18,7 +18,12 @@ class Topk final : public KeptKeysEstimator {
       if (params.k >= static_cast<int64_t>(rest.size())) {  // every key: no scores needed
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
-        const std::vector<int64_t> best = best_by_score(std::move(rest), score_visible(view, i), seen.begin, params.k);
+        std::vector<std::vector<double>> scores;
+        for (const MatrixF* rows : scoring_heads(view, params.share).rows)
+          scores.push_back(score_visible(view, *rows, i));
+        const std::vector<double> shared =
+            aggregate_scores(std::move(scores), rest, seen.begin, params.agg, /*logits=*/true);
+        const std::vector<int64_t> best = best_by_score(std::move(rest), shared, seen.begin, params.k);
         kept.keys.insert(kept.keys.end(), best.begin(), best.end());
       }
       finish_kept(kept.keys);
@@ -40,16 +45,20 @@ class Topk final : public KeptKeysEstimator {
     .family = "selection",
     .summary = "oracle top-k: each row attends its k highest-scoring keys (plus sink and window keys), exact logits",
     .page = "estimators/selection.md",
-    .params = ParamSet<TopkParams>()
-                  .integer("k", &TopkParams::k, 0, int64_t{1} << 30,
-                           "keys kept by score beyond sink and window (k >= the rest: exact)")
-                  .integer("sink", &TopkParams::sink, 0, int64_t{1} << 30, "the first keys, always kept")
-                  .integer("window", &TopkParams::window, 0, int64_t{1} << 30,
-                           "the last keys up to the query's own, always kept"),
+    .params = with_sharing(ParamSet<TopkParams>()
+                               .integer("k", &TopkParams::k, 0, int64_t{1} << 30,
+                                        "keys kept by score beyond sink and window (k >= the rest: exact)")
+                               .integer("sink", &TopkParams::sink, 0, int64_t{1} << 30, "the first keys, always kept")
+                               .integer("window", &TopkParams::window, 0, int64_t{1} << 30,
+                                        "the last keys up to the query's own, always kept")),
     .samples_knob = "k",
     .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
-    .narrow = [](const TopkParams& params, Capabilities& can) { positional_forms(params.sink, params.window, can); },
-    .ablations = {"topk(k=32,sink=4,window=16)"},
+    .narrow =
+        [](const TopkParams& params, Capabilities& can) {
+          positional_forms(params.sink, params.window, can);
+          can.group = params.share == Share::kGroup;
+        },
+    .ablations = {"topk(k=32,sink=4,window=16)", "topk(k=32,share=group,agg=logit)"},
     .make = [](const TopkParams& params) { return std::make_unique<Topk>(params); },
 });
 

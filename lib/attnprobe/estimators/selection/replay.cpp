@@ -1,0 +1,193 @@
+#include "attnprobe/estimators/selection/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+
+namespace attnprobe {
+
+const float* ReplayMember::query(int64_t t) const {
+  return t < first ? prompt->row(t).data() : rows->row(t - first).data();
+}
+
+ReplayMember replay_member(const HeadView& view) {
+  return {&view.prompt_qf, &view.qf, view.first_position, &view.kf, view.scale};
+}
+
+std::vector<ReplayMember> replay_members(const HeadView& view, Share share) {
+  const ScoringHeads heads = scoring_heads(view, share);
+  std::vector<ReplayMember> members;
+  for (int h = 0; h < heads.size(); ++h) {
+    require_input(heads.prompt[h]->rows() == view.prompt_qf.rows() && heads.rows[h]->rows() == view.n(),
+                  "a cache shared by a kv group needs the same query rows of every head of the group");
+    members.push_back({heads.prompt[h], heads.rows[h], view.first_position, &view.kf, view.scale});
+  }
+  return members;
+}
+
+ReplayAggregate replay_aggregate(Aggregate agg) {
+  return agg == Aggregate::kMean  ? ReplayAggregate::kMean
+         : agg == Aggregate::kMax ? ReplayAggregate::kMax
+                                  : ReplayAggregate::kSum;
+}
+
+int64_t replay_prompt(const HeadView& view, const char* method) {
+  require_usage(view.mask == Mask::kCausal,
+                "{} replays a cache over decode steps, which needs the causal mask: use --mask causal.", method);
+  const int64_t P = view.positions.empty() ? view.first_position : view.positions.front();
+  // Bottom-right rows of a self-attention slice: the rows before them are the prompt the cache is built from.
+  require_input(view.positions.empty() && view.prompt_qf.rows() == P && P + view.n() == view.keys(),
+                "{} builds its cache from every query row before the evaluated ones (positions 0..{}), which this "
+                "slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
+                method, P - 1);
+  return P;
+}
+
+namespace {
+
+constexpr int64_t kPrefillBlock = 64;  ///< prompt rows whose logits are held at once (64 × P doubles)
+
+// σ_j = Σ_{i=j}^{P−1} a_ij. Per block of rows: their logits against keys 0..(block end − 1) (one float64 product
+// of the widened float32 inputs), then per row its log-sum-exp over keys ≤ i and its weights added to the column
+// sums, rows in ascending order (a fixed order: the same bits on any pool).
+std::vector<double> column_sums(const ReplayMember& member, int64_t P) {
+  const int64_t p = member.keys->cols();
+  const MatrixD keys = member.keys->topRows(P).cast<double>();
+  Eigen::ArrayXd sums = Eigen::ArrayXd::Zero(P);
+  MatrixD queries(kPrefillBlock, p);
+  for (int64_t b0 = 0; b0 < P; b0 += kPrefillBlock) {
+    const int64_t b1 = std::min(P, b0 + kPrefillBlock), rows = b1 - b0;
+    for (int64_t r = 0; r < rows; ++r)
+      queries.row(r) = Eigen::Map<const RowVectorF>(member.query(b0 + r), p).cast<double>();
+    const MatrixD logits = member.scale * (queries.topRows(rows) * keys.topRows(b1).transpose());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t seen = b0 + r + 1;  // row i = b0 + r sees keys 0..i
+      const auto row = logits.row(r).head(seen).array();
+      const Eigen::ArrayXd e = (row - row.maxCoeff()).exp().transpose();
+      sums.head(seen) += e / e.sum();
+    }
+  }
+  return std::vector<double>(sums.data(), sums.data() + P);
+}
+
+// Softmax over `keys` of row t's logits s·q_t·k_j (float64 from the float32 inputs, widened_dot), into `weights`.
+void step_weights(const ReplayMember& member, int64_t t, const std::vector<int64_t>& keys,
+                  std::vector<double>& weights) {
+  const int64_t p = member.keys->cols();
+  const float* q = member.query(t);
+  weights.resize(keys.size());
+  double top = -INFINITY;
+  for (size_t r = 0; r < keys.size(); ++r)
+    top = std::max(top, weights[r] = member.scale * widened_dot(q, member.keys->row(keys[r]).data(), p));
+  double total = 0;
+  for (double& w : weights) total += w = std::exp(w - top);
+  for (double& w : weights) w /= total;
+}
+
+// into = aggregate(into, x) elementwise; `count` members so far (mean: the sum, divided at the end).
+void aggregate_into(std::vector<double>& into, const std::vector<double>& x, ReplayAggregate how, bool first) {
+  if (first) {
+    into = x;
+    return;
+  }
+  for (size_t r = 0; r < x.size(); ++r)
+    into[r] = how == ReplayAggregate::kMax ? std::max(into[r], x[r]) : into[r] + x[r];
+}
+
+void finish_aggregate(std::vector<double>& values, ReplayAggregate how, size_t members) {
+  if (how != ReplayAggregate::kMean || members == 1) return;
+  for (double& v : values) v /= static_cast<double>(members);
+}
+
+// The cache: keys ascending, score[r] the score of keys[r].
+struct Cache {
+  std::vector<int64_t> keys;
+  std::vector<double> scores;
+
+  // Keeps the `protect` newest positions up to t and the best others up to `capacity` keys in all.
+  void evict(int64_t t, int64_t capacity, int64_t protect) {
+    const int64_t size = static_cast<int64_t>(keys.size());
+    if (size <= capacity) return;
+    // Keys ≥ t − protect + 1 are the last ones of the ascending list.
+    const int64_t candidates = std::lower_bound(keys.begin(), keys.end(), t - protect + 1) - keys.begin();
+    const int64_t keep = std::max<int64_t>(0, capacity - (size - candidates));
+    const int64_t drop = candidates - keep;
+    if (drop <= 0) return;
+    if (drop == 1) {
+      // The last of the ranking (score descending, index ascending): the lowest score, the newest among equals.
+      int64_t worst = 0;
+      for (int64_t r = 1; r < candidates; ++r)
+        if (scores[r] <= scores[worst]) worst = r;
+      keys.erase(keys.begin() + worst);
+      scores.erase(scores.begin() + worst);
+      return;
+    }
+    std::vector<int64_t> order(candidates);
+    std::iota(order.begin(), order.end(), 0);
+    std::nth_element(order.begin(), order.begin() + keep, order.end(),
+                     [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+    std::vector<char> kept(size, 1);
+    for (int64_t r = keep; r < candidates; ++r) kept[order[r]] = 0;
+    int64_t out = 0;
+    for (int64_t r = 0; r < size; ++r)
+      if (kept[r]) keys[out] = keys[r], scores[out] = scores[r], ++out;
+    keys.resize(out);
+    scores.resize(out);
+  }
+};
+
+}  // namespace
+
+std::vector<double> prefill_scores(const ReplayMember& member, PrefillScores kind, int64_t prompt) {
+  if (prompt <= 0) return {};
+  if (kind == PrefillScores::kColumnSums) return column_sums(member, prompt);
+  std::vector<int64_t> all(prompt);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> weights;
+  step_weights(member, prompt - 1, all, weights);
+  return weights;
+}
+
+std::vector<std::vector<int64_t>> replay_sets(const std::vector<ReplayMember>& members, const ReplayPolicy& policy,
+                                              int64_t prompt, int64_t first, int64_t keys) {
+  require_usage(!members.empty() && prompt >= 0 && prompt <= first && first <= keys,
+                "a replay needs members and a prompt before the evaluated rows ({} ≤ {} ≤ {})", prompt, first, keys);
+  Cache cache;
+  std::vector<double> weights, aggregate;
+  // 1. Prefill: C = [0, P) with the members' aggregated scores, then one eviction.
+  if (prompt > 0) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      weights = prefill_scores(members[m], policy.prefill, prompt);
+      aggregate_into(aggregate, weights, policy.aggregate, m == 0);
+    }
+    finish_aggregate(aggregate, policy.aggregate, members.size());
+    cache.keys.resize(prompt);
+    std::iota(cache.keys.begin(), cache.keys.end(), 0);
+    cache.scores = aggregate;
+    cache.evict(prompt - 1, policy.capacity, policy.protect);
+  }
+  // 2. Steps: A_t = C ∪ {t} is row t's set; its weights then update the scores and C = A_t is evicted.
+  std::vector<std::vector<int64_t>> sets;
+  sets.reserve(keys - first);
+  for (int64_t t = prompt; t < keys; ++t) {
+    cache.keys.push_back(t);
+    cache.scores.push_back(0.0);  // a new key's score starts at its own weight (added below)
+    if (t >= first) sets.push_back(cache.keys);
+    for (size_t m = 0; m < members.size(); ++m) {
+      step_weights(members[m], t, cache.keys, weights);
+      aggregate_into(aggregate, weights, policy.aggregate, m == 0);
+    }
+    finish_aggregate(aggregate, policy.aggregate, members.size());
+    if (policy.accumulate)
+      for (size_t r = 0; r < aggregate.size(); ++r) cache.scores[r] += aggregate[r];
+    else
+      cache.scores = aggregate;
+    cache.evict(t, policy.capacity, policy.protect);
+  }
+  return sets;
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,43 @@
+#include "attnprobe/estimators/selection/sharing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace attnprobe {
+
+ScoringHeads scoring_heads(const HeadView& view, Share share) {
+  ScoringHeads heads;
+  if (share == Share::kHead || !view.group || view.group->size() <= 1) {
+    heads.rows = {&view.qf};
+    heads.prompt = {&view.prompt_qf};
+    return heads;
+  }
+  const QueryGroup& group = *view.group;
+  for (int m = 0; m < group.size(); ++m) {
+    heads.rows.push_back(m == group.member ? &view.qf : &group.rows[m]);
+    heads.prompt.push_back(m == group.member ? &view.prompt_qf : &group.prompt[m]);
+  }
+  return heads;
+}
+
+std::vector<double> aggregate_scores(std::vector<std::vector<double>> scores, const std::vector<int64_t>& candidates,
+                                     int64_t first, Aggregate agg, bool logits) {
+  if (scores.size() == 1) return std::move(scores.front());
+  if (agg != Aggregate::kLogit && logits)
+    for (std::vector<double>& head : scores) {  // each head's softmax over the candidates
+      double top = -INFINITY, total = 0;
+      for (int64_t j : candidates) top = std::max(top, head[j - first]);
+      for (int64_t j : candidates) total += head[j - first] = std::exp(head[j - first] - top);
+      for (int64_t j : candidates) head[j - first] /= total;
+    }
+  std::vector<double> combined(scores.front().size(), 0.0);
+  for (int64_t j : candidates) {
+    double value = agg == Aggregate::kMax ? -INFINITY : 0.0;
+    for (const std::vector<double>& head : scores)
+      value = agg == Aggregate::kMax ? std::max(value, head[j - first]) : value + head[j - first];
+    combined[j - first] = agg == Aggregate::kMean ? value / static_cast<double>(scores.size()) : value;
+  }
+  return combined;
+}
+
+}  // namespace attnprobe

@@ -1,0 +1,47 @@
+#pragma once
+// Grouped-query sharing of a selection (docs/estimators/selection.md, "Sharing a kept set over a kv group"): with
+// share=head each query head chooses its own keys; with share=group every head of a kv group computes its scores,
+// one aggregate of them chooses one kept set per (group, row), and each head still attends it with its own query.
+//   agg=mean / max: of the heads' post-softmax weights (a method whose score is a logit first takes each head's
+//                   softmax over the candidates it ranks; a score that is a weight already is used as it is);
+//   agg=logit:      the sum of the heads' raw scores (logits, or weights for the methods that score by weight).
+// A group of one head gives that head's scores unchanged, so share=group equals share=head bit for bit when
+// H = Hkv, and a view outside a sweep (no HeadView::group) is its own group of one.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnprobe/estimators/param_set.h"
+#include "attnprobe/view/head_view.h"
+
+namespace attnprobe {
+
+enum class Share { kHead, kGroup };
+enum class Aggregate { kMean, kMax, kLogit };
+
+/// The spec keys `share` and `agg` bound to a parameter struct's `share` and `agg` members, with their help.
+template <class P>
+ParamSet<P> with_sharing(ParamSet<P>&& set) {
+  return std::move(set)
+      .choice("share", &P::share, {{"head", Share::kHead}, {"group", Share::kGroup}},
+              "head: each query head chooses its keys; group: one choice per kv group, from all its heads' scores")
+      .choice("agg", &P::agg, {{"mean", Aggregate::kMean}, {"max", Aggregate::kMax}, {"logit", Aggregate::kLogit}},
+              "share=group: mean or max of the heads' weights, or logit: the sum of their raw scores");
+}
+
+/// The query rows whose scores choose a kept set: the view's own (share=head, or a view without its group), else
+/// every head of its kv group in head order (HeadView::group), the view's own rows at its place.
+struct ScoringHeads {
+  std::vector<const MatrixF*> rows;    ///< each head's evaluated rows (as view.qf)
+  std::vector<const MatrixF*> prompt;  ///< each head's prompt rows (as view.prompt_qf)
+  int size() const { return static_cast<int>(rows.size()); }
+};
+ScoringHeads scoring_heads(const HeadView& view, Share share);
+
+/// One score per key from every head's scores (scores[h][j − first] for key j): only `candidates` (absolute key
+/// indices) are aggregated and written; the other entries of the result are unspecified. One head: its scores as
+/// they are. `logits`: the scores are logits (turned into a softmax over the candidates before mean / max).
+std::vector<double> aggregate_scores(std::vector<std::vector<double>> scores, const std::vector<int64_t>& candidates,
+                                     int64_t first, Aggregate agg, bool logits);
+
+}  // namespace attnprobe
