@@ -54,6 +54,7 @@ struct RunCommandOptions {
   std::string queries = "all";
   int64_t prefill = -1;  // -1: each case's first evaluated row
   std::string metrics = "all";
+  double eps = 0.05;
   std::string output;
   std::string shard;  // sweep: "I/N"
   bool resume = false, overwrite = false, dry_run = false, quiet = false;
@@ -126,9 +127,13 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "random setting over its trials, written with trial -1; 'weights' (or row_tv,row_kl,topk_recall) to "
          "compare the attention matrix each estimator implies with the exact one; 'selection' (or keys_attended,"
          "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev,kept_overlap,"
-         "topk_recall@10) for the keys a "
-         "selection estimator reads and the attention it keeps; "
+         "topk_recall@10,den_rel,num_rel,eps_cover,pilot) for the keys a "
+         "selection or sampling estimator reads and the attention it keeps; "
          "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")
+      ->capture_default_str();
+  cmd.add_option("--eps", o.eps,
+                 "the relative error of the metric eps_cover: the fraction of rows with |o_hat - o| <= eps*|o| "
+                 "(vattention uses its own eps)")
       ->capture_default_str();
   cmd.add_flag("--dry-run", o.dry_run, "validate and print the size of the grid, run nothing");
   cmd.add_flag("-q,--quiet", o.quiet, "no progress bar");
@@ -172,6 +177,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
     }
   }
   r.metrics = parse_metrics(o.metrics);
+  r.eps = o.eps;
   return r;
 }
 

@@ -215,7 +215,8 @@ def estimators() -> list:
     reference of ``reference="auto"``), ``samples_knob`` (or None), ``random``, ``causal``,
     ``weights``, ``causal_weights`` (its causal form states its weights too), ``kept_keys`` (it states the
     keys each row reads, so ``metrics="selection"`` applies), ``prompt`` (it compresses the cache once from
-    the prompt's query rows, so it measures decode rows only: ``queries="last:W"``), ``backward`` (its
+    the prompt's query rows, so it measures decode rows only: ``queries="last:W"``), ``anchored`` (its decode
+    rows keep state fixed at the prompt boundary, so they differ from the whole slice's rows), ``backward`` (its
     backward form for the gradient metrics: "out", "yoso" or "" for none), ``causal_backward`` (that
     backward covers its causal form too), ``devices``, ``causal_devices`` (the devices whose
     version has the causal form: ``device="cuda"`` with ``causal=True`` needs "cuda" here) and

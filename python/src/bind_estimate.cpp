@@ -78,8 +78,12 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, con
     // The sweep's refusal (exit 2 there): the geometry is known once the view is.
     require_form_support(spec, view.mask, !view.self_attention(), device);
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
-    const RandomKey key = case_key(seed, slice_ref(view, layer, head, batch), spec.canonical(), checked);
-    estimator->estimate(view, EstimateContext{key, pool.get()}, out);
+    const SliceRef slice = slice_ref(view, layer, head, batch);
+    const RandomKey key = case_key(seed, slice, spec.canonical(), checked);
+    // The draws a kv group shares (magicpig's tables) are keyed by kv head; a Python slice knows no grouping, so
+    // its kv head is its head: the sweep's key for a dump without grouped queries.
+    estimator->estimate(
+        view, EstimateContext{key, pool.get(), group_case_key(seed, slice, head, spec.canonical(), checked)}, out);
   }
   return to_numpy(std::move(out));
 }

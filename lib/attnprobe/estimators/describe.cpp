@@ -90,6 +90,7 @@ std::string estimators_json() {
                                {"causal_weights", can.weights.has(Mask::kCausal)},
                                {"kept_keys", can.selection},
                                {"prompt", can.prompt},
+                               {"anchored", can.anchored},
                                {"backward", backward_name(can.backward)},
                                {"causal_backward", can.backward_forms.has(Mask::kCausal)},
                                {"devices", device_names},

@@ -42,11 +42,15 @@ struct Gradients {
 /// The keys a query row reads, for methods that choose part of the cache (docs/estimators/selection.md): absolute
 /// key indices, ascending and distinct, inside the keys the row sees, with their log-weights (empty: every
 /// weight 1, a selection), and how many p-dimensional vectors were dotted with the query to choose them
-/// (`keys_scored`: keys or metadata).
+/// (`keys_scored`: keys or metadata). A sampling method states its log-weights on every row (zeros on the keys it
+/// reads exactly), so the sampling metrics know it for a sampler; `pilot` and `eps` are what a method with a pilot
+/// sample and an (ε, δ) promise reports (vattention: the pilot's draws, its ε), NaN for the others.
 struct KeptKeys {
   std::vector<int64_t> keys;
   std::vector<double> log_weights;
   double scored = 0;
+  double pilot = std::numeric_limits<double>::quiet_NaN();  ///< the pilot draws behind this row's budget
+  double eps = std::numeric_limits<double>::quiet_NaN();  ///< the ε of the method's own ‖ô − o‖ ≤ ε‖o‖ promise
 };
 
 class Estimator {

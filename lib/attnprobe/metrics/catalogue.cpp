@@ -27,10 +27,10 @@ const std::vector<Metric>& weight_metrics() {
 }
 
 const std::vector<Metric>& selection_metrics() {
-  static const std::vector<Metric> kSelection = {Metric::kKeysAttended,  Metric::kKeysScored,    Metric::kDensity,
-                                                 Metric::kDensityScored, Metric::kMassRecall,    Metric::kTailMass,
-                                                 Metric::kTailGap,       Metric::kTailPred,      Metric::kRowKlRev,
-                                                 Metric::kKeptOverlap,   Metric::kTopkRecallAt10};
+  static const std::vector<Metric> kSelection = {
+      Metric::kKeysAttended,   Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
+      Metric::kTailMass,       Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
+      Metric::kTopkRecallAt10, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot};
   return kSelection;
 }
 
@@ -90,6 +90,14 @@ const char* metric_name(Metric metric) {
       return "kept_overlap";
     case Metric::kTopkRecallAt10:
       return "topk_recall@10";
+    case Metric::kDenRel:
+      return "den_rel";
+    case Metric::kNumRel:
+      return "num_rel";
+    case Metric::kEpsCover:
+      return "eps_cover";
+    case Metric::kPilot:
+      return "pilot";
     case Metric::kBiasFroRel:
       return "bias_fro_rel";
     case Metric::kVarFroRel:
@@ -141,7 +149,7 @@ const std::vector<Metric>& known_metrics() {
 
 bool larger_is_better(Metric metric) {
   return metric == Metric::kTopkRecall || metric == Metric::kMassRecall || metric == Metric::kKeptOverlap ||
-         metric == Metric::kTopkRecallAt10;
+         metric == Metric::kTopkRecallAt10 || metric == Metric::kEpsCover;
 }
 
 std::optional<Metric> find_metric(std::string_view name) {

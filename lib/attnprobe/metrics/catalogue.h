@@ -40,6 +40,10 @@ enum class Metric {
   kRowKlRev,
   kKeptOverlap,
   kTopkRecallAt10,
+  kDenRel,  // sampling diagnostics: for estimators whose kept keys carry weights
+  kNumRel,
+  kEpsCover,
+  kPilot,
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.
@@ -64,9 +68,9 @@ const char* metric_name(Metric metric);
 const std::vector<Metric>& known_metrics();
 /// The metric called `name`, or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
-/// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall`, `mass_recall`, `kept_overlap` and
-/// `topk_recall@10` are errors or costs, larger is worse; those (fractions of the right keys or of the attention
-/// found) are larger is better. `check` reads
+/// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall`, `mass_recall`, `kept_overlap`,
+/// `topk_recall@10` and `eps_cover` are errors or costs, larger is worse; those (fractions of the right keys, of the
+/// attention found or of the rows within ε) are larger is better. `check` reads
 /// its direction from here.
 bool larger_is_better(Metric metric);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the

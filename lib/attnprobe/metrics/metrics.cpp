@@ -134,6 +134,10 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kRowKlRev:
       case Metric::kKeptOverlap:
       case Metric::kTopkRecallAt10:
+      case Metric::kDenRel:
+      case Metric::kNumRel:
+      case Metric::kEpsCover:
+      case Metric::kPilot:
         throw std::logic_error("a case-level, weight or selection metric asked of compute_metrics");
     }
   }

@@ -41,13 +41,13 @@ int64_t common(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
 // Per-row values, summed over the rows for their means.
 struct Sums {
   double attended = 0, scored = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
-         tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0;
+         tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0, den_rel = 0, num_rel = 0, covered = 0, pilot = 0;
 };
 
 }  // namespace
 
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
-                                      const std::vector<Metric>& which) {
+                                      const std::vector<Metric>& which, double eps) {
   if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
   const int64_t n = view.n();
   Sums sums;
@@ -63,10 +63,20 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       weighted = weighted || !row.log_weights.empty();
       double m = 0, tail = 0;  // the kept and the dropped mass, each summed (1 − m would cancel when m ≈ 1)
       RowVectorD kept_sum = RowVectorD::Zero(view.pv()), tail_sum = RowVectorD::Zero(view.pv());
+      // The sampling estimate over D: D̂/D = Σ_S a_j·w_j and N̂/D = Σ_S a_j·w_j·v_j (a_j·w_j as e^{log a_j + ω_j}:
+      // a tiny a_j may carry a huge weight).
+      double den = 0;
+      RowVectorD num = RowVectorD::Zero(view.pv()), exact = RowVectorD::Zero(view.pv());
       size_t next = 0;  // walks the ascending kept keys beside the visible range
       for (int64_t j = seen.begin; j < seen.end; ++j) {
         const bool in = next < row.keys.size() && row.keys[next] == j;
+        exact += a(r, j) * view.v.row(j);
         if (in) {
+          if (!row.log_weights.empty() && a(r, j) > 0) {
+            const double share = std::exp(std::log(a(r, j)) + row.log_weights[next]);
+            den += share;
+            num += share * view.v.row(j);
+          }
           ++next;
           m += a(r, j);
           kept_sum += a(r, j) * view.v.row(j);
@@ -89,6 +99,15 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       sums.tail_gap += gap;
       sums.tail_pred += tail * gap;
       sums.kl_rev += m > 0 ? -std::log1p(-tail) : std::numeric_limits<double>::infinity();
+      if (!row.log_weights.empty()) {
+        const double o_norm = exact.norm(), limit = std::isnan(row.eps) ? eps : row.eps;
+        sums.den_rel += std::abs(den - 1);
+        sums.num_rel += (num - exact).norm() / o_norm;
+        // ô = N̂/D̂; an empty estimate is the zero row (attend_kept's).
+        const RowVectorD estimate = den > 0 ? RowVectorD(num / den) : RowVectorD::Zero(view.pv());
+        sums.covered += (estimate - exact).norm() <= limit * o_norm ? 1.0 : 0.0;
+        sums.pilot += row.pilot;
+      }
       // Against the oracle of the same size (kept_overlap, a Jaccard index) and the 10 heaviest keys.
       if (wants_oracle) {
         const int64_t size = static_cast<int64_t>(row.keys.size());
@@ -138,6 +157,18 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         break;
       case Metric::kTopkRecallAt10:
         out.push_back(sums.recall / rows);
+        break;
+      case Metric::kDenRel:
+        out.push_back(weighted ? sums.den_rel / rows : nan);
+        break;
+      case Metric::kNumRel:
+        out.push_back(weighted ? sums.num_rel / rows : nan);
+        break;
+      case Metric::kEpsCover:
+        out.push_back(weighted ? sums.covered / rows : nan);
+        break;
+      case Metric::kPilot:
+        out.push_back(weighted ? sums.pilot / rows : nan);
         break;
       default:
         throw std::logic_error(std::string("not a selection metric: ") + metric_name(metric));

@@ -13,8 +13,12 @@ namespace attnprobe {
 /// keys_scored / |V_t|; mass_recall m = Σ_{S_t} a_j; for a selection (no log-weights): tail_mass = 1 − m,
 /// tail_gap = ‖μ_T − μ_S‖ (μ_S = Σ_S a_j v_j / m, μ_T = Σ_{V_t∖S} a_j v_j / (1 − m), 0 when m = 1), tail_pred =
 /// (1 − m)·tail_gap (= ‖o_t − ô_t‖) and row_kl_rev = −log m (= KL(Â‖A)); NaN for sampled keys with weights.
+/// For those (a method whose rows carry log-weights ω_j, Horvitz–Thompson or Hansen–Hurwitz corrections) instead:
+/// den_rel = |D̂/D − 1| with D̂/D = Σ_S a_j·e^{ω_j}, num_rel = ‖N̂ − N‖/‖N‖ with N̂/D = Σ_S a_j·e^{ω_j}·v_j,
+/// eps_cover = the fraction of rows with ‖ô − o‖ ≤ ε‖o‖ (ô = N̂/D̂; ε = the row's own KeptKeys::eps when the method
+/// states one, else `eps`, the --eps option) and pilot = the mean of KeptKeys::pilot; NaN for a selection.
 /// Values in the order of `which` (selection metrics only).
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
-                                      const std::vector<Metric>& which);
+                                      const std::vector<Metric>& which, double eps = 0.05);
 
 }  // namespace attnprobe

@@ -80,6 +80,7 @@ Json plan_json(const PlanRecord& plan) {
           {"seed", plan.seed},
           {"settings", settings},
           {"metrics", plan.metrics},
+          {"eps", plan.eps},
           {"units_total", plan.units_total},
           {"fingerprint", plan.fingerprint},
           {"shard", {{"index", plan.shard_index}, {"count", plan.shard_count}}},
@@ -98,6 +99,7 @@ PlanRecord plan_from_json(const Json& j) {
         .reference = s.at("reference").get<std::string>(),
         .trials = s.at("trials").get<int>()});
   plan.metrics = j.at("metrics").get<std::vector<std::string>>();
+  plan.eps = j.value("eps", 0.05);
   plan.units_total = j.at("units_total").get<long long>();
   plan.fingerprint = j.at("fingerprint").get<std::string>();
   plan.shard_index = j.at("shard").at("index").get<int>();

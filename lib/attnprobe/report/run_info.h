@@ -38,6 +38,7 @@ struct PlanRecord {
   unsigned long long seed = 0;
   std::vector<SettingRecord> settings;  ///< in plan order
   std::vector<std::string> metrics;     ///< in the selected order
+  double eps = 0.05;                    ///< --eps, the ε of eps_cover (files without it: 0.05)
   long long units_total = 0;            ///< units of the whole plan, all shards
   std::string fingerprint;              ///< 16 hex digits over all of the above and every unit of the plan
   int shard_index = 0, shard_count = 1;

@@ -36,6 +36,7 @@ enum class Purpose : uint32_t {
   kNoise = 7,
   kComponent = 8,
   kProjection = 9,
+  kPilotSample = 10,       ///< vattention's pilot draws (row position t, draw s)
   kUpstreamGradient = 32,  ///< the gradient metrics' G (sweep/runner.h); apart from estimator purposes
 };
 

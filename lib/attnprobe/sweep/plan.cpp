@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 
@@ -124,6 +125,11 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
   SweepPlan plan;
   plan.seed = request.seed;
   plan.metrics = request.metrics;
+  require_usage(std::isfinite(request.eps) && request.eps > 0,
+                "--eps {} is not a relative error: eps_cover counts the rows within eps*|o| of o, so give a "
+                "positive number such as 0.05",
+                request.eps);
+  plan.eps = request.eps;
   const bool wants_weights = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_weight_metric);
   const bool wants_kept = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_selection_metric);
 

@@ -25,6 +25,7 @@ struct SweepRequest {
   std::string mask = "auto";                       ///< auto (each layer's attributes) | full | causal | window:W
   std::vector<QueryRows> queries = {QueryRows{}};  ///< the query rows of each case: all | last:W (an axis)
   std::vector<Metric> metrics = all_metrics();
+  double eps = 0.05;  ///< ε of the metric eps_cover for samplers without their own (--eps)
 };
 
 /// One estimator configuration of the grid.
@@ -49,6 +50,7 @@ struct SweepPlan {
   std::vector<SliceRef> slices;  ///< grouped so that one slice is read once for all settings
   uint64_t seed = 0;
   std::vector<Metric> metrics;
+  double eps = 0.05;  ///< ε of eps_cover for samplers that state none (vattention states its own)
 
   int64_t tasks_per_slice() const;  ///< Σ over settings of their trials
   int64_t total_tasks() const { return tasks_per_slice() * static_cast<int64_t>(slices.size()); }

@@ -340,7 +340,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         // the metrics' own O(n²·p) exact rows.
         if (!selection_list.empty()) {
           const std::vector<double> kept =
-              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list);
+              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }

@@ -95,6 +95,7 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
                                             .reference = s.reference,
                                             .trials = s.trials});
   for (Metric m : plan.metrics) record.metrics.push_back(metric_name(m));
+  record.eps = plan.eps;
   record.units_total = static_cast<long long>(plan.slices.size());
   record.shard_index = shard.index;
   record.shard_count = shard.count;
@@ -110,6 +111,9 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
     text += fmt::format("setting={}|{}|{}|{}|{}\n", s.estimator, s.spec, s.samples ? std::to_string(*s.samples) : "",
                         s.reference, s.trials);
   text += fmt::format("metrics={}\n", fmt::join(record.metrics, ","));
+  // --eps decides only eps_cover's rows: fingerprinted with it, so every other plan keeps its fingerprint.
+  if (std::find(plan.metrics.begin(), plan.metrics.end(), Metric::kEpsCover) != plan.metrics.end())
+    text += fmt::format("eps={}\n", record.eps);
   for (size_t i = 0; i < plan.slices.size(); ++i) text += unit_name(unit(i)) + fmt::format(";p={}\n", unit(i).p);
   record.fingerprint = fmt::format("{:016x}", fnv1a(text));
   for (size_t i : units) record.units.push_back(unit(i));

@@ -1,0 +1,258 @@
+#include "attnprobe/estimators/sampling/magicpig/magicpig.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numbers>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
+#include "attnprobe/rng/random_matrix.h"
+
+namespace attnprobe {
+
+double simhash_collision(double cosine, int64_t K) {
+  const double theta = std::acos(std::clamp(cosine, -1.0, 1.0));
+  return std::pow(1.0 - theta / std::numbers::pi, static_cast<double>(K));
+}
+
+double magicpig_inclusion(double p, int64_t L, int64_t min) {
+  if (min <= 0 || p >= 1) return min <= L ? 1.0 : 0.0;
+  if (p <= 0 || min > L) return 0.0;
+  const double n = static_cast<double>(L);
+  if (min == 1) return -std::expm1(n * std::log1p(-p));
+  // min = 2's closed form subtracts two logs of size (L − 1)·p from each other to leave ~C(L,2)·p²: relative error
+  // ~1e-16/(L·p), so below L·p = 0.01 the series below (first term C(L,2)·p²·(1 − p)^{L−2}) takes over.
+  if (min == 2 && n * p >= 0.01) return -std::expm1((n - 1) * std::log1p(-p) + std::log1p((n - 1) * p));
+  // pmf(k + 1) = pmf(k)·(L − k)/(k + 1)·p/(1 − p), summed from the small side. pmf(k0) = C(L, k0)·p^k0·(1 − p)^{L−k0},
+  // the coefficient as a product (a few ulps) while it stays finite, else through lgamma.
+  const double odds = p / (1 - p);
+  auto pmf = [&](int64_t k) {
+    const double kk = static_cast<double>(k);
+    double choose = 1;
+    for (int64_t i = 1; i <= k && std::isfinite(choose); ++i) choose *= (n - kk + static_cast<double>(i)) / i;
+    if (std::isfinite(choose) && choose < 1e300) return choose * std::pow(p, kk) * std::exp((n - kk) * std::log1p(-p));
+    return std::exp(std::lgamma(n + 1) - std::lgamma(kk + 1) - std::lgamma(n - kk + 1) + kk * std::log(p) +
+                    (n - kk) * std::log1p(-p));
+  };
+  if (n * p < static_cast<double>(min)) {  // the upper tail is the small side: past the mode its terms fall
+    double term = pmf(min), sum = 0;
+    for (int64_t k = min; k <= L && term > 0; ++k) {
+      sum += term;
+      if (term < 1e-18 * sum) break;
+      term *= static_cast<double>(L - k) / static_cast<double>(k + 1) * odds;
+    }
+    return std::min(1.0, sum);
+  }
+  double term = pmf(0), lower = 0;
+  for (int64_t k = 0; k < min; ++k) {
+    lower += term;
+    term *= static_cast<double>(L - k) / static_cast<double>(k + 1) * odds;
+  }
+  return std::max(0.0, 1.0 - lower);
+}
+
+namespace {
+
+double dot(const double* a, const double* b, int64_t p) {
+  double sum = 0;
+  for (int64_t d = 0; d < p; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// What one call draws and hashes once (the header's regions, hyperplanes and key projections).
+struct Tables {
+  int64_t sink = 0, window = 0;  ///< the exact part's sizes (0 under the full mask)
+  bool fixed = true;             ///< one hashed range H for every row (full mask, anchor=prefill)
+  bool moving = false;           ///< anchor=row with center=1: a centre per row
+  int64_t h0 = 0, h1 = 0;        ///< the keys whose codes are stored: [h0, h1)
+  MatrixD keys;                  ///< keys × p, the float32 keys widened
+  MatrixD planes;                ///< K·L × p, row l·K + b = g_{lK+b}
+  MatrixD key_proj;              ///< keys × K·L: g·k_j (moving)
+  MatrixD prefix;                ///< (keys + 1) × p: Σ_{i<j} k_i in index order (moving: the centre of any H_t)
+  RowVectorD centre;             ///< c of the stored codes (0 when center=0)
+  std::vector<uint32_t> codes;   ///< (h1 − h0) × L codes of x_j = k_j − c (not moving)
+};
+
+uint32_t code_of(const double* x, const MatrixD& planes, int64_t l, int64_t K, int64_t p) {
+  uint32_t code = 0;
+  for (int64_t b = 0; b < K; ++b) code |= static_cast<uint32_t>(dot(x, planes.row(l * K + b).data(), p) > 0) << b;
+  return code;
+}
+
+KeptKeys row_keys(const HeadView& view, const Tables& t, const MagicpigParams& o, int64_t i) {
+  const KeyRange seen = view.visible(i);
+  const int64_t position = view.position(i), p = view.p(), L = o.L, K = o.K;
+  // H_t = [hb, he) within the keys the row sees; E_t the rest.
+  int64_t hb = t.h0, he = t.h1;
+  if (!t.fixed) hb = t.sink, he = position - t.window + 1;
+  hb = std::clamp(hb, seen.begin, seen.end);
+  he = std::clamp(he, hb, seen.end);
+  RowVectorD centre = t.centre;
+  if (t.moving && he > hb) centre = (t.prefix.row(he) - t.prefix.row(hb)) / static_cast<double>(he - hb);
+  const RowVectorD q = view.qf.row(i).cast<double>();
+  std::vector<uint32_t> query_codes(L);
+  for (int64_t l = 0; l < L; ++l) query_codes[l] = code_of(q.data(), t.planes, l, K, p);
+  std::vector<double> centre_proj;  // g·c, so that g·x_j = g·k_j − g·c
+  if (t.moving) {
+    centre_proj.resize(K * L);
+    for (int64_t f = 0; f < K * L; ++f) centre_proj[f] = dot(centre.data(), t.planes.row(f).data(), p);
+  }
+  KeptKeys kept{{}, {}, 0.0};  // keys_scored: table lookups, no scores
+  append_range(kept.keys, seen.begin, hb);
+  kept.log_weights.assign(kept.keys.size(), 0.0);
+  const double q_norm = q.norm();
+  RowVectorD x(p);
+  for (int64_t j = hb; j < he; ++j) {
+    int64_t collisions = 0;
+    for (int64_t l = 0; l < L && collisions < o.min; ++l) {
+      uint32_t code = 0;
+      if (t.moving) {
+        for (int64_t b = 0; b < K; ++b)
+          code |= static_cast<uint32_t>(t.key_proj(j, l * K + b) - centre_proj[l * K + b] > 0) << b;
+      } else {
+        code = t.codes[(j - t.h0) * L + l];
+      }
+      collisions += code == query_codes[l];
+      if (collisions + (L - l - 1) < o.min) break;  // cannot reach min
+    }
+    if (collisions < o.min) continue;
+    x = t.keys.row(j) - centre;
+    const double norms = q_norm * x.norm();
+    const double pi = magicpig_inclusion(simhash_collision(norms > 0 ? q.dot(x) / norms : 0.0, K), L, o.min);
+    kept.keys.push_back(j);
+    // π = 0 is a key no hyperplane set can select (opposite to q); the clamp keeps its weight finite.
+    kept.log_weights.push_back(-std::log(std::max(pi + o.floor, std::numeric_limits<double>::min())));
+  }
+  append_range(kept.keys, he, seen.end);
+  kept.log_weights.resize(kept.keys.size(), 0.0);
+  return kept;
+}
+
+class Magicpig final : public KeptKeysEstimator {
+ public:
+  explicit Magicpig(MagicpigParams params) : o_(params) {}
+
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
+    require_usage(view.mask != Mask::kWindow,
+                  "magicpig has no window form (its sink and window belong to the causal cache): use --mask causal "
+                  "or --mask full");
+    auto tables = std::make_shared<Tables>();
+    Tables& t = *tables;
+    const int64_t n_keys = view.keys(), p = view.p(), bits = o_.K * o_.L;
+    t.keys = view.kf.cast<double>();
+    t.planes = normal_rows(
+        RandomStream(o_.tables == MagicpigTables::kGroup ? ctx.shared_key() : ctx.key, Purpose::kHashProjection), bits,
+        p);
+    if (view.mask == Mask::kFull) {  // no positions: every key hashed, c the mean of all of them
+      t.h0 = 0, t.h1 = n_keys;
+    } else {
+      t.sink = o_.sink, t.window = o_.window;
+      const int64_t first = view.positions.empty() ? view.first_position : view.positions.front();  // P
+      t.fixed = o_.anchor == MagicpigAnchor::kPrefill || (o_.anchor == MagicpigAnchor::kAuto && first > 0);
+      require_usage(
+          !t.fixed || first > 0,
+          "magicpig(anchor=prefill) hashes the prompt's keys, but the evaluated rows start at position 0 (no prompt): "
+          "measure decode rows after a prompt with --queries last:W (W below the length), or use anchor=row");
+      if (t.fixed) {
+        t.h0 = std::min(o_.sink, first);
+        t.h1 = std::max(t.h0, first - o_.window + 1);
+      } else {  // anchor=row: each row reads its own range of the keys' codes
+        t.moving = o_.center != 0;
+        t.h0 = 0, t.h1 = n_keys;
+      }
+    }
+    t.centre = RowVectorD::Zero(p);
+    if (t.moving) {
+      t.prefix = MatrixD::Zero(n_keys + 1, p);
+      for (int64_t j = 0; j < n_keys; ++j) t.prefix.row(j + 1) = t.prefix.row(j) + t.keys.row(j);
+      t.key_proj.resize(n_keys, bits);
+      for (int64_t j = 0; j < n_keys; ++j)
+        for (int64_t f = 0; f < bits; ++f) t.key_proj(j, f) = dot(t.keys.row(j).data(), t.planes.row(f).data(), p);
+      return [&view, tables, o = o_](int64_t i) { return row_keys(view, *tables, o, i); };
+    }
+    if (o_.center != 0 && t.h1 > t.h0) {
+      for (int64_t j = t.h0; j < t.h1; ++j) t.centre += t.keys.row(j);
+      t.centre /= static_cast<double>(t.h1 - t.h0);
+    }
+    t.codes.resize(static_cast<size_t>(t.h1 - t.h0) * o_.L);
+    RowVectorD x(p);
+    for (int64_t j = t.h0; j < t.h1; ++j) {
+      x = t.keys.row(j) - t.centre;
+      for (int64_t l = 0; l < o_.L; ++l) t.codes[(j - t.h0) * o_.L + l] = code_of(x.data(), t.planes, l, o_.K, p);
+    }
+    return [&view, tables, o = o_](int64_t i) { return row_keys(view, *tables, o, i); };
+  }
+
+  // Hashing the keys and each query, the code comparisons, then the exact part and ~2% sampled keys.
+  double flops(int64_t n, int64_t p, int64_t pv) const override {
+    const double bits = static_cast<double>(o_.K * o_.L), rows = static_cast<double>(n);
+    const double kept = static_cast<double>(std::min(n, o_.sink + o_.window)) + 0.02 * rows;
+    return 2.0 * bits * p * 2.0 * rows + static_cast<double>(o_.L) * rows * rows + 2.0 * rows * kept * (p + pv);
+  }
+  // The widened keys, their prefix sums and projections (anchor=row) or codes, and the hyperplanes.
+  double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
+    const double keys = static_cast<double>(n), bits = static_cast<double>(o_.K * o_.L);
+    return Estimator::memory_bytes(n, p, pv) + 8.0 * keys * (2.0 * p + bits) + 4.0 * keys * o_.L + 8.0 * bits * p;
+  }
+
+ private:
+  MagicpigParams o_;
+};
+
+[[maybe_unused]] const bool kRegistered = register_estimator(Declaration<MagicpigParams>{
+    .name = "magicpig",
+    .family = "sampling",
+    .summary = "MagicPIG: sink and window exact, the rest sampled by SimHash collisions (K bits, L tables) with "
+               "importance weights 1/(pi + floor)",
+    .page = "estimators/sampling_decode.md",
+    .params =
+        ParamSet<MagicpigParams>()
+            .integer("K", &MagicpigParams::K, 1, 30, "bits per hash table")
+            .integer("L", &MagicpigParams::L, 1, int64_t{1} << 16, "hash tables")
+            .integer("sink", &MagicpigParams::sink, 0, int64_t{1} << 30, "the first keys, exact (causal mask)")
+            .integer("window", &MagicpigParams::window, 0, int64_t{1} << 30,
+                     "the last keys up to the query's own, exact (causal mask; the reference's 64 local + 1)")
+            .integer("min", &MagicpigParams::min, 1, int64_t{1} << 16,
+                     "collisions that select a key (2: the reference; 1: the sparse-attention-hub's)")
+            .real("floor", &MagicpigParams::floor, 0, 1,
+                  "added to the inclusion probability in the weight (1e-4: the reference; 0: unbiased N and D)")
+            .choice(
+                "anchor", &MagicpigParams::anchor,
+                {{"auto", MagicpigAnchor::kAuto}, {"prefill", MagicpigAnchor::kPrefill}, {"row", MagicpigAnchor::kRow}},
+                "hashed keys: prefill (the prompt's, fixed; needs --queries last:W), row (each row's past), "
+                "auto (prefill after a prompt, else row)")
+            .integer("center", &MagicpigParams::center, 0, 1, "centre the hashed keys on their mean (1: reference)")
+            .choice("tables", &MagicpigParams::tables,
+                    {{"group", MagicpigTables::kGroup}, {"head", MagicpigTables::kHead}},
+                    "hyperplanes per kv group (shared by its query heads, the reference) or per query head")
+            .check([](const MagicpigParams& o) {
+              require_usage(o.min <= o.L,
+                            "magicpig: min={} exceeds L={}; no key can collide in more tables than there are", o.min,
+                            o.L);
+            }),
+    .samples_knob = "L",
+    .capabilities = {.random = true,
+                     .forms = kFullAndCausal,
+                     .decode = kFullAndCausal,
+                     .weights = kFullAndCausal,
+                     .selection = true},
+    // anchor=prefill hashes the prompt's keys: decode rows after a prompt only; anchor=auto's decode rows are
+    // anchored there while its whole slices hash each row's past.
+    .narrow =
+        [](const MagicpigParams& o, Capabilities& can) {
+          if (o.anchor == MagicpigAnchor::kPrefill) {  // decode rows only (a whole slice has no prompt)
+            can.prompt = true;
+            can.forms = {};
+          }
+          can.anchored = o.anchor != MagicpigAnchor::kRow;
+        },
+    .ablations = {"magicpig(K=4,L=20,sink=2,window=9,min=1,floor=0,anchor=row)",
+                  "magicpig(K=6,L=40,sink=4,window=17,min=3,floor=0)"},
+    .make = [](const MagicpigParams& params) { return std::make_unique<Magicpig>(params); },
+});
+
+}  // namespace
+}  // namespace attnprobe
