@@ -20,7 +20,8 @@ TEST_CASE("a lowered prefill gives the rows of the longer decode case", "[prefil
   const HeadView longer = last_rows(whole, 160 - P);
   for (const std::string spec :
        {"snapkv(window=8,budget=40)", "expected(budget=30,share=head)", "streaming(sink=2,window=10,roll=0)",
-        "tova(budget=20)", "tova(budget=20,mode=prefill)", "h2o(heavy=10,window=6)", "topk(k=12)"}) {
+        "tova(budget=20)", "tova(budget=20,mode=prefill)", "h2o(heavy=10,window=6)",
+        "magicpig(K=4,L=20,sink=2,window=5)", "topk(k=12)"}) {
     INFO(spec);
     const MatrixF a = run_estimator(spec, lowered), b = run_estimator(spec, longer);
     CHECK(rows_identical(a, b.bottomRows(W), W));

@@ -55,8 +55,8 @@ Action add_list(CLI::App& app) {
                "with --variants, print only the variants with a full (bidirectional) form (the full gate's settings: "
                "positional methods such as streaming have none)");
   app.add_flag("--prompt", *only_prompt,
-               "with --variants, print only the variants that compress the cache from a prompt (decode rows only: "
-               "the decode gate's settings, e.g. snapkv)");
+               "with --variants, print only the variants measured on decode rows only: they compress the cache "
+               "from a prompt or replay it (the decode gate's settings, e.g. snapkv, h2o, streaming(roll=0))");
   app.add_flag("--json", *json,
                "print every estimator as JSON: parameters, defaults, target, capabilities, devices with their "
                "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");

@@ -48,10 +48,10 @@ def cli_csv(tmp_path_factory):
     a prompt (decode rows only) are test_prompt_estimators_sweep_decode_rows_as_the_cli's."""
     folder = tmp_path_factory.mktemp("cli")
     full = set(full_variants())
-    prompt = {s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]}
+    causal = cli("list", "--variants", "--causal").stdout.split()  # the variants with a causal form on all rows
     paths = {}
     for mask, specs in (("full", [s for s in all_variants() if s in full]),
-                        ("causal", [s for s in all_variants() if s not in full and s not in prompt])):
+                        ("causal", [s for s in causal if s not in full])):
         paths[mask] = folder / f"{mask}.csv"
         args = ["sweep", DUMP, "--layers", SLICE["layers"], "--heads", SLICE["heads"], "--batch", SLICE["batch"],
                 "--lengths", SLICE["lengths"], "--trials", "2", "--seed", str(SEED), "--threads", "2", "--mask", mask,
@@ -91,7 +91,7 @@ def test_estimate_and_metrics_equal_the_cli_bit_for_bit(cli_csv):
             checked.add(spec)
     # Every variant of every registered estimator was compared (those that compress a prompt, decode rows only, in
     # test_prompt_estimators_sweep_decode_rows_as_the_cli).
-    prompt = {s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]}
+    prompt = set(cli("list", "--variants", "--prompt").stdout.split())
     assert checked == set(all_variants()) - prompt
 
 
@@ -873,7 +873,7 @@ def test_decode_estimates_match_the_cli_and_the_whole_slice(tmp_path):
 def test_prompt_estimators_sweep_decode_rows_as_the_cli(tmp_path):
     # snapkv compresses the cache from the prompt's query rows: sweep(queries="last:W") reads them from the dump's
     # slice, as the CLI does, bit for bit; a decode slice handed to estimate() holds no prompt (InputError).
-    specs = [s for e in attnprobe.estimators() if e["prompt"] for s in e["variants"]]
+    specs = cli("list", "--variants", "--prompt").stdout.split()  # decode rows only
     assert any(s.startswith("snapkv") for s in specs)
     out = tmp_path / "prompt.csv"
     args = ["sweep", DUMP, "--layers", "1", "--heads", "1", "--batch", "1", "--lengths", "96", "--mask", "causal",
@@ -883,7 +883,7 @@ def test_prompt_estimators_sweep_decode_rows_as_the_cli(tmp_path):
                            queries="last:16", metrics="spec_rel,selection")
     theirs = attnprobe.read_csv(out)
     assert len(mine) == len(theirs) > 0
-    assert list(mine["value"]) == list(theirs["value"])
+    assert np.array_equal(mine["value"].to_numpy(), theirs["value"].to_numpy(), equal_nan=True)
     q, k, v, scale, _ = attnprobe.load(DUMP, 1, 1, 1, length=96)
     with pytest.raises(attnprobe.InputError, match="needs the query rows of the prompt"):
         attnprobe.estimate(specs[0], q[-16:], k, v, scale, mask="causal")

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attnprobe/common/error.h"
+
 namespace attnprobe {
 namespace {
 
@@ -125,6 +127,28 @@ KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int6
   KeptKeys kept{sink_and_window(seen, view.position(row), sink, window), {}, static_cast<double>(seen.size())};
   rest = keys_outside(seen, kept.keys);
   return kept;
+}
+
+int64_t compressed_prompt_end(const HeadView& view, const char* method) {
+  const int64_t P = view.prompt_end();
+  require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position && P > 0,
+                "{} needs the query rows of the prompt before the evaluated rows (positions 0..{}), which this slice "
+                "does not hold: measure the last rows of a self-attention slice with --queries last:W.",
+                method, view.first_position - 1);
+  return P;
+}
+
+Estimator::KeptRows rows_after_prompt(const HeadView& view, std::shared_ptr<const std::vector<int64_t>> prompt,
+                                      int64_t P) {
+  return [&view, prompt = std::move(prompt), P](int64_t i) {
+    const KeyRange seen = view.visible(i);
+    KeptKeys kept{{}, {}, 0.0};
+    kept.keys.reserve(prompt->size() + static_cast<size_t>(std::max<int64_t>(0, seen.end - P)));
+    for (int64_t j : *prompt)
+      if (j >= seen.begin && j < seen.end) kept.keys.push_back(j);
+    append_range(kept.keys, std::max(P, seen.begin), seen.end);
+    return kept;
+  };
 }
 
 void positional_forms(int64_t sink, int64_t window, Capabilities& can) {

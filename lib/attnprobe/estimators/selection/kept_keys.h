@@ -11,6 +11,7 @@
 // (score descending, index ascending): a tie keeps the older key.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "attnprobe/estimators/capabilities.h"
@@ -69,6 +70,16 @@ std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fix
 /// An oracle's fixed part of row `row` (its sink and window keys; keys_scored = every key it sees, since an oracle
 /// scores them all) and, in `rest`, the keys it ranks beyond that part (R_t), ascending.
 KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window, std::vector<int64_t>& rest);
+
+/// P, where the prompt of a view ends (HeadView::prompt_end), for a method that compresses the cache once from the
+/// prompt's query rows: InputError naming `method` when the view does not hold the query rows before its
+/// evaluated ones (a whole slice, or a dump that stores only its decode rows).
+int64_t compressed_prompt_end(const HeadView& view, const char* method);
+
+/// The rows after a prompt compressed once (class B): row i attends the kept prompt keys it sees and every key from
+/// P up to its own (decode keys are never evicted); keys_scored 0 a row (the compression is state work).
+Estimator::KeptRows rows_after_prompt(const HeadView& view, std::shared_ptr<const std::vector<int64_t>> prompt,
+                                      int64_t P);
 
 /// Sinks and windows are positions: a setting with either computes under the causal and window masks only (the full
 /// mask has no recency), for its declaration's `narrow`.

@@ -150,7 +150,7 @@ class Magicpig final : public KeptKeysEstimator {
       t.h0 = 0, t.h1 = n_keys;
     } else {
       t.sink = o_.sink, t.window = o_.window;
-      const int64_t first = view.positions.empty() ? view.first_position : view.positions.front();  // P
+      const int64_t first = view.prompt_end();  // P: the first evaluated row, or earlier with --prefill
       t.fixed = o_.anchor == MagicpigAnchor::kPrefill || (o_.anchor == MagicpigAnchor::kAuto && first > 0);
       require_usage(
           !t.fixed || first > 0,
@@ -238,7 +238,8 @@ class Magicpig final : public KeptKeysEstimator {
                      .forms = kFullAndCausal,
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
-                     .selection = true},
+                     .selection = true,
+                     .anchored = true},  // the default, anchor=auto, after a prompt
     // anchor=prefill hashes the prompt's keys: decode rows after a prompt only; anchor=auto's decode rows are
     // anchored there while its whole slices hash each row's past.
     .narrow =

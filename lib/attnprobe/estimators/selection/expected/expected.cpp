@@ -67,25 +67,12 @@ class Expected final : public KeptKeysEstimator {
   explicit Expected(ExpectedParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    // The prompt ends at the first evaluated row, or earlier with --prefill (the rows between are decode steps).
-    const int64_t P = view.prompt_end();
-    require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position && P > 0,
-                  "expected needs the query rows of the prompt before the evaluated rows (positions 0..{}), which "
-                  "this slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
-                  view.first_position - 1);
+    const int64_t P = compressed_prompt_end(view, "expected");
     require_input(P > params_.sink + 1,
                   "expected(sink={}) models future queries from the prompt's rows after its sinks, but the evaluated "
                   "rows start at position {}: use a smaller W in --queries last:W, a longer --lengths, or fewer sinks.",
                   params_.sink, P);
-    auto prompt = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_));
-    return [&view, prompt, P](int64_t i) {
-      const KeyRange seen = view.visible(i);
-      KeptKeys kept{{}, {}, 0.0};  // keys_scored: 0 per row (the expected scores are state work, once per prompt)
-      for (int64_t j : *prompt)
-        if (j >= seen.begin && j < seen.end) kept.keys.push_back(j);
-      append_range(kept.keys, std::max(P, seen.begin), seen.end);
-      return kept;
-    };
+    return rows_after_prompt(view, std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_)), P);
   }
   // The statistics and the expected scores (once), then each row's kept keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {

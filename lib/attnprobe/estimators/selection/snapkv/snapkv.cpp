@@ -73,28 +73,13 @@ class Snapkv final : public KeptKeysEstimator {
   explicit Snapkv(SnapkvParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    // The prompt ends where the first evaluated row begins (last_rows: rows at positions P..N − 1).
-    // The prompt ends at the first evaluated row, or earlier with --prefill (the rows between are decode steps).
-    const int64_t P = view.prompt_end();
-    require_input(view.positions.empty() && view.prompt_qf.rows() == view.first_position && P > 0,
-                  "snapkv needs the query rows of the prompt before the evaluated rows (positions 0..{}), which this "
-                  "slice does not hold: measure the last rows of a self-attention slice with --queries last:W.",
-                  view.first_position - 1);
+    const int64_t P = compressed_prompt_end(view, "snapkv");
     require_input(
         P > params_.window,
         "snapkv(window={}) needs a prompt longer than its observation window, but the evaluated rows start at "
         "position {}: use a smaller W in --queries last:W, a longer --lengths, or a smaller window.",
         params_.window, P);
-    auto prompt = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_));
-    return [&view, prompt, P](int64_t i) {
-      const KeyRange seen = view.visible(i);
-      KeptKeys kept{{}, {}, 0.0};  // keys_scored: 0 per row (the votes are state work, once per prompt)
-      kept.keys.reserve(prompt->size() + static_cast<size_t>(std::max<int64_t>(0, seen.end - P)));
-      for (int64_t j : *prompt)
-        if (j >= seen.begin && j < seen.end) kept.keys.push_back(j);
-      append_range(kept.keys, std::max(P, seen.begin), seen.end);
-      return kept;
-    };
+    return rows_after_prompt(view, std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_)), P);
   }
   // The votes of the window rows over the prompt (once), then each row's kept keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {

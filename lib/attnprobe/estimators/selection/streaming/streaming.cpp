@@ -60,7 +60,13 @@ class Streaming final : public KeptKeysEstimator {
                      .selection = true},
     .narrow =
         [](const StreamingParams& params, Capabilities& can) {
-          if (!params.roll) can.forms = {}, can.decode = can.weights = {Mask::kCausal};
+          if (params.roll) return;
+          // Decode rows after a prompt only, declared as the prompt-compressing methods are (the planner knows
+          // decode-only settings by `prompt`), though it reads positions, not the prompt's query rows.
+          can.forms = {};
+          can.decode = {Mask::kCausal};
+          can.weights = {Mask::kCausal};
+          can.prompt = true;
         },
     .ablations = {"streaming(sink=0,window=64)", "streaming(sink=2,window=16,roll=0)"},
     .make = [](const StreamingParams& params) { return std::make_unique<Streaming>(params); },

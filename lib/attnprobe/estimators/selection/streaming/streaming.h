@@ -6,8 +6,8 @@
 // Positional: causal and window masks only (the full mask has no recency). sink + window ≥ t + 1 is exact.
 // roll=0 is kvpress's StreamingLLMPress instead, the prompt compressed once at the prefill boundary P (the first
 // evaluated row of a --queries last:W case): S_t = [0, sink) ∪ [P − window, P) ∪ [P, t] — `window` then counts the
-// prompt's last keys kept, and decode keys are never evicted. It needs positions after a prompt (P > 0), but no
-// prompt queries: causal decode rows only.
+// prompt's last keys kept, and decode keys are never evicted. It needs positions after a prompt (P > 0): causal
+// decode rows only.
 #include <cstdint>
 
 namespace attnprobe {

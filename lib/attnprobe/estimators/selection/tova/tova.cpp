@@ -38,12 +38,8 @@ class Tova final : public KeptKeysEstimator {
       require_usage(P > 0,
                     "tova(mode=prefill) compresses a prompt once, but the evaluated rows start at position 0: measure "
                     "the last rows with --queries last:W, W below the length (or use mode=replay).");
-      auto prompt = std::make_shared<const std::vector<int64_t>>(compressed_prompt(view, P, params_.budget, share()));
-      return [&view, prompt, P](int64_t i) {
-        KeptKeys kept{*prompt, {}, 0.0};
-        append_range(kept.keys, P, view.position(i) + 1);
-        return kept;
-      };
+      return rows_after_prompt(
+          view, std::make_shared<const std::vector<int64_t>>(compressed_prompt(view, P, params_.budget, share())), P);
     }
     const ReplayPolicy policy{.prefill = PrefillScores::kLastRow,
                               .accumulate = false,
