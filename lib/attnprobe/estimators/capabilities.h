@@ -71,9 +71,10 @@ struct Capabilities {
   /// the query rows before the first evaluated row (HeadView::prompt_qf), so it has a decode form only, on the
   /// last rows of a self-attention slice; a dump that stores only its decode rows lacks the prompt's queries.
   bool prompt = false;
-  /// Its decode rows keep state fixed at the prompt boundary P (the first evaluated row's position) from the keys
-  /// before it (magicpig's tables of the prompt keys), so the last rows of a slice evaluated alone differ by design
-  /// from the same rows of the whole slice's estimate, where P = 0 (the conformance decode property skips it).
+  /// Its decode rows keep state fixed at the prompt boundary P (HeadView::prompt_end: the first evaluated row's
+  /// position unless --prefill lowers it) from the keys before it (magicpig's tables of the prompt keys), so the
+  /// last rows of a slice evaluated alone differ by design from the same rows of the whole slice's estimate, where
+  /// P = 0 (the conformance decode property skips it).
   bool anchored = false;
   /// It chooses one kept set for every query head of a kv group (share=group): a sweep gives its views the other
   /// heads' query rows (HeadView::group); a view without them is a group of one.
