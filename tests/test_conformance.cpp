@@ -287,7 +287,7 @@ std::string last_rows_equal(const ConformanceCase& c) {
   // An estimator that compresses the prompt has no whole-slice estimate to compare with: its decode rows depend on
   // where the prompt ends (tests/test_selection.cpp checks them against their definition and for leaks).
   // Nor one anchored at the prompt boundary (its state comes from the keys before the first evaluated row).
-  if (parse_spec(c.spec).capabilities().prompt || parse_spec(c.spec).capabilities().anchored) return "";
+  if (parse_spec(c.spec).capabilities().decode_only() || parse_spec(c.spec).capabilities().anchored) return "";
   const HeadView whole = c.view();
   const MatrixF all = run(c, whole, 2);
   for (const int64_t rows : {int64_t{1}, int64_t{7}, whole.n() / 2}) {

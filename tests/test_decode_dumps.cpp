@@ -293,3 +293,29 @@ TEST_CASE("malformed decode dumps and impossible requests exit 2 or 3 saying wha
 }
 
 }  // namespace attnprobe
+
+namespace attnprobe {
+
+TEST_CASE("streaming(roll=0) needs a prompt's position only: it runs on a decode dump as on the slice it ends",
+          "[decode][dumps][selection]") {
+  const DecodeData d(7, 97, 16, 16);
+  const std::string path = hdf5_dump("roll0.h5", d, {.causal = 1});
+  const Dump dump = Dump::open(path);
+  HeadView decode = dump.read_slice(0, 1, 0, d.nk);
+  decode.mask = Mask::kCausal;
+  MatrixD q = MatrixD::Random(d.nk, d.p);
+  q.bottomRows(d.nq) = decode.q;
+  const HeadView whole = make_head_view(SliceId{}, decode.scale, q, decode.k, decode.v, Mask::kCausal);
+  const std::string spec = "streaming(sink=2,window=8,roll=0)";
+  CHECK(
+      test::rows_identical(test::run_estimator(spec, decode), test::run_estimator(spec, last_rows(whole, d.nq)), d.nq));
+  // On the command line it runs there, while a method that reads the prompt's queries is refused.
+  const auto roll = test::run_attnprobe(fmt::format("eval {} -e '{}' --mask causal -q", path, spec));
+  INFO(roll.output);
+  CHECK(roll.exit_code == 0);
+  const auto snapkv = test::run_attnprobe(fmt::format("eval {} -e snapkv --mask causal -q", path));
+  CHECK(snapkv.exit_code == 3);
+  CHECK_THAT(snapkv.output, Catch::Contains("prompt's query rows"));
+}
+
+}  // namespace attnprobe

@@ -84,7 +84,7 @@ Action add_list(CLI::App& app) {
         for (const std::string& spec : variants(*def))
           if ((!*only_causal || parse_spec(spec).causal()) &&
               (!*only_full || parse_spec(spec).capabilities().forms.has(Mask::kFull)) &&
-              (!*only_prompt || parse_spec(spec).capabilities().prompt))
+              (!*only_prompt || parse_spec(spec).capabilities().decode_only()))
             fmt::print("{}\n", spec);
       return 0;
     }

@@ -127,7 +127,7 @@ void check_bench_request(const BenchRequest& request) {
   for (const Spec& spec : bench_specs(request)) {
     // One that builds its cache from a prompt (snapkv, h2o, tova) has decode rows only: timed with --queries last:W
     // alone (asked for all rows, the check below says so).
-    if (!spec.capabilities().prompt || all_rows)
+    if (!spec.capabilities().decode_only() || all_rows)
       require_mask_support(spec, request.mask, device);  // before a missing GPU (exit 3) can hide it
     if (decode) require_form_support(spec, request.mask, /*decode=*/true, device);
     make_estimator(spec, device);  // an estimator without a version for the device: UsageError

@@ -81,7 +81,20 @@ struct Capabilities {
   bool group = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
+
+  /// It measures decode rows after a prompt only: it reads the prompt's query rows, or it has a decode form and no
+  /// form on whole slices (streaming(roll=0): its prompt is a position). `list --variants --prompt` lists these.
+  bool decode_only() const { return prompt || (forms.empty() && !decode.empty()); }
 };
+
+/// The capabilities of a method that compresses or replays the cache from the prompt's query rows (class B and C
+/// of the selection family): causal decode rows only, its kept keys and weights stated there.
+inline constexpr Capabilities kDecodeAfterPrompt = {.random = false,
+                                                    .forms = {},
+                                                    .decode = {Mask::kCausal},
+                                                    .weights = {Mask::kCausal},
+                                                    .selection = true,
+                                                    .prompt = true};
 
 /// A version of the estimator for a device other than the CPU, declared beside the CPU version.
 struct DeviceDeclaration {

@@ -216,20 +216,20 @@ void require_form_support(const Spec& spec, Mask mask, bool decode, Device devic
   const char* name = mask_name(mask);
   const Forms all = spec.def().capabilities.forms;
   const Capabilities can = spec.capabilities();
-  // An estimator that compresses the cache once from the prompt has a decode form only: a whole slice has no
+  // An estimator that compresses or replays the cache from a prompt has a decode form only: a whole slice has no
   // prompt before its rows.
-  if (can.prompt && !decode)
+  if (can.decode_only() && !decode)
     throw UsageError(fmt::format(
-        "'{}' compresses the cache once from the prompt's query rows, so it measures decode rows after a prompt: "
+        "'{}' builds the cache from a prompt (compressed once or replayed), so it measures decode rows after one: "
         "use --queries last:W (W below the length; the rows before them are the prompt), not all rows.",
         spec.canonical()));
-  if (!can.prompt && mask != Mask::kFull && !all.has(mask))
+  if (!can.decode_only() && mask != Mask::kFull && !all.has(mask))
     throw UsageError(fmt::format(
         "'{}' has no {} form (each of its output rows depends on later tokens), so it cannot measure {} attention; "
         "estimators with a {} form: {}. Drop it, or measure bidirectional attention with --mask full.",
         spec.name(), name, name, name,
         join(estimators_where([&](const Capabilities& can) { return can.forms.has(mask); }), ", ")));
-  if (!can.prompt && !can.forms.has(mask))
+  if (!can.decode_only() && !can.forms.has(mask))
     throw UsageError(fmt::format(
         "'{}' has no {} form in this configuration (`attnprobe list --variants --causal` lists the settings "
         "that have a causal one: e.g. yoso's input=lift scales by the largest norm of the whole sequence, "
@@ -437,7 +437,7 @@ Capabilities Spec::capabilities() const {
   Capabilities capabilities = def_->capabilities_for ? def_->capabilities_for(*this) : def_->capabilities;
   // Decode forms, weights and gradients exist only under the masks the setting computes (one that compresses the
   // prompt computes decode rows only).
-  const Forms computed = capabilities.prompt ? capabilities.decode : capabilities.forms;
+  const Forms computed = capabilities.decode_only() ? capabilities.decode : capabilities.forms;
   capabilities.decode = capabilities.decode & computed;
   capabilities.weights = capabilities.weights & computed;
   capabilities.backward_forms = capabilities.backward_forms & capabilities.forms;

@@ -409,7 +409,7 @@ void Dump::read_block(const std::string& tensor, const LayerInfo& info, int head
         path_, tensor, out(i, c), info.number, head, batch, i, c));
 }
 
-HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) const {
+const LayerInfo& Dump::checked_slice(int layer_number, int head, int batch, int64_t n) const {
   const LayerInfo& info = layer(layer_number);
   if (head < 0 || head >= info.heads)
     throw InputError(
@@ -428,6 +428,21 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
                 "length {} asked for '{}' layer {} batch item {}, which stores its own {} query rows against {} keys: "
                 "its cases use the whole cache (a shorter prefix would leave queries without their keys).",
                 n, path_, info.number, batch, info.tokens, valid);
+  return info;
+}
+
+MatrixD Dump::read_queries(int layer_number, int head, int batch, int64_t n) const {
+  const LayerInfo& info = checked_slice(layer_number, head, batch, n);
+  MatrixD q;
+  read_block(info.q_path, info, head, batch, info.own_queries() ? info.tokens : n, info.dim, q);
+  const std::string problem = magnitude_problem(q, MatrixD(), MatrixD(), info.scale);
+  require_input(problem.empty(), "'{}' layer {} head {} batch item {}: {}. Check the dump's values.", path_,
+                info.number, head, batch, problem);
+  return q;
+}
+
+HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) const {
+  const LayerInfo& info = checked_slice(layer_number, head, batch, n);
   MatrixD q, k, v;
   read_block(info.q_path, info, head, batch, info.own_queries() ? info.tokens : n, info.dim, q);
   // Grouped-query attention: query head h reads kv head h / (H / Hkv) (Llama's repeat_kv).

@@ -73,11 +73,16 @@ class Dump {
   /// (own_queries()) reads all of them against the whole valid cache (n must be that length), at their
   /// positions. Values are checked: NaN/Inf throws InputError naming layer, head, batch and token.
   HeadView read_slice(int layer, int head, int batch, int64_t n) const;
+  /// The query rows alone that read_slice would read (the same checks, rows and positions), for the other heads of
+  /// a kv group whose scores a group-shared estimator aggregates: their keys and values are the slice's own.
+  MatrixD read_queries(int layer, int head, int batch, int64_t n) const;
   /// The prefix of n rows of layer_NN/dy (n × Pv, upstream gradients of the attention output, for
   /// the gradient metrics), or nullopt when the layer has none. Same checks as read_slice.
   std::optional<MatrixD> read_upstream(int layer, int head, int batch, int64_t n) const;
 
  private:
+  /// The layer of slice (layer, head, batch item, length n) after checking that it exists (InputError otherwise).
+  const LayerInfo& checked_slice(int layer, int head, int batch, int64_t n) const;
   void read_block(const std::string& tensor, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
                   MatrixD& out) const;
 

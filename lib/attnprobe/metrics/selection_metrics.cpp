@@ -66,11 +66,10 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       // The sampling estimate over D: D̂/D = Σ_S a_j·w_j and N̂/D = Σ_S a_j·w_j·v_j (a_j·w_j as e^{log a_j + ω_j}:
       // a tiny a_j may carry a huge weight).
       double den = 0;
-      RowVectorD num = RowVectorD::Zero(view.pv()), exact = RowVectorD::Zero(view.pv());
+      RowVectorD num = RowVectorD::Zero(view.pv());
       size_t next = 0;  // walks the ascending kept keys beside the visible range
       for (int64_t j = seen.begin; j < seen.end; ++j) {
         const bool in = next < row.keys.size() && row.keys[next] == j;
-        exact += a(r, j) * view.v.row(j);
         if (in) {
           if (!row.log_weights.empty() && a(r, j) > 0) {
             const double share = std::exp(std::log(a(r, j)) + row.log_weights[next]);
@@ -100,6 +99,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       sums.tail_pred += tail * gap;
       sums.kl_rev += m > 0 ? -std::log1p(-tail) : std::numeric_limits<double>::infinity();
       if (!row.log_weights.empty()) {
+        const RowVectorD exact = kept_sum + tail_sum;  // o_t = N/D
         const double o_norm = exact.norm(), limit = std::isnan(row.eps) ? eps : row.eps;
         sums.den_rel += std::abs(den - 1);
         sums.num_rel += (num - exact).norm() / o_norm;

@@ -61,9 +61,18 @@ std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries) {
   return suffix;
 }
 
-std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
-  return fmt::format("layer={};head={};batch={};n={};spec={}{}", slice.layer, slice.head, slice.batch, slice.n,
+namespace {
+
+// A case id with its head field given ("head=h", or "kv=g" for the draws a kv group shares).
+std::string case_text(const SliceRef& slice, const std::string& head_field, const std::string& canonical_spec) {
+  return fmt::format("layer={};{};batch={};n={};spec={}{}", slice.layer, head_field, slice.batch, slice.n,
                      canonical_spec, geometry_suffix(slice.mask, slice.window, slice.queries));
+}
+
+}  // namespace
+
+std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
+  return case_text(slice, fmt::format("head={}", slice.head), canonical_spec);
 }
 
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial) {
@@ -74,10 +83,9 @@ RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& cano
 
 RandomKey group_case_key(uint64_t seed, const SliceRef& slice, int kv_head, const std::string& canonical_spec,
                          uint32_t trial) {
-  return make_random_key(seed,
-                         fmt::format("layer={};kv={};batch={};n={};spec={}{}", slice.layer, kv_head, slice.batch,
-                                     slice.n, canonical_spec, geometry_suffix(slice.mask, slice.window, QueryRows{})),
-                         trial);
+  SliceRef every_row = slice;
+  every_row.queries = QueryRows{};
+  return make_random_key(seed, case_text(every_row, fmt::format("kv={}", kv_head), canonical_spec), trial);
 }
 
 std::vector<QueryRows> parse_query_rows_list(const std::string& text, const std::string& what) {
@@ -242,7 +250,8 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
               "query rows (positions before the stored rows), which this dump does not hold. Dump the whole "
               "sequence's queries and measure its last rows with --queries last:W.",
               layer, dump.path(), info.tokens, spec.canonical()));
-        if (!decode_only || own) require_form_support(spec, mask.mask, false);
+        // A dump of decode rows is measured by decode forms alone, as last:W rows are.
+        if (!decode_only && !own) require_form_support(spec, mask.mask, false);
         if (decode || own) require_form_support(spec, mask.mask, true);
       }
     if (mask.mask != Mask::kFull) {

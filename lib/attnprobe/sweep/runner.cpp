@@ -126,12 +126,12 @@ struct CaseState {
 }  // namespace
 
 const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
-                             const std::vector<MatrixF>* group_rows) {
+                             const std::vector<const MatrixF*>* group_rows) {
   read.mask = slice.mask;
   read.window = slice.window;
   const bool prefix = slice.n != read.keys(), last = slice.queries.kind == QueryRows::Kind::kLast;
   const int member = group_rows ? read.id.head - read.id.kv_head * static_cast<int>(group_rows->size()) : 0;
-  if (group_rows) read.group = prefix_group(*group_rows, member, read.keys());
+  if (group_rows && !prefix) read.group = prefix_group(*group_rows, member, read.keys());
   if (!prefix && !last) return read;
   if (prefix) {
     storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n, read.id.kv_head}, read.scale,
@@ -205,7 +205,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   const bool groups = std::any_of(plan.settings.begin(), plan.settings.end(),
                                   [](const EstimatorSetting& s) { return s.spec.capabilities().group; });
   std::map<std::tuple<int, int, int>, std::pair<int64_t, MatrixF>> group_queries;  // → (length read, its rows)
-  std::vector<MatrixF> group_rows;
+  std::vector<const MatrixF*> group_rows;
 
   int64_t tasks_done = 0;
   const int64_t tasks_total = plan.total_tasks();
@@ -265,13 +265,13 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (!group_queries.empty() && (std::get<0>(group_queries.begin()->first) != slice.layer ||
                                      std::get<1>(group_queries.begin()->first) / size != cached.id.kv_head))
         group_queries.clear();
-      group_rows.assign(size, MatrixF());
+      group_rows.assign(size, nullptr);
       for (int m = 0; m < size; ++m) {
         if (first + m == slice.head) continue;
         auto [it, fresh] = group_queries.try_emplace({slice.layer, first + m, slice.batch});
-        if (fresh || it->second.first < longest[id])
-          it->second = {longest[id], dump.read_slice(slice.layer, first + m, slice.batch, longest[id]).qf};
-        group_rows[m] = it->second.second;
+        if (fresh || it->second.first < longest[id])  // the member's query rows only: its keys are this slice's
+          it->second = {longest[id], dump.read_queries(slice.layer, first + m, slice.batch, longest[id]).cast<float>()};
+        group_rows[m] = &it->second.second;
       }
     }
     HeadView cut;

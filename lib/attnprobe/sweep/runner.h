@@ -39,7 +39,7 @@ struct RunStats {
 /// the case set on `read`, then, where the case has fewer keys or only the last query rows, those cut into
 /// `storage`. Returns `read` itself when there is nothing to cut.
 const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
-                             const std::vector<MatrixF>* group_rows = nullptr);
+                             const std::vector<const MatrixF*>* group_rows = nullptr);
 
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);

@@ -132,7 +132,10 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
     view.prompt_qf << whole.prompt_qf, whole.qf.topRows(whole.n() - rows);
   }
   if (whole.group) {  // the same cut of every member's rows
-    auto group = std::make_shared<QueryGroup>(*whole.group);
+    auto group = std::make_shared<QueryGroup>();
+    group->member = whole.group->member;
+    group->rows.resize(whole.group->rows.size());
+    group->prompt.resize(whole.group->rows.size());
     for (int m = 0; m < group->size(); ++m) {
       if (m == group->member) continue;
       const MatrixF& all = whole.group->rows[m];
@@ -149,13 +152,13 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   return view;
 }
 
-std::shared_ptr<const QueryGroup> prefix_group(const std::vector<MatrixF>& rows, int member, int64_t n) {
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n) {
   auto group = std::make_shared<QueryGroup>();
   group->member = member;
   group->rows.resize(rows.size());
   group->prompt.resize(rows.size());
   for (size_t m = 0; m < rows.size(); ++m)
-    if (static_cast<int>(m) != member) group->rows[m] = rows[m].topRows(std::min<int64_t>(n, rows[m].rows()));
+    if (static_cast<int>(m) != member) group->rows[m] = rows[m]->topRows(std::min<int64_t>(n, rows[m]->rows()));
   return group;
 }
 

@@ -82,7 +82,7 @@ HeadView last_rows(const HeadView& whole, int64_t rows);
 /// A group from every member head's query rows as read (`rows[member]` unused), cut to the first `n` rows as a
 /// prefix of a self-attention slice cuts its own (a decode dump's rows, fewer than its keys, stay whole). last_rows
 /// cuts a view's group with it.
-std::shared_ptr<const QueryGroup> prefix_group(const std::vector<MatrixF>& rows, int member, int64_t n);
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n);
 
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
 /// s·q·k and their exponentials) and turn every metric into NaN. "" when q, k, v and scale stay within

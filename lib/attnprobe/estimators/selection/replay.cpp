@@ -13,18 +13,11 @@ const float* ReplayMember::query(int64_t t) const {
   return t < first ? prompt->row(t).data() : rows->row(t - first).data();
 }
 
-ReplayMember replay_member(const HeadView& view) {
-  return {&view.prompt_qf, &view.qf, view.first_position, &view.kf, view.scale};
-}
-
 std::vector<ReplayMember> replay_members(const HeadView& view, Share share) {
   const ScoringHeads heads = scoring_heads(view, share);
   std::vector<ReplayMember> members;
-  for (int h = 0; h < heads.size(); ++h) {
-    require_input(heads.prompt[h]->rows() == view.prompt_qf.rows() && heads.rows[h]->rows() == view.n(),
-                  "a cache shared by a kv group needs the same query rows of every head of the group");
+  for (int h = 0; h < heads.size(); ++h)
     members.push_back({heads.prompt[h], heads.rows[h], view.first_position, &view.kf, view.scale});
-  }
   return members;
 }
 

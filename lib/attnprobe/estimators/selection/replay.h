@@ -40,10 +40,8 @@ struct ReplayMember {
   const float* query(int64_t t) const;
 };
 
-/// The member of a self-attention view cut with last_rows (or a whole one: P = 0): its prompt_qf and its rows.
-ReplayMember replay_member(const HeadView& view);
-
-/// The members whose weights score a cache: the view's own head (share=head, or a view without its group), or
+/// The members whose weights score a cache, each its prompt rows, its evaluated rows from the view's first position,
+/// and the view's keys: the view's own head (share=head, or a view without its group), or
 /// every head of its kv group (sharing.h), each reading the view's keys; InputError when a member lacks the prompt
 /// rows the view has.
 std::vector<ReplayMember> replay_members(const HeadView& view, Share share);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace attnprobe {
 
@@ -16,6 +17,9 @@ ScoringHeads scoring_heads(const HeadView& view, Share share) {
   for (int m = 0; m < group.size(); ++m) {
     heads.rows.push_back(m == group.member ? &view.qf : &group.rows[m]);
     heads.prompt.push_back(m == group.member ? &view.prompt_qf : &group.prompt[m]);
+    // The group is cut with the view (view_of_case, last_rows): every head holds the same rows.
+    if (heads.rows.back()->rows() != view.n() || heads.prompt.back()->rows() != view.prompt_qf.rows())
+      throw std::logic_error("a kv group's query rows were cut apart from its view's");
   }
   return heads;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/estimators/capabilities.h"
 #include "attnprobe/estimators/param_set.h"
 #include "attnprobe/view/head_view.h"
 
@@ -29,8 +30,16 @@ ParamSet<P> with_sharing(ParamSet<P>&& set) {
               "share=group: mean or max of the heads' weights, or logit: the sum of their raw scores");
 }
 
+/// A setting's capabilities with share=group: it reads every head of its kv group (Capabilities::group). The
+/// declaration's `narrow` of the methods whose only narrowing this is.
+template <class P>
+void narrow_sharing(const P& params, Capabilities& can) {
+  can.group = params.share == Share::kGroup;
+}
+
 /// The query rows whose scores choose a kept set: the view's own (share=head, or a view without its group), else
-/// every head of its kv group in head order (HeadView::group), the view's own rows at its place.
+/// every head of its kv group in head order (HeadView::group), the view's own rows at its place; every head's rows
+/// and prompt rows as many as the view's.
 struct ScoringHeads {
   std::vector<const MatrixF*> rows;    ///< each head's evaluated rows (as view.qf)
   std::vector<const MatrixF*> prompt;  ///< each head's prompt rows (as view.prompt_qf)

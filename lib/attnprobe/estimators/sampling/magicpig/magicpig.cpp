@@ -136,9 +136,6 @@ class Magicpig final : public KeptKeysEstimator {
   explicit Magicpig(MagicpigParams params) : o_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask != Mask::kWindow,
-                  "magicpig has no window form (its sink and window belong to the causal cache): use --mask causal "
-                  "or --mask full");
     auto tables = std::make_shared<Tables>();
     Tables& t = *tables;
     const int64_t n_keys = view.keys(), p = view.p(), bits = o_.K * o_.L;

@@ -88,9 +88,6 @@ class Vattention final : public KeptKeysEstimator {
   explicit Vattention(VattentionParams params) : o_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    require_usage(view.mask != Mask::kWindow,
-                  "vattention has no window form (its sink and window belong to the causal cache): use --mask causal "
-                  "or --mask full");
     return [&view, o = o_, pilot_stream = RandomStream(ctx.key, Purpose::kPilotSample),
             sample_stream = RandomStream(ctx.key, Purpose::kColumnSample)](int64_t i) {
       const bool full = view.mask == Mask::kFull;  // no positions: sink = window = 0
@@ -147,22 +144,14 @@ class Vattention final : public KeptKeysEstimator {
         }
       }
       kept.scored += kept.pilot;
-      kept.log_weights.assign(kept.keys.size(), 0.0);
+      // T_t (log-weight 0) and the sampled keys outside it, in one ascending walk of the visible keys.
+      kept.keys.clear();
       for (size_t j = 0; j < e.size(); ++j)
-        if (weights[j] > 0) {
+        if (in_top[j] || weights[j] > 0) {
           kept.keys.push_back(seen.begin + static_cast<int64_t>(j));
-          kept.log_weights.push_back(std::log(weights[j]));
+          kept.log_weights.push_back(in_top[j] ? 0.0 : std::log(weights[j]));
         }
-      // Merge T_t (weights 0) and the sample, ascending.
-      std::vector<size_t> order(kept.keys.size());
-      for (size_t m = 0; m < order.size(); ++m) order[m] = m;
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kept.keys[a] < kept.keys[b]; });
-      KeptKeys sorted = kept;
-      for (size_t m = 0; m < order.size(); ++m) {
-        sorted.keys[m] = kept.keys[order[m]];
-        sorted.log_weights[m] = kept.log_weights[order[m]];
-      }
-      return sorted;
+      return kept;
     };
   }
   // The scores of every visible key, then T_t and the sample's logits and values (budgets vary: k + window as

@@ -76,23 +76,11 @@ class Duo final : public KeptKeysEstimator {
         labels_(params_.pattern.empty() ? nullptr : std::make_shared<const HeadLabels>(label_heads(params_))) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    if (!labels_)  // every head streams
-      return [&view, sink = params_.sink, window = params_.window](int64_t i) {
-        return KeptKeys{sink_and_window(view.visible(i), view.position(i), sink, window), {}};
-      };
-    const int layer = view.id.layer, kv = view.id.kv_head;
-    require_input(view.id.n > 0,
-                  "duo(pattern={}) labels heads by their layer and kv head, which a slice outside a "
-                  "dump does not carry: measure it with eval or sweep on a dump.",
-                  params_.pattern);
-    require_input(layer < static_cast<int>(labels_->alpha.size()) && kv < static_cast<int>(labels_->alpha[0].size()),
-                  "duo: the pattern '{}' labels {} layers of {} kv heads, but this slice is layer {} kv head {}: give "
-                  "the pattern of this model.",
-                  params_.pattern, labels_->alpha.size(), labels_->alpha[0].size(), layer, kv);
-    const double alpha = labels_->alpha[layer][kv];
-    const bool streams = labels_->streams[layer][kv];
     const int64_t sink = params_.sink, window = params_.window;
-    if (!params_.mix)
+    if (labels_) check_labelled(view);
+    // Without a pattern every head streams (and mix, a blend by α, has no α).
+    const bool streams = !labels_ || labels_->streams[view.id.layer][view.id.kv_head];
+    if (!params_.mix || !labels_)
       return [&view, streams, sink, window](int64_t i) {
         const KeyRange seen = view.visible(i);
         KeptKeys kept{{}, {}};
@@ -103,6 +91,7 @@ class Duo final : public KeptKeysEstimator {
         return kept;
       };
     // The blend Â = α·a + (1 − α)·â_streaming(window − 1) over every visible key, as log-weights ω = log Â − ℓ.
+    const double alpha = labels_->alpha[view.id.layer][view.id.kv_head];
     return [&view, alpha, sink, window](int64_t i) {
       const KeyRange seen = view.visible(i);
       const std::vector<double> logits = score_visible(view, i);
@@ -126,12 +115,26 @@ class Duo final : public KeptKeysEstimator {
     };
   }
   double flops(int64_t n, int64_t p, int64_t pv) const override {
-    const double kept = params_.mix || !labels_ ? static_cast<double>(std::min(n, params_.sink + params_.window))
-                                                : static_cast<double>(n);
+    // Without a pattern every head streams; with one, a retrieval head (and every head under mix) reads all keys.
+    const double kept =
+        labels_ ? static_cast<double>(n) : static_cast<double>(std::min(n, params_.sink + params_.window));
     return 2.0 * n * kept * (p + pv);
   }
 
  private:
+  // A pattern labels (layer, kv head) pairs: the view must carry them (a dump's slice) and the pattern cover them.
+  void check_labelled(const HeadView& view) const {
+    require_input(view.id.n > 0,
+                  "duo(pattern={}) labels heads by their layer and kv head, which a slice outside a "
+                  "dump does not carry: measure it with eval or sweep on a dump.",
+                  params_.pattern);
+    const int layer = view.id.layer, kv = view.id.kv_head;
+    require_input(layer < static_cast<int>(labels_->alpha.size()) && kv < static_cast<int>(labels_->alpha[0].size()),
+                  "duo: the pattern '{}' labels {} layers of {} kv heads, but this slice is layer {} kv head {}: give "
+                  "the pattern of this model.",
+                  params_.pattern, labels_->alpha.size(), labels_->alpha[0].size(), layer, kv);
+  }
+
   DuoParams params_;
   std::shared_ptr<const HeadLabels> labels_;
 };

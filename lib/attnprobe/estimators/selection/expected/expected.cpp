@@ -46,10 +46,8 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const Expected
   }
   const ScoringHeads heads = scoring_heads(view, o.share);
   std::vector<std::vector<double>> weights;
-  for (const MatrixF* prompt : heads.prompt) {
-    require_input(prompt->rows() >= P, "expected(share=group) needs the prompt rows of every head of the kv group");
+  for (const MatrixF* prompt : heads.prompt)
     weights.push_back(expected_weights(prompt->topRows(P), view.kf, view.scale, o));
-  }
   std::vector<int64_t> candidates(P - o.sink);
   for (int64_t j = o.sink; j < P; ++j) candidates[j - o.sink] = j;
   std::vector<double> score = aggregate_scores(std::move(weights), candidates, o.sink, o.agg, /*logits=*/false);
@@ -105,13 +103,8 @@ class Expected final : public KeptKeysEstimator {
                                   p.budget, p.sink);
                   }),
     .samples_knob = "budget",
-    .capabilities = {.random = false,
-                     .forms = {},
-                     .decode = {Mask::kCausal},
-                     .weights = {Mask::kCausal},
-                     .selection = true,
-                     .prompt = true},
-    .narrow = [](const ExpectedParams& p, Capabilities& can) { can.group = p.share == Share::kGroup; },
+    .capabilities = kDecodeAfterPrompt,
+    .narrow = narrow_sharing<ExpectedParams>,
     .ablations = {"expected(budget=32,sink=2,cov=0,vnorm=0,share=head)"},
     .make = [](const ExpectedParams& params) { return std::make_unique<Expected>(params); },
 });

@@ -54,13 +54,8 @@ class H2o final : public KeptKeysEstimator {
                                         "the newest keys attended, the query's own included (H2O's recent_size + 1)")),
     .samples_knob = "heavy",
     // A cache replayed from key 0: causal decode rows only, after a prompt (the prompt may be empty).
-    .capabilities = {.random = false,
-                     .forms = {},
-                     .decode = {Mask::kCausal},
-                     .weights = {Mask::kCausal},
-                     .selection = true,
-                     .prompt = true},
-    .narrow = [](const H2oParams& params, Capabilities& can) { can.group = params.share == Share::kGroup; },
+    .capabilities = kDecodeAfterPrompt,
+    .narrow = narrow_sharing<H2oParams>,
     .ablations = {"h2o(heavy=32,window=1)", "h2o(heavy=16,window=8,share=group,agg=max)"},
     .make = [](const H2oParams& params) { return std::make_unique<H2o>(params); },
 });

@@ -79,7 +79,7 @@ class Moba final : public KeptKeysEstimator {
                      .decode = {Mask::kCausal},
                      .weights = {Mask::kCausal},
                      .selection = true},
-    .narrow = [](const MobaParams& params, Capabilities& can) { can.group = params.share == Share::kGroup; },
+    .narrow = narrow_sharing<MobaParams>,
     .ablations = {"moba(block=16,topk=3)", "moba(block=8,topk=3,share=group,agg=max)"},
     .make = [](const MobaParams& params) { return std::make_unique<Moba>(params); },
 });

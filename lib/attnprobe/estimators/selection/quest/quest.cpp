@@ -128,7 +128,7 @@ class Quest final : public KeptKeysEstimator {
     .narrow =
         [](const QuestParams& params, Capabilities& can) {
           if (params.last) can.forms = can.decode = can.weights = {Mask::kCausal, Mask::kWindow};
-          can.group = params.share == Share::kGroup;
+          narrow_sharing(params, can);
         },
     .ablations = {"quest(last=1)", "quest(page=8,budget=32,share=group,agg=logit)"},
     .make = [](const QuestParams& params) { return std::make_unique<Quest>(params); },

@@ -55,10 +55,8 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvPa
   }
   const int64_t candidates = P - o.window;
   std::vector<std::vector<double>> votes;
-  for (const MatrixF* prompt : scoring_heads(view, o.share).prompt) {
-    require_input(prompt->rows() >= P, "snapkv(share=group) needs the prompt rows of every head of the kv group");
+  for (const MatrixF* prompt : scoring_heads(view, o.share).prompt)
     votes.push_back(pooled_votes(prompt->topRows(P), view.kf, view.scale, o));
-  }
   std::vector<int64_t> all(candidates);
   for (int64_t j = 0; j < candidates; ++j) all[j] = j;
   const std::vector<double> pooled = aggregate_scores(std::move(votes), all, 0, o.agg, /*logits=*/false);
@@ -117,13 +115,8 @@ class Snapkv final : public KeptKeysEstimator {
             }),
     .samples_knob = "budget",
     // Positions from key 0: causal decode rows only, after a prompt.
-    .capabilities = {.random = false,
-                     .forms = {},
-                     .decode = {Mask::kCausal},
-                     .weights = {Mask::kCausal},
-                     .selection = true,
-                     .prompt = true},
-    .narrow = [](const SnapkvParams& p, Capabilities& can) { can.group = p.share == Share::kGroup; },
+    .capabilities = kDecodeAfterPrompt,
+    .narrow = narrow_sharing<SnapkvParams>,
     .ablations = {"snapkv(window=8,budget=32,kernel=7,pool=max)", "snapkv(window=8,budget=32,share=group,agg=max)"},
     .make = [](const SnapkvParams& params) { return std::make_unique<Snapkv>(params); },
 });

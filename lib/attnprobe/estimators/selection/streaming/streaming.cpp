@@ -60,13 +60,10 @@ class Streaming final : public KeptKeysEstimator {
                      .selection = true},
     .narrow =
         [](const StreamingParams& params, Capabilities& can) {
-          if (params.roll) return;
-          // Decode rows after a prompt only, declared as the prompt-compressing methods are (the planner knows
-          // decode-only settings by `prompt`), though it reads positions, not the prompt's query rows.
+          if (params.roll) return;  // roll=0: decode rows after a prompt only (a position: no query rows needed)
           can.forms = {};
           can.decode = {Mask::kCausal};
           can.weights = {Mask::kCausal};
-          can.prompt = true;
         },
     .ablations = {"streaming(sink=0,window=64)", "streaming(sink=2,window=16,roll=0)"},
     .make = [](const StreamingParams& params) { return std::make_unique<Streaming>(params); },

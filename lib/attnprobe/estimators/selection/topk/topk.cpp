@@ -56,7 +56,7 @@ class Topk final : public KeptKeysEstimator {
     .narrow =
         [](const TopkParams& params, Capabilities& can) {
           positional_forms(params.sink, params.window, can);
-          can.group = params.share == Share::kGroup;
+          narrow_sharing(params, can);
         },
     .ablations = {"topk(k=32,sink=4,window=16)", "topk(k=32,share=group,agg=logit)"},
     .make = [](const TopkParams& params) { return std::make_unique<Topk>(params); },

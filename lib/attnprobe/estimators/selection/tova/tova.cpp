@@ -82,12 +82,7 @@ class Tova final : public KeptKeysEstimator {
                           "with its last key forced"),
     .samples_knob = "budget",
     // A cache built from key 0: causal decode rows only, after a prompt (replay: the prompt may be empty).
-    .capabilities = {.random = false,
-                     .forms = {},
-                     .decode = {Mask::kCausal},
-                     .weights = {Mask::kCausal},
-                     .selection = true,
-                     .prompt = true},
+    .capabilities = kDecodeAfterPrompt,
     .narrow = [](const TovaParams& params, Capabilities& can) { can.group = params.heads == TovaHeads::kGroup; },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },
