@@ -3,11 +3,14 @@
 
 #include "attnprobe/estimators/registry.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 
 namespace attnprobe::test {
@@ -141,6 +144,31 @@ std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial
   }
   if (mean_error) *mean_error = (mean - target).norm() / target.norm();
   return z;
+}
+
+RowVectorD query_at(const HeadView& view, int64_t t) {
+  return t < view.first_position ? RowVectorD(view.prompt_qf.row(t).cast<double>())
+                                 : RowVectorD(view.qf.row(t - view.first_position).cast<double>());
+}
+
+std::vector<double> softmax_over(const HeadView& view, int64_t t, const std::vector<int64_t>& cache) {
+  const RowVectorD q = query_at(view, t);
+  std::vector<double> w(cache.size());
+  double top = -INFINITY, total = 0;
+  for (size_t r = 0; r < cache.size(); ++r)
+    top = std::max(top, w[r] = view.scale * q.dot(view.kf.row(cache[r]).cast<double>()));
+  for (double& x : w) total += x = std::exp(x - top);
+  for (double& x : w) x /= total;
+  return w;
+}
+
+std::vector<size_t> topk_sorted(const std::vector<double>& scores, int64_t k) {
+  std::vector<size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+  order.resize(std::min<size_t>(order.size(), static_cast<size_t>(std::max<int64_t>(0, k))));
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 std::string shared_data(const std::string& name) {

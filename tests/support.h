@@ -73,6 +73,14 @@ std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial
 /// Central differences of `loss` with respect to every entry of x, at step h (the backward tests' check).
 MatrixD central_differences(MatrixD x, double h, const std::function<double(const MatrixD&)>& loss);
 
+/// Float64 references for caches replayed over a view cut with last_rows (the prompt's rows first):
+/// the query row of position t, row t's softmax over the keys `cache` (in cache order), and
+/// torch.topk(scores, k) then .sort(), the positions (in the array) of the k largest, ascending, ties
+/// to the lower position, the older key (the reference codes leave them to torch).
+RowVectorD query_at(const HeadView& view, int64_t t);
+std::vector<double> softmax_over(const HeadView& view, int64_t t, const std::vector<int64_t>& cache);
+std::vector<size_t> topk_sorted(const std::vector<double>& scores, int64_t k);
+
 /// ../shared/data/NAME, or "" when that folder is absent.
 std::string shared_data(const std::string& name);
 

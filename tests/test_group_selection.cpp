@@ -428,39 +428,16 @@ std::vector<HeadView> member_views(const HeadView& view) {
   return heads;
 }
 
-// Row t's softmax over `cache` (cache order) for one head, float64; t before the view's rows reads its prompt.
-std::vector<double> weights_over(const HeadView& head, int64_t t, const std::vector<int64_t>& cache) {
-  const RowVectorD q = t < head.first_position ? RowVectorD(head.prompt_qf.row(t).cast<double>())
-                                               : RowVectorD(head.qf.row(t - head.first_position).cast<double>());
-  std::vector<double> w(cache.size());
-  double top = -INFINITY, total = 0;
-  for (size_t r = 0; r < cache.size(); ++r)
-    top = std::max(top, w[r] = head.scale * q.dot(head.kf.row(cache[r]).cast<double>()));
-  for (double& x : w) total += x = std::exp(x - top);
-  for (double& x : w) x /= total;
-  return w;
-}
-
 // The heads' aggregate (mean or max) of their weights over `cache` for row t.
 std::vector<double> group_weights(const std::vector<HeadView>& heads, int64_t t, const std::vector<int64_t>& cache,
                                   bool max) {
   std::vector<double> out(cache.size(), max ? -INFINITY : 0.0);
   for (const HeadView& head : heads) {
-    const std::vector<double> w = weights_over(head, t, cache);
+    const std::vector<double> w = softmax_over(head, t, cache);
     for (size_t r = 0; r < w.size(); ++r)
       out[r] = max ? std::max(out[r], w[r]) : out[r] + w[r] / static_cast<double>(heads.size());
   }
   return out;
-}
-
-// Positions (in the array) of the k best scores by (score desc, position asc), ascending.
-std::vector<size_t> best_positions(const std::vector<double>& scores, int64_t k) {
-  std::vector<size_t> order(scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
-  order.resize(std::min<size_t>(order.size(), static_cast<size_t>(std::max<int64_t>(0, k))));
-  std::sort(order.begin(), order.end());
-  return order;
 }
 
 // H2O with one cache per kv group, stepped literally: the prompt's column sums aggregated over the heads (mean, or
@@ -476,7 +453,7 @@ std::vector<std::vector<int64_t>> h2o_group_port(const HeadView& view, int64_t h
     std::vector<double> sums(P, 0.0);
     for (int64_t i = 0; i < P; ++i) {
       const std::vector<int64_t> seen(cache.begin(), cache.begin() + i + 1);
-      const std::vector<double> w = weights_over(head, i, seen);
+      const std::vector<double> w = softmax_over(head, i, seen);
       for (int64_t j = 0; j <= i; ++j) sums[j] += w[j];
     }
     for (int64_t j = 0; j < P; ++j) acc[j] = max ? std::max(acc[j], sums[j]) : acc[j] + sums[j] / heads.size();
@@ -484,7 +461,7 @@ std::vector<std::vector<int64_t>> h2o_group_port(const HeadView& view, int64_t h
   auto evict = [&] {
     const int64_t size = static_cast<int64_t>(cache.size()), recent = window - 1;
     if (size <= heavy + recent) return;
-    std::vector<size_t> keep = best_positions(std::vector<double>(acc.begin(), acc.end() - recent), heavy);
+    std::vector<size_t> keep = topk_sorted(std::vector<double>(acc.begin(), acc.end() - recent), heavy);
     for (int64_t r = size - recent; r < size; ++r) keep.push_back(static_cast<size_t>(r));
     std::vector<int64_t> kept;
     std::vector<double> scores;
@@ -514,7 +491,7 @@ std::vector<std::vector<int64_t>> tova_group_port(const HeadView& view, int64_t 
   auto reduce = [&](const std::vector<double>& scores) {
     if (static_cast<int64_t>(cache.size()) <= budget) return;
     std::vector<int64_t> kept;
-    for (size_t r : best_positions(scores, budget)) kept.push_back(cache[r]);
+    for (size_t r : topk_sorted(scores, budget)) kept.push_back(cache[r]);
     cache = kept;
   };
   if (P > 0) reduce(group_weights(heads, P - 1, cache, false));

@@ -19,37 +19,6 @@ using namespace attnprobe::test;
 
 namespace {
 
-// Query row of position t of a view cut with last_rows (the prompt's rows first), widened to float64.
-RowVectorD query_at(const HeadView& view, int64_t t) {
-  return t < view.first_position ? RowVectorD(view.prompt_qf.row(t).cast<double>())
-                                 : RowVectorD(view.qf.row(t - view.first_position).cast<double>());
-}
-
-double logit(const HeadView& view, int64_t t, int64_t j) {
-  return view.scale * query_at(view, t).dot(view.kf.row(j).cast<double>());
-}
-
-// Row t's softmax over the keys `cache` (in cache order), float64.
-std::vector<double> softmax_over(const HeadView& view, int64_t t, const std::vector<int64_t>& cache) {
-  std::vector<double> w(cache.size());
-  double top = -INFINITY, total = 0;
-  for (size_t r = 0; r < cache.size(); ++r) top = std::max(top, w[r] = logit(view, t, cache[r]));
-  for (double& x : w) total += x = std::exp(x - top);
-  for (double& x : w) x /= total;
-  return w;
-}
-
-// torch.topk(scores, k) then .sort(): the positions (in the array) of the k largest, ascending. Ties to the
-// lower position, the older key (the references leave them to torch).
-std::vector<size_t> topk_sorted(const std::vector<double>& scores, int64_t k) {
-  std::vector<size_t> order(scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
-  order.resize(std::min<size_t>(order.size(), static_cast<size_t>(std::max<int64_t>(0, k))));
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
 // H2OKVCache_LayerWise(hh_size, recent_size): `cache` stands for the k/v arrays (their token positions),
 // hh_score for the accumulated attention of each cached token.
 struct H2oPort {
