@@ -146,6 +146,14 @@ std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial
   return z;
 }
 
+std::vector<int64_t> stated_set(const std::string& spec, const HeadView& view, int64_t i) {
+  const auto rows = make_estimator(parse_spec(spec), Device::kCpu)->weights(view, {make_random_key(1, spec, 0)})(i, 1);
+  std::vector<int64_t> kept;
+  for (int64_t j = 0; j < rows.cols(); ++j)
+    if (rows(0, j) != 0) kept.push_back(j);
+  return kept;
+}
+
 RowVectorD query_at(const HeadView& view, int64_t t) {
   return t < view.first_position ? RowVectorD(view.prompt_qf.row(t).cast<double>())
                                  : RowVectorD(view.qf.row(t - view.first_position).cast<double>());

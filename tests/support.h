@@ -73,6 +73,9 @@ std::vector<double> weighted_z_scores(const std::function<MatrixD(uint32_t trial
 /// Central differences of `loss` with respect to every entry of x, at step h (the backward tests' check).
 MatrixD central_differences(MatrixD x, double h, const std::function<double(const MatrixD&)>& loss);
 
+/// The keys `spec` (seeded with trial 0 of key seed 1) states for row i: the support of its weights.
+std::vector<int64_t> stated_set(const std::string& spec, const HeadView& view, int64_t i);
+
 /// Float64 references for caches replayed over a view cut with last_rows (the prompt's rows first):
 /// the query row of position t, row t's softmax over the keys `cache` (in cache order), and
 /// torch.topk(scores, k) then .sort(), the positions (in the array) of the k largest, ascending, ties

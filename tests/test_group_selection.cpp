@@ -23,15 +23,6 @@ using namespace attnprobe::test;
 
 namespace {
 
-// The keys a registered estimator states for row i (the support of its weights).
-std::vector<int64_t> stated_set(const std::string& spec, const HeadView& view, int64_t i) {
-  const auto rows = make_estimator(parse_spec(spec), Device::kCpu)->weights(view, {make_random_key(1, spec, 0)})(i, 1);
-  std::vector<int64_t> kept;
-  for (int64_t j = 0; j < rows.cols(); ++j)
-    if (rows(0, j) != 0) kept.push_back(j);
-  return kept;
-}
-
 // The `count` best of `candidates` by (score descending, index ascending).
 std::vector<int64_t> best(std::vector<int64_t> candidates, const std::function<double(int64_t)>& score, int64_t count) {
   std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) { return score(a) > score(b); });

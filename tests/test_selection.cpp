@@ -170,15 +170,6 @@ RowVectorD attend(const HeadView& view, int64_t i, const std::vector<int64_t>& k
   return out / total;
 }
 
-// The kept set a registered estimator states (the support of its weights).
-std::vector<int64_t> stated_set(const std::string& spec, const HeadView& view, int64_t i) {
-  const auto rows = make_estimator(parse_spec(spec), Device::kCpu)->weights(view, {make_random_key(1, spec, 0)})(i, 1);
-  std::vector<int64_t> kept;
-  for (int64_t j = 0; j < rows.cols(); ++j)
-    if (rows(0, j) != 0) kept.push_back(j);
-  return kept;
-}
-
 HeadView masked_slice(int64_t n, int p, Mask mask, int64_t window, uint64_t seed) {
   HeadView view = synth_slice(n, p, 0.3, seed, p + 3);
   view.mask = mask;
