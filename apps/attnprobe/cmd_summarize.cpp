@@ -7,7 +7,9 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/report/compare.h"
 #include "attnprobe/report/pareto.h"
 #include "attnprobe/report/slopes.h"
 #include "attnprobe/report/summary.h"
@@ -24,7 +26,47 @@ struct SummarizeOptions {
   bool table = false;
   bool slopes = false;
   std::string pareto;
+  std::vector<std::string> compare;
 };
+
+// A spec as the CSV writes it: the canonical form of a registered estimator's spec, other text (a `py:` custom
+// estimator) as given.
+std::string as_written(const std::string& spec) {
+  try {
+    return parse_spec(spec).canonical();
+  } catch (const UsageError&) {
+    return spec;
+  }
+}
+
+int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
+  const std::vector<ComparisonRow> rows = compare_paired(per_case, as_written(o.compare[0]), as_written(o.compare[1]));
+  if (o.table) {
+    const bool decode =
+        std::any_of(rows.begin(), rows.end(), [](const ComparisonRow& r) { return !r.key.queries.all(); });
+    std::vector<std::vector<std::string>> table = {{"dump", "n", "reference", "metric", "heads", "mean_a", "mean_b",
+                                                    "diff", "95% interval", "a_better", "b_better", "ties", "sign_p",
+                                                    "A/B", "mc_stderr", "head_sd"}};
+    if (decode) table[0].insert(table[0].begin() + 2, "queries");
+    for (const ComparisonRow& r : rows) {
+      table.push_back({r.key.dump, r.key.n.text(), r.key.reference, r.metric, std::to_string(r.heads),
+                       fmt::format("{:.4g}", r.mean_a), fmt::format("{:.4g}", r.mean_b), fmt::format("{:.3g}", r.diff),
+                       fmt::format("[{:.3g}, {:.3g}]", r.ci_low, r.ci_high), std::to_string(r.a_better),
+                       std::to_string(r.b_better), std::to_string(r.ties), fmt::format("{:.2g}", r.sign_p),
+                       fmt::format("{:.3g}", r.median_ratio), fmt::format("{:.2g}", r.mc_stderr),
+                       fmt::format("{:.2g}", r.head_sd)});
+      if (decode) table.back().insert(table.back().begin() + 2, query_rows_text(r.key.queries));
+    }
+    fmt::print("A = {}\nB = {}\n{}", rows.front().a, rows.front().b, format_table(table));
+    if (o.output.empty()) return 0;
+  }
+  const std::string text = comparison_csv_text(rows);
+  if (o.output.empty() || o.output == "-")
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  else
+    write_file_atomically(o.output, text);
+  return 0;
+}
 
 int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
   const std::vector<SlopeRow> slopes = fit_slopes(per_case);
@@ -69,7 +111,10 @@ int print_pareto(const std::vector<SummaryRow>& per_case, const SummarizeOptions
 }
 
 int run_summarize(const SummarizeOptions& o) {
-  if (o.slopes && !o.pareto.empty()) throw UsageError("--slopes and --pareto are two outputs: ask for one");
+  if (o.slopes + !o.pareto.empty() + !o.compare.empty() > 1)
+    throw UsageError("--slopes, --pareto and --compare are three outputs: ask for one");
+  if (!o.compare.empty() && !o.over.empty())
+    throw UsageError("--compare pools over heads itself (batch items averaged per head): leave out --over");
   std::vector<NamedPath> inputs;
   for (const std::string& path : o.inputs) inputs.push_back({"the input", path});
   require_separate_files(inputs, {{"-o", o.output == "-" ? "" : o.output}});
@@ -89,6 +134,7 @@ int run_summarize(const SummarizeOptions& o) {
     throw InputError(
         "mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
   std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials, join(o.inputs, ", "));
+  if (!o.compare.empty()) return print_comparison(result, o);
   if (!o.over.empty()) {
     std::vector<std::string> columns;
     for (const std::string& c : split(o.over, ',')) columns.push_back(trim(c));
@@ -142,12 +188,19 @@ Action add_summarize(CLI::App& app) {
                  "AXIS (e.g. density): per case and estimator, the settings on its error-vs-AXIS front — none of the "
                  "estimator's other settings reads no more and errs less (for recalls: finds more). With --over, "
                  "the front of the pooled means. Columns: the case key, metric, AXIS, value");
+  app.add_option("--compare", o->compare,
+                 "A B: the two settings (specs) paired slice by slice, per n, queries, reference and metric, with "
+                 "the head as the replicate (its batch items averaged): mean_a, mean_b, diff = mean(A - B), a 95% "
+                 "bootstrap interval of diff over heads, the heads where each is better and the two-sided sign test, "
+                 "the median ratio A/B, and apart, the Monte-Carlo stderr of diff (trials) and the heads' sd")
+      ->expected(2);
   app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
   app.footer(
       "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --slopes --table\n"
-      "  attnprobe summarize out/decode.csv --over layer,head,batch --pareto density --table\n\n"
+      "  attnprobe summarize out/decode.csv --over layer,head,batch --pareto density --table\n"
+      "  attnprobe summarize out/sweep.csv --compare 'skeinformer(d=64)' 'nystrom(L=64)' --table\n\n"
       "Columns: " +
       csv_header(summary_columns()) + " (std with n-1; stderr = std/sqrt(count)).");
   return [o] { return run_summarize(*o); };
