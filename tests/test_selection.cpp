@@ -3,6 +3,7 @@
 // every key are exact, topk(k=0) is streaming, the error is the tail (1 − m)(μ_T − μ_S), ties keep the older key.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "attnprobe/estimators/selection/kept_keys.h"
 #include "attnprobe/estimators/selection/snapkv/snapkv.h"
 #include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/metrics/selection_metrics.h"
 #include "support.h"
 
@@ -352,6 +354,11 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
       const EstimateContext ctx{make_random_key(1, spec, 0), nullptr};
       const std::vector<double> got = selection_metrics(view, estimator->kept_keys(view, ctx), all);
+      // topk_recall@K at other K (--recall-k): 1 key, 32 keys (more than some rows see), 200 (more than any row).
+      std::map<int64_t, double> got_recall;
+      for (const int64_t k : {1, 32, 200})
+        got_recall[k] = selection_metrics(view, estimator->kept_keys(view, ctx), {Metric::kTopkRecallAtK}, 0.05, k)[0];
+      std::map<int64_t, double> recall_at;
       // From the definitions, with the kept sets the estimator states (checked against this file's own above).
       const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry());
       const MatrixD o_hat = attend_kept_f64(view, estimator->kept_keys(view, ctx));
@@ -371,6 +378,8 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
         const double same = count_in(kept.size());
         overlap += same / (2.0 * static_cast<double>(kept.size()) - same);
         recall += count_in(10) / std::min(10.0, visible);
+        for (const int64_t k : {1, 32, 200})
+          recall_at[k] += count_in(static_cast<size_t>(k)) / std::min(static_cast<double>(k), visible);
         double m = 0;
         for (int64_t j : kept) m += a(i, j);
         attended += static_cast<double>(kept.size());
@@ -389,7 +398,11 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       CHECK(got[8] == Approx(kl / rows).epsilon(1e-9).margin(1e-15));     // row_kl_rev
       CHECK(got[9] == Approx(overlap / rows).epsilon(1e-14));             // kept_overlap
       CHECK(got[10] == Approx(recall / rows).epsilon(1e-14));             // topk_recall@10
-      if (spec == "topk(k=6)") CHECK(got[9] == 1.0);                      // the oracle of its own size
+      for (const int64_t k : {1, 32, 200}) {
+        INFO("topk_recall@" << k);
+        CHECK(got_recall[k] == Approx(recall_at[k] / rows).epsilon(1e-14));
+      }
+      if (spec == "topk(k=6)") CHECK(got[9] == 1.0);  // the oracle of its own size
       // keys_scored: the oracles score every visible key, quest two bounds a page, moba a mean a past block.
       double scored = 0;
       for (int64_t i = 0; i < view.n(); ++i) {
@@ -532,4 +545,48 @@ TEST_CASE("snapkv rows do not see later tokens, and it refuses what it cannot me
   INFO(decode.output);
   CHECK(decode.exit_code == 0);
   CHECK_THAT(decode.output, Catch::Contains("keys_attended"));
+}
+
+TEST_CASE("topk_recall@K: the name carries K, one K per sweep", "[selection][cli]") {
+  CHECK(find_metric("topk_recall@32") == Metric::kTopkRecallAtK);
+  CHECK(find_metric("topk_recall@10") == Metric::kTopkRecallAtK);
+  for (const char* bad : {"topk_recall@", "topk_recall@0", "topk_recall@032", "topk_recall@3x", "topk_recall@-3"})
+    CHECK_FALSE(find_metric(bad).has_value());
+  CHECK(metric_name(Metric::kTopkRecallAtK, 32) == "topk_recall@32");
+  CHECK(metric_name(Metric::kMassRecall, 32) == "mass_recall");
+  int64_t k = 0;
+  CHECK(parse_metrics("spec_rel,topk_recall@32", &k) == std::vector<Metric>{Metric::kSpecRel, Metric::kTopkRecallAtK});
+  CHECK(k == 32);
+  k = 16;
+  CHECK_THROWS_WITH(parse_metrics("topk_recall@32", &k), Catch::Contains("one K per sweep"));
+  k = 0;
+  CHECK_THROWS_AS(parse_metrics("topk_recall@4,topk_recall@8", &k), UsageError);
+  CHECK_THROWS_AS(parse_metrics("topk_recall@0"), UsageError);
+
+  const std::string dump = write_synth("recall_k.h5", synth_options(1, 1, 1, 96, 16));
+  const std::string base = "sweep " + dump + " -e 'topk(k=8)' --mask causal --queries last:8 --overwrite -q ";
+  auto recall_rows = [](const std::string& csv) {
+    std::map<std::string, std::string> values;  // metric name → value
+    for (const std::string& line : split(read_text(csv), '\n'))
+      if (line.find("topk_recall@") != std::string::npos) {
+        const std::vector<std::string> fields = split(line, ',');
+        values[fields[fields.size() - 2]] = fields.back();
+      }
+    return values;
+  };
+  const std::string by_option = temp_path("recall_k_option.csv"), by_name = temp_path("recall_k_name.csv");
+  REQUIRE(run_attnprobe(base + "--metrics selection --recall-k 32 -o " + by_option).exit_code == 0);
+  REQUIRE(run_attnprobe(base + "--metrics topk_recall@32 -o " + by_name).exit_code == 0);
+  const auto from_option = recall_rows(by_option);
+  REQUIRE(from_option.size() == 1);
+  CHECK(from_option.count("topk_recall@32") == 1);
+  CHECK(recall_rows(by_name) == from_option);  // the same value, named by --metrics alone
+  // topk(k=8) holds the 8 heaviest keys of its 96-key rows: exactly 8 of the 32 heaviest.
+  CHECK(std::stod(from_option.at("topk_recall@32")) == 0.25);
+  CHECK(run_attnprobe(base + "--metrics topk_recall@32 --recall-k 16 -o " + temp_path("x.csv")).exit_code == 2);
+  CHECK(run_attnprobe(base + "--metrics selection --recall-k -1 -o " + temp_path("x.csv")).exit_code == 2);
+  // Resuming with another K is another grid.
+  CHECK(run_attnprobe("sweep " + dump + " -e 'topk(k=8)' --mask causal --queries last:8 -q --metrics selection " +
+                      "--recall-k 16 --resume -o " + by_option)
+            .exit_code == 2);
 }

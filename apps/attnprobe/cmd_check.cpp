@@ -93,7 +93,7 @@ Action add_check(CLI::App& app) {
       "For every case and metric of the baseline, a regression is\n"
       "  worse > z*sqrt(se_new^2 + se_base^2) + atol + rtol*|mean_base|,\n"
       "with worse = mean_new - mean_base (errors and costs), or mean_base - mean_new for the fractions found\n"
-      "(topk_recall, mass_recall, kept_overlap, topk_recall@10, eps_cover).\n"
+      "(topk_recall, mass_recall, kept_overlap, topk_recall@K, eps_cover).\n"
       "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
       "Exit code 1 on a regression, a missing case or when nothing was compared; 3 when a file is empty, truncated "
       "or malformed (duplicated cases, negative errors, a statistic that is infinite, >= 1e150 or with a standard "

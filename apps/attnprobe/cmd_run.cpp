@@ -55,6 +55,7 @@ struct RunCommandOptions {
   int64_t prefill = -1;  // -1: each case's first evaluated row
   std::string metrics = "all";
   double eps = 0.05;
+  int64_t recall_k = 0;  // 0: the K a topk_recall@K name in --metrics gives, else kDefaultRecallK
   std::string output;
   std::string shard;  // sweep: "I/N"
   bool resume = false, overwrite = false, dry_run = false, quiet = false;
@@ -127,7 +128,7 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "random setting over its trials, written with trial -1; 'weights' (or row_tv,row_kl,topk_recall) to "
          "compare the attention matrix each estimator implies with the exact one; 'selection' (or keys_attended,"
          "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev,kept_overlap,"
-         "topk_recall@10,den_rel,num_rel,eps_cover,pilot) for the keys a "
+         "topk_recall@K,den_rel,num_rel,eps_cover,pilot) for the keys a "
          "selection or sampling estimator reads and the attention it keeps; "
          "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")
       ->capture_default_str();
@@ -135,6 +136,9 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                  "the relative error of the metric eps_cover: the fraction of rows with |o_hat - o| <= eps*|o| "
                  "(vattention uses its own eps)")
       ->capture_default_str();
+  cmd.add_option("--recall-k", o.recall_k,
+                 "K of the metric topk_recall@K (default 10; the CSV's name carries it): the fraction of each row's K "
+                 "heaviest visible keys a selection reads. Naming topk_recall@K in --metrics sets it too");
   cmd.add_flag("--dry-run", o.dry_run, "validate and print the size of the grid, run nothing");
   cmd.add_flag("-q,--quiet", o.quiet, "no progress bar");
   add_dump_options(cmd, o.dump_options);
@@ -176,7 +180,9 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
       rows.prefill = o.prefill;
     }
   }
-  r.metrics = parse_metrics(o.metrics);
+  require_usage(o.recall_k >= 0, "--recall-k {} is not a number of keys: give K >= 1 (topk_recall@K)", o.recall_k);
+  r.recall_k = o.recall_k;
+  r.metrics = parse_metrics(o.metrics, &r.recall_k);
   r.eps = o.eps;
   return r;
 }
@@ -225,8 +231,8 @@ int run_eval(const RunCommandOptions& o) {
   std::vector<std::vector<std::string>> table = {{"estimator", "reference"}};
   std::map<std::string, size_t> column_of;  // a deterministic setting has no case-level metrics: "-"
   for (Metric m : plan.metrics) {
-    column_of[metric_name(m)] = table[0].size();
-    table[0].push_back(metric_name(m));
+    column_of[metric_name(m, plan.recall_k)] = table[0].size();
+    table[0].push_back(metric_name(m, plan.recall_k));
   }
   std::map<std::pair<std::string, std::string>, size_t> row_of;
   for (const SummaryRow& s : pool_over_slices(all_rows)) {

@@ -154,7 +154,7 @@ SweepOptions sweep_options(const SweepArgs& a) {
   o.request.trials = a.trials;
   o.request.seed = a.seed;
   o.request.reference = a.reference;
-  o.request.metrics = parse_metrics(a.metrics);
+  o.request.metrics = parse_metrics(a.metrics, &o.request.recall_k);
   o.request.mask = a.mask;
   o.request.queries = parse_query_rows_list(a.queries, "queries");
   if (!a.shard.empty()) o.shard = ShardSpec::parse(a.shard);

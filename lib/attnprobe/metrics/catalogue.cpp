@@ -30,7 +30,7 @@ const std::vector<Metric>& selection_metrics() {
   static const std::vector<Metric> kSelection = {
       Metric::kKeysAttended,   Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
       Metric::kTailMass,       Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
-      Metric::kTopkRecallAt10, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot};
+      Metric::kTopkRecallAtK, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot};
   return kSelection;
 }
 
@@ -88,8 +88,8 @@ const char* metric_name(Metric metric) {
       return "row_kl_rev";
     case Metric::kKeptOverlap:
       return "kept_overlap";
-    case Metric::kTopkRecallAt10:
-      return "topk_recall@10";
+    case Metric::kTopkRecallAtK:
+      return "topk_recall@10";  // kDefaultRecallK
     case Metric::kDenRel:
       return "den_rel";
     case Metric::kNumRel:
@@ -149,16 +149,38 @@ const std::vector<Metric>& known_metrics() {
 
 bool larger_is_better(Metric metric) {
   return metric == Metric::kTopkRecall || metric == Metric::kMassRecall || metric == Metric::kKeptOverlap ||
-         metric == Metric::kTopkRecallAt10 || metric == Metric::kEpsCover;
+         metric == Metric::kTopkRecallAtK || metric == Metric::kEpsCover;
 }
 
+std::string metric_name(Metric metric, int64_t recall_k) {
+  return metric == Metric::kTopkRecallAtK ? fmt::format("topk_recall@{}", recall_k) : metric_name(metric);
+}
+
+namespace {
+constexpr std::string_view kRecallPrefix = "topk_recall@";
+
+// K of a name topk_recall@K (K a positive integer without sign or leading zeros), or 0 for any other name.
+int64_t recall_k_of(std::string_view name) {
+  if (!name.starts_with(kRecallPrefix)) return 0;
+  const std::string_view digits = name.substr(kRecallPrefix.size());
+  if (digits.empty() || digits.size() > 9 || digits[0] == '0') return 0;
+  int64_t k = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return 0;
+    k = 10 * k + (c - '0');
+  }
+  return k;
+}
+}  // namespace
+
 std::optional<Metric> find_metric(std::string_view name) {
+  if (recall_k_of(name)) return Metric::kTopkRecallAtK;
   for (Metric m : known_metrics())
     if (name == metric_name(m)) return m;
   return std::nullopt;
 }
 
-std::vector<Metric> parse_metrics(const std::string& text) {
+std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k) {
   const std::vector<Metric>& known = known_metrics();
   std::vector<std::string> names;
   for (Metric m : known) names.push_back(metric_name(m));
@@ -174,6 +196,17 @@ std::vector<Metric> parse_metrics(const std::string& text) {
                       : name == "weights" ? weight_metrics()
                                           : selection_metrics())
         add(m);
+      continue;
+    }
+    if (const int64_t k = recall_k_of(name)) {
+      if (recall_k) {
+        if (*recall_k == 0) *recall_k = k;
+        if (*recall_k != k)
+          throw UsageError(fmt::format("--metrics names {} but the sweep computes topk_recall@{} (--recall-k or an "
+                                       "earlier name): one K per sweep",
+                                       name, *recall_k));
+      }
+      add(Metric::kTopkRecallAtK);
       continue;
     }
     auto it = std::find(names.begin(), names.end(), name);

@@ -2,6 +2,7 @@
 // The catalogue of metrics (docs/metrics.md): their names, groups and direction, and the parsing of
 // `--metrics`. Apart from the maths (metrics.h) so that the records, which read and check metric
 // names, do not see the estimators that the maths compares.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,7 +40,7 @@ enum class Metric {
   kTailPred,
   kRowKlRev,
   kKeptOverlap,
-  kTopkRecallAt10,
+  kTopkRecallAtK,
   kDenRel,  // sampling diagnostics: for estimators whose kept keys carry weights
   kNumRel,
   kEpsCover,
@@ -63,19 +64,26 @@ bool is_weight_metric(Metric metric);
 /// keys each row reads (capabilities.h `selection`); O(n_q·n_k·p), selected by name or by the word `selection`.
 const std::vector<Metric>& selection_metrics();
 bool is_selection_metric(Metric metric);
+/// The metric's name in the CSV. `topk_recall@K` carries its K: this form writes the default K (10); a sweep writes
+/// the K it computed with through the overload below.
 const char* metric_name(Metric metric);
+/// The name with `recall_k` as topk_recall@K's K (other metrics: their name).
+std::string metric_name(Metric metric, int64_t recall_k);
+/// K of topk_recall@K when none is asked for (Quest's recall of the 10 heaviest keys).
+inline constexpr int64_t kDefaultRecallK = 10;
 /// Every metric attnprobe computes (per trial, per case, weights, selection, gradients), in that order.
 const std::vector<Metric>& known_metrics();
-/// The metric called `name`, or nullopt for a name attnprobe does not compute.
+/// The metric called `name` (topk_recall@K for any K ≥ 1), or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
 /// Every metric is ≥ 0 (or NaN/+inf), and all but `topk_recall`, `mass_recall`, `kept_overlap`,
-/// `topk_recall@10` and `eps_cover` are errors or costs, larger is worse; those (fractions of the right keys, of the
+/// `topk_recall@K` and `eps_cover` are errors or costs, larger is worse; those (fractions of the right keys, of the
 /// attention found or of the rows within ε) are larger is better. `check` reads
 /// its direction from here.
 bool larger_is_better(Metric metric);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
 /// attention-weight ones), "selection" (the selection ones) or a mix such as "all,case"; throws UsageError
-/// listing valid names.
-std::vector<Metric> parse_metrics(const std::string& text);
+/// listing valid names. `topk_recall@K` may name any K ≥ 1: with `recall_k` given, its K is stored there when
+/// *recall_k is 0 (not chosen yet) and must equal it otherwise (a sweep computes one K; UsageError).
+std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k = nullptr);
 
 }  // namespace attnprobe

@@ -1,7 +1,7 @@
 #pragma once
 // The ranking the weight and selection metrics share: the largest entries of a row of weights, with
 // one tie rule (the lower index first, i.e. the older key), so that topk_recall, kept_overlap and
-// topk_recall@10 agree about which keys are "the k heaviest".
+// topk_recall@K agree about which keys are "the k heaviest".
 #include <algorithm>
 #include <cstdint>
 #include <vector>

@@ -133,7 +133,7 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kTailPred:
       case Metric::kRowKlRev:
       case Metric::kKeptOverlap:
-      case Metric::kTopkRecallAt10:
+      case Metric::kTopkRecallAtK:
       case Metric::kDenRel:
       case Metric::kNumRel:
       case Metric::kEpsCover:

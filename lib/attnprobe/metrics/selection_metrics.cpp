@@ -12,7 +12,6 @@ namespace attnprobe {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
-constexpr int64_t kRecallK = 10;  ///< topk_recall@10: Quest's Fig. 4
 
 // The first `count` of a largest-first list of keys, ascending (for the merge in `common`).
 std::vector<int64_t> ascending_prefix(const std::vector<int64_t>& largest_first, int64_t count) {
@@ -47,13 +46,13 @@ struct Sums {
 }  // namespace
 
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
-                                      const std::vector<Metric>& which, double eps) {
+                                      const std::vector<Metric>& which, double eps, int64_t recall_k) {
   if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
   const int64_t n = view.n();
   Sums sums;
   bool weighted = false;  // some row's keys carry weights: the tail decomposition does not apply
   const bool wants_oracle = std::any_of(
-      which.begin(), which.end(), [](Metric m) { return m == Metric::kKeptOverlap || m == Metric::kTopkRecallAt10; });
+      which.begin(), which.end(), [](Metric m) { return m == Metric::kKeptOverlap || m == Metric::kTopkRecallAtK; });
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
     const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
@@ -108,15 +107,15 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         sums.covered += (estimate - exact).norm() <= limit * o_norm ? 1.0 : 0.0;
         sums.pilot += row.pilot;
       }
-      // Against the oracle of the same size (kept_overlap, a Jaccard index) and the 10 heaviest keys.
+      // Against the oracle of the same size (kept_overlap, a Jaccard index) and the K heaviest keys.
       if (wants_oracle) {
         const int64_t size = static_cast<int64_t>(row.keys.size());
-        const std::vector<int64_t> largest = largest_entries(a.row(r), seen.begin, seen.end, std::max(size, kRecallK));
+        const std::vector<int64_t> largest = largest_entries(a.row(r), seen.begin, seen.end, std::max(size, recall_k));
         const std::vector<int64_t> same_size = ascending_prefix(largest, size);
         const int64_t both = common(row.keys, same_size);
         const int64_t either = size + static_cast<int64_t>(same_size.size()) - both;
         sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
-        const std::vector<int64_t> top = ascending_prefix(largest, kRecallK);
+        const std::vector<int64_t> top = ascending_prefix(largest, recall_k);
         sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());
       }
     }
@@ -155,7 +154,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       case Metric::kKeptOverlap:
         out.push_back(sums.overlap / rows);
         break;
-      case Metric::kTopkRecallAt10:
+      case Metric::kTopkRecallAtK:
         out.push_back(sums.recall / rows);
         break;
       case Metric::kDenRel:

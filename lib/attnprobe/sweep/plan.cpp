@@ -138,6 +138,9 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
                 "positive number such as 0.05",
                 request.eps);
   plan.eps = request.eps;
+  require_usage(request.recall_k >= 0, "--recall-k {} is not a number of keys: give K >= 1 (topk_recall@K)",
+                request.recall_k);
+  plan.recall_k = request.recall_k ? request.recall_k : kDefaultRecallK;
   const bool wants_weights = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_weight_metric);
   const bool wants_kept = std::any_of(plan.metrics.begin(), plan.metrics.end(), is_selection_metric);
 
@@ -184,7 +187,7 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
                                         [](const EstimatorSetting& setting) { return setting.trials >= 2; });
   if (only_case_metrics && !any_repeated) {
     std::vector<std::string> names;
-    for (Metric m : plan.metrics) names.push_back(metric_name(m));
+    for (Metric m : plan.metrics) names.push_back(metric_name(m, plan.recall_k));
     throw UsageError(fmt::format(
         "--metrics {} are case metrics, over the trials of a random estimator, but no estimator here runs two "
         "trials (--trials {}): the sweep would write no row. Use --trials 2 or more, or add a per-trial metric.",

@@ -26,6 +26,7 @@ struct SweepRequest {
   std::vector<QueryRows> queries = {QueryRows{}};  ///< the query rows of each case: all | last:W (an axis)
   std::vector<Metric> metrics = all_metrics();
   double eps = 0.05;  ///< ε of the metric eps_cover for samplers without their own (--eps)
+  int64_t recall_k = 0;  ///< K of topk_recall@K (--recall-k); 0: kDefaultRecallK
 };
 
 /// One estimator configuration of the grid.
@@ -51,6 +52,7 @@ struct SweepPlan {
   uint64_t seed = 0;
   std::vector<Metric> metrics;
   double eps = 0.05;  ///< ε of eps_cover for samplers that state none (vattention states its own)
+  int64_t recall_k = kDefaultRecallK;  ///< K of topk_recall@K; the metric's name carries it
 
   int64_t tasks_per_slice() const;  ///< Σ over settings of their trials
   int64_t total_tasks() const { return tasks_per_slice() * static_cast<int64_t>(slices.size()); }

@@ -60,14 +60,15 @@ std::string dump_label(const std::string& path) {
   return label;
 }
 
-std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics) {
+std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics,
+                                  int64_t recall_k) {
   std::map<TrialId, std::set<std::string>> seen;
   for (const TrialRow& r : rows) seen[TrialId{r.key, r.trial, r.seed}].insert(r.metric);
   std::set<TrialId> done;
   for (const auto& [id, names] : seen) {
     bool all = true;  // a trial needs every per-trial metric asked for; a case row (trial −1) every case metric
     for (Metric m : metrics)
-      if (is_case_metric(m) == (id.trial == kCaseTrial)) all = all && names.count(metric_name(m));
+      if (is_case_metric(m) == (id.trial == kCaseTrial)) all = all && names.count(metric_name(m, recall_k));
     if (all) done.insert(id);
   }
   return done;
@@ -340,7 +341,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         // the metrics' own O(n²·p) exact rows.
         if (!selection_list.empty()) {
           const std::vector<double> kept =
-              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps);
+              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps, plan.recall_k);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }
@@ -363,7 +364,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (tasks[i].write && finished[i]) {
         ++finished_writes;
         for (size_t m = 0; m < trial_list.size(); ++m)
-          rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m]), values[i][m]});
+          rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m], plan.recall_k), values[i][m]});
       }
       // After a setting's last trial: its case row.
       const bool last = i + 1 == tasks.size() || tasks[i + 1].setting != tasks[i].setting;
@@ -372,7 +373,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         const std::vector<double> case_values =
             cases[tasks[i].setting]->accumulator.metrics(ref.output, ref.norms, case_list);
         for (size_t m = 0; m < case_list.size(); ++m)
-          rows.push_back(TrialRow{key, kCaseTrial, plan.seed, metric_name(case_list[m]), case_values[m]});
+          rows.push_back(TrialRow{key, kCaseTrial, plan.seed, metric_name(case_list[m], plan.recall_k), case_values[m]});
       }
     }
     sink(rows);

@@ -15,7 +15,8 @@
 namespace attnprobe {
 
 /// The trials whose rows hold every metric in `metrics`.
-std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics);
+std::set<TrialId> complete_trials(const std::vector<TrialRow>& rows, const std::vector<Metric>& metrics,
+                                  int64_t recall_k = kDefaultRecallK);
 
 struct RunOptions {
   int threads = 0;               ///< 0: all cores

@@ -94,7 +94,7 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
                                             .samples = s.samples ? std::optional<long long>(*s.samples) : std::nullopt,
                                             .reference = s.reference,
                                             .trials = s.trials});
-  for (Metric m : plan.metrics) record.metrics.push_back(metric_name(m));
+  for (Metric m : plan.metrics) record.metrics.push_back(metric_name(m, plan.recall_k));
   record.eps = plan.eps;
   record.units_total = static_cast<long long>(plan.slices.size());
   record.shard_index = shard.index;

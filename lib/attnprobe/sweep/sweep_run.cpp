@@ -100,7 +100,7 @@ SweepRun::SweepRun(const Dump& dump, SweepPlan plan, std::string csv_path, Outpu
       if (old.summary)
         throw InputError(fmt::format("'{}' is a summary CSV; --resume needs the trial CSV of a sweep", csv_path_));
       check_resumable(old.trials);
-      options_.done = complete_trials(old.trials, plan_.metrics);
+      options_.done = complete_trials(old.trials, plan_.metrics, plan_.recall_k);
       // A row written twice (two runs appended to one file) is kept once, so that summarize and check
       // take the result; two different values of one row cannot both be kept.
       std::map<TrialRowId, double> kept;
@@ -226,7 +226,7 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
   // measure would be kept beside its rows (another --metrics or --trials, mixed into one file).
   if (!earlier.is_object()) {
     std::set<std::string> metrics;
-    for (Metric m : plan_.metrics) metrics.insert(metric_name(m));
+    for (Metric m : plan_.metrics) metrics.insert(metric_name(m, plan_.recall_k));
     std::map<std::pair<std::string, std::string>, int64_t> trials;
     for (const EstimatorSetting& s : plan_.settings) trials[{s.canonical, s.reference}] = s.trials;
     for (const TrialRow& r : rows) {
