@@ -44,7 +44,8 @@ double two_sided_by_counting(int k, int m) {
 }  // namespace
 
 TEST_CASE("the sign test is the two-sided binomial tail", "[compare]") {
-  CHECK(sign_test_p(0, 8) == Approx(2.0 / 256).epsilon(1e-12));   // every one of 8 heads one way: the smallest p 8 heads can give
+  CHECK(sign_test_p(0, 8) ==
+        Approx(2.0 / 256).epsilon(1e-12));  // every one of 8 heads one way: the smallest p 8 heads can give
   CHECK(sign_test_p(1, 8) == Approx(18.0 / 256).epsilon(1e-12));  // 2·(1 + 8)/2⁸
   CHECK(sign_test_p(4, 8) == 1.0);
   CHECK(sign_test_p(0, 0) == 1.0);

@@ -28,8 +28,8 @@ const std::vector<Metric>& weight_metrics() {
 
 const std::vector<Metric>& selection_metrics() {
   static const std::vector<Metric> kSelection = {
-      Metric::kKeysAttended,   Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
-      Metric::kTailMass,       Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
+      Metric::kKeysAttended,  Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
+      Metric::kTailMass,      Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
       Metric::kTopkRecallAtK, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot};
   return kSelection;
 }
@@ -202,9 +202,10 @@ std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k) {
       if (recall_k) {
         if (*recall_k == 0) *recall_k = k;
         if (*recall_k != k)
-          throw UsageError(fmt::format("--metrics names {} but the sweep computes topk_recall@{} (--recall-k or an "
-                                       "earlier name): one K per sweep",
-                                       name, *recall_k));
+          throw UsageError(
+              fmt::format("--metrics names {} but the sweep computes topk_recall@{} (--recall-k or an "
+                          "earlier name): one K per sweep",
+                          name, *recall_k));
       }
       add(Metric::kTopkRecallAtK);
       continue;

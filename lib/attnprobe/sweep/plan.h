@@ -25,7 +25,7 @@ struct SweepRequest {
   std::string mask = "auto";                       ///< auto (each layer's attributes) | full | causal | window:W
   std::vector<QueryRows> queries = {QueryRows{}};  ///< the query rows of each case: all | last:W (an axis)
   std::vector<Metric> metrics = all_metrics();
-  double eps = 0.05;  ///< ε of the metric eps_cover for samplers without their own (--eps)
+  double eps = 0.05;     ///< ε of the metric eps_cover for samplers without their own (--eps)
   int64_t recall_k = 0;  ///< K of topk_recall@K (--recall-k); 0: kDefaultRecallK
 };
 
@@ -51,7 +51,7 @@ struct SweepPlan {
   std::vector<SliceRef> slices;  ///< grouped so that one slice is read once for all settings
   uint64_t seed = 0;
   std::vector<Metric> metrics;
-  double eps = 0.05;  ///< ε of eps_cover for samplers that state none (vattention states its own)
+  double eps = 0.05;                   ///< ε of eps_cover for samplers that state none (vattention states its own)
   int64_t recall_k = kDefaultRecallK;  ///< K of topk_recall@K; the metric's name carries it
 
   int64_t tasks_per_slice() const;  ///< Σ over settings of their trials

@@ -340,8 +340,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         // hold n × |S| keys (1.7 GB for 5% of 65536 keys at n = 65536), and the restatement costs the order of
         // the metrics' own O(n²·p) exact rows.
         if (!selection_list.empty()) {
-          const std::vector<double> kept =
-              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps, plan.recall_k);
+          const std::vector<double> kept = selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx),
+                                                             selection_list, plan.eps, plan.recall_k);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }
@@ -364,7 +364,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       if (tasks[i].write && finished[i]) {
         ++finished_writes;
         for (size_t m = 0; m < trial_list.size(); ++m)
-          rows.push_back(TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m], plan.recall_k), values[i][m]});
+          rows.push_back(
+              TrialRow{key, tasks[i].trial, plan.seed, metric_name(trial_list[m], plan.recall_k), values[i][m]});
       }
       // After a setting's last trial: its case row.
       const bool last = i + 1 == tasks.size() || tasks[i + 1].setting != tasks[i].setting;
@@ -373,7 +374,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         const std::vector<double> case_values =
             cases[tasks[i].setting]->accumulator.metrics(ref.output, ref.norms, case_list);
         for (size_t m = 0; m < case_list.size(); ++m)
-          rows.push_back(TrialRow{key, kCaseTrial, plan.seed, metric_name(case_list[m], plan.recall_k), case_values[m]});
+          rows.push_back(
+              TrialRow{key, kCaseTrial, plan.seed, metric_name(case_list[m], plan.recall_k), case_values[m]});
       }
     }
     sink(rows);
