@@ -590,3 +590,47 @@ TEST_CASE("topk_recall@K: the name carries K, one K per sweep", "[selection][cli
                       "--recall-k 16 --resume -o " + by_option)
             .exit_code == 2);
 }
+
+TEST_CASE("kept_overlap against a selection reference: method against method", "[selection][cli]") {
+  const HeadView view = last_rows(masked_slice(120, 8, Mask::kCausal, 0, 41), 6);
+  const std::string method = "streaming(sink=2,window=14)", reference = "topk(k=24)";
+  const auto kept_of = [&](const std::string& spec) {
+    return make_estimator(parse_spec(spec), Device::kCpu)->kept_keys(view, {make_random_key(1, spec, 0)});
+  };
+  const Estimator::KeptRows against = kept_of(reference);
+  const double got = selection_metrics(view, kept_of(method), {Metric::kKeptOverlap}, 0.05, 10, &against)[0];
+  // Jaccard of the two stated sets, row by row, from the sets alone.
+  double jaccard = 0;
+  for (int64_t i = 0; i < view.n(); ++i) {
+    const std::vector<int64_t> s = stated_set(method, view, i), r = stated_set(reference, view, i);
+    std::vector<int64_t> both;
+    std::set_intersection(s.begin(), s.end(), r.begin(), r.end(), std::back_inserter(both));
+    jaccard += static_cast<double>(both.size()) / static_cast<double>(s.size() + r.size() - both.size());
+  }
+  CHECK(got == Approx(jaccard / 6).epsilon(1e-15));  // observed 0.1117 (streaming keeps 16 keys, topk 24)
+  CHECK(got < 1);
+  const double self = selection_metrics(view, against, {Metric::kKeptOverlap}, 0.05, 10, &against)[0];
+  CHECK(self == 1.0);
+
+  // On the command line: --reference topk(k=24) gives that value; the default reference the oracle's (the 16
+  // heaviest keys: another set than topk(k=24)'s, so another value).
+  const std::string dump = write_synth("overlap_reference.h5", synth_options(1, 1, 1, 96, 16));
+  const std::string base = "sweep " + dump + " -e '" + method + "' --mask causal --queries last:8 --overwrite -q " +
+                           "--metrics kept_overlap ";
+  const std::string by_topk = temp_path("overlap_topk.csv"), by_oracle = temp_path("overlap_oracle.csv");
+  REQUIRE(run_attnprobe(base + "--reference '" + reference + "' -o " + by_topk).exit_code == 0);
+  REQUIRE(run_attnprobe(base + "-o " + by_oracle).exit_code == 0);
+  auto value = [](const std::string& csv) { return std::stod(split(trim(read_text(csv)), ',').back()); };
+  HeadView whole = Dump::open(dump).read_slice(0, 0, 0, 96);
+  whole.mask = Mask::kCausal;
+  const HeadView cli_view = last_rows(whole, 8);
+  const Estimator::KeptRows cli_against =
+      make_estimator(parse_spec(reference), Device::kCpu)->kept_keys(cli_view, {make_random_key(1, reference, 0)});
+  const Estimator::KeptRows cli_kept =
+      make_estimator(parse_spec(method), Device::kCpu)->kept_keys(cli_view, {make_random_key(1, method, 0)});
+  CHECK(
+      value(by_topk) ==
+      Approx(selection_metrics(cli_view, cli_kept, {Metric::kKeptOverlap}, 0.05, 10, &cli_against)[0]).epsilon(1e-15));
+  CHECK(value(by_oracle) == Approx(selection_metrics(cli_view, cli_kept, {Metric::kKeptOverlap})[0]).epsilon(1e-15));
+  CHECK(value(by_topk) != value(by_oracle));
+}

@@ -46,7 +46,8 @@ struct Sums {
 }  // namespace
 
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
-                                      const std::vector<Metric>& which, double eps, int64_t recall_k) {
+                                      const std::vector<Metric>& which, double eps, int64_t recall_k,
+                                      const Estimator::KeptRows* reference_kept) {
   if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
   const int64_t n = view.n();
   Sums sums;
@@ -107,13 +108,15 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         sums.covered += (estimate - exact).norm() <= limit * o_norm ? 1.0 : 0.0;
         sums.pilot += row.pilot;
       }
-      // Against the oracle of the same size (kept_overlap, a Jaccard index) and the K heaviest keys.
+      // Against the oracle of the same size or the reference's set (kept_overlap, a Jaccard index) and the K
+      // heaviest keys.
       if (wants_oracle) {
         const int64_t size = static_cast<int64_t>(row.keys.size());
         const std::vector<int64_t> largest = largest_entries(a.row(r), seen.begin, seen.end, std::max(size, recall_k));
-        const std::vector<int64_t> same_size = ascending_prefix(largest, size);
-        const int64_t both = common(row.keys, same_size);
-        const int64_t either = size + static_cast<int64_t>(same_size.size()) - both;
+        const std::vector<int64_t> other =
+            reference_kept ? (*reference_kept)(r0 + r).keys : ascending_prefix(largest, size);
+        const int64_t both = common(row.keys, other);
+        const int64_t either = size + static_cast<int64_t>(other.size()) - both;
         sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
         const std::vector<int64_t> top = ascending_prefix(largest, recall_k);
         sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());

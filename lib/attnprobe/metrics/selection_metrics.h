@@ -17,11 +17,14 @@ namespace attnprobe {
 /// den_rel = |D̂/D − 1| with D̂/D = Σ_S a_j·e^{ω_j}, num_rel = ‖N̂ − N‖/‖N‖ with N̂/D = Σ_S a_j·e^{ω_j}·v_j,
 /// eps_cover = the fraction of rows with ‖ô − o‖ ≤ ε‖o‖ (ô = N̂/D̂; ε = the row's own KeptKeys::eps when the method
 /// states one, else `eps`, the --eps option) and pilot = the mean of KeptKeys::pilot; NaN for a selection.
-/// kept_overlap = |S_t ∩ O_t| / |S_t ∪ O_t| (O_t the |S_t| heaviest keys: the size-matched oracle) and topk_recall@K =
+/// kept_overlap = |S_t ∩ O_t| / |S_t ∪ O_t| with O_t the |S_t| heaviest keys (the size-matched oracle), or, given
+/// `reference_kept` (the case's --reference is a selection estimator), O_t = that estimator's kept set of the row:
+/// method against method on the same case. topk_recall@K =
 /// |S_t ∩ Top_K(a_t)| / min(K, |V_t|) with K = `recall_k` (--recall-k), ties to the lower index. Values in the order of
 /// `which` (selection metrics only).
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
                                       const std::vector<Metric>& which, double eps = 0.05,
-                                      int64_t recall_k = kDefaultRecallK);
+                                      int64_t recall_k = kDefaultRecallK,
+                                      const Estimator::KeptRows* reference_kept = nullptr);
 
 }  // namespace attnprobe

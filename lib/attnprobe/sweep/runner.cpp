@@ -95,6 +95,9 @@ struct Reference {
   MatrixD output;
   ReferenceNorms norms;
   std::optional<Gradients> gradients;  ///< when gradient metrics are asked for and it has a backward form
+  /// A selection estimator's kept sets (stated row by row on demand), when the selection metrics are asked for:
+  /// kept_overlap is then measured against them instead of the size-matched oracle.
+  Estimator::KeptRows kept;
 };
 
 struct Task {
@@ -299,6 +302,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       r.norms = reference_norms(r.output);
       if (gradients && parse_spec(ref).capabilities().backward != Backward::kNone)
         r.gradients = estimator.backward(view, upstream, EstimateContext{RandomKey{0}, &pool});
+      if (!selection_list.empty() && parse_spec(ref).capabilities().selection)
+        r.kept = estimator.kept_keys(view, EstimateContext{RandomKey{0}, &pool});
       references.emplace(ref, std::move(r));
     }
 
@@ -340,8 +345,9 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         // hold n × |S| keys (1.7 GB for 5% of 65536 keys at n = 65536), and the restatement costs the order of
         // the metrics' own O(n²·p) exact rows.
         if (!selection_list.empty()) {
-          const std::vector<double> kept = selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx),
-                                                             selection_list, plan.eps, plan.recall_k);
+          const std::vector<double> kept =
+              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps,
+                                plan.recall_k, ref.kept ? &ref.kept : nullptr);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }
