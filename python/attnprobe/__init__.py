@@ -20,7 +20,14 @@ self-attention, fewer for a decode step, see exact()), numpy arrays of any float
 tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
 Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
-read_csv, write_csv, case_id, random_key. See docs/python.md.
+read_csv, write_csv, case_id, random_key; from a torch model: capture (with LayerSpec, CaptureError), and
+the dump writers write_dump, Layer, Layers:
+
+    >>> layers = attnprobe.capture(model.eval(), tokens)   # validated against the model's attention output
+    >>> layers.write("model.safetensors")                  # for the CLI; or sweep it in memory:
+    >>> df = attnprobe.sweep(layers, ["performer(M=64)"], trials=4)
+
+See docs/python.md.
 """
 
 from __future__ import annotations

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -484,7 +483,7 @@ def _relative(estimate: np.ndarray, reference: np.ndarray) -> float:
 def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, validate, hooked) -> Layer:
     where = f"{name} ({record.origin})"
     q = _split(record.q, heads, "q", where)
-    kv = kv_heads or (heads if hooked else None)
+    kv = (kv_heads or heads) if hooked else None  # SDPA's k/v may arrive repeated: _unrepeat checks kv_heads
     k, v = _split(record.k, kv, "k", where), _split(record.v, kv, "v", where)
     if not hooked:
         k, v = _unrepeat(torch, k, v, kv_heads, where)
