@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Container round trips from Python (issue 14): the Q/K/V (and dy) that tools/dump_qkv.py captures from
-a tiny random model, written in float32 as HDF5, safetensors and .npz (tools/dump_containers.py), give
+a tiny random model, written in float32 as HDF5, safetensors and .npz (the package's attnprobe.write_dump), give
 identical `attnprobe eval` CSVs; a grouped-query dump (H = 4, Hkv = 2) gives the same CSV as the dump
 with K/V repeated to 4 heads; a bfloat16 safetensors dump is accepted and its bits widen exactly.
 
-Run by CTest as `test_containers.py ATTNPROBE_BINARY`; exits 77 (skipped) without torch or h5py
-(Debian: python3-torch, python3-h5py).
+Run by CTest as `test_containers.py ATTNPROBE_BINARY` with the package on PYTHONPATH; exits 77 (skipped)
+without torch, h5py (Debian: python3-torch, python3-h5py) or the package.
 """
 import csv
 import io
@@ -24,8 +24,12 @@ except ImportError as error:
     sys.exit(77)
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "tools"))
-import dump_containers  # noqa: E402
+sys.path.insert(0, os.path.join(here, "..", "tools"))  # the tools under test, not the package (PYTHONPATH)
+try:
+    from attnprobe import containers as dump_containers
+except ImportError as error:
+    print(f"SKIPPED: the attnprobe Python package is not on PYTHONPATH ({error})")
+    sys.exit(77)
 import dump_qkv  # noqa: E402
 from train_charlm import CharLM  # noqa: E402
 
@@ -86,11 +90,11 @@ def main():
         v = rng.standard_normal((1, 2, 33, 5)).astype(np.float32)
         grouped = os.path.join(tmp, "gqa.safetensors")
         repeated = os.path.join(tmp, "repeated.h5")
-        dump_containers.write(grouped, [dump_containers.Layer(q=q, k=k, v=v, causal=1)], fmt="safetensors",
-                              dtype="float32")
-        dump_containers.write(repeated, [dump_containers.Layer(q=q, k=np.repeat(k, 2, axis=1),
-                                                               v=np.repeat(v, 2, axis=1), causal=1)],
-                              fmt="hdf5", dtype="float32")
+        dump_containers.write_dump(grouped, [dump_containers.Layer(q=q, k=k, v=v, causal=1)], format="safetensors",
+                                   dtype="float32")
+        dump_containers.write_dump(repeated, [dump_containers.Layer(q=q, k=np.repeat(k, 2, axis=1),
+                                                                    v=np.repeat(v, 2, axis=1), causal=1)],
+                                   format="hdf5", dtype="float32")
         info = subprocess.run([binary, "info", grouped, "--no-check"], capture_output=True, text=True)
         check(info.returncode == 0 and " 4 " in info.stdout and " 2 " in info.stdout, f"info shows H, Hkv: {info}")
         check(eval_csv(binary, grouped, os.path.join(tmp, "g.csv")) ==

@@ -48,6 +48,7 @@ def main():
     except ImportError as error:
         skip(f"{error} (install python3-torch and python3-h5py)")
     sys.path.insert(0, package)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")]))  # for tools/
     try:
         import attnprobe
     except ImportError as error:
@@ -55,7 +56,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     tools = os.path.join(here, "..", "tools")
     sys.path.insert(0, tools)
-    import dump_containers
+    from attnprobe import containers as dump_containers
     from dump_llama2c import Llama2c
 
     torch.set_num_threads(1)
@@ -120,10 +121,10 @@ def main():
                 return dump_containers.bfloat16_to_float32(dump_containers.bfloat16_bits(x)) if dtype == "bfloat16" else x
 
             repeated = os.path.join(tmp, f"stories-{dtype}-repeated.h5")
-            dump_containers.write(repeated, [dump_containers.Layer(
+            dump_containers.write_dump(repeated, [dump_containers.Layer(
                 q=rounded(c["q"])[None], k=np.repeat(rounded(c["k"]), group, axis=0)[None],
                 v=np.repeat(rounded(c["v"]), group, axis=0)[None], scale=1 / math.sqrt(model.head_size), causal=1)
-                for c in captured], fmt="hdf5", dtype="float32")
+                for c in captured], format="hdf5", dtype="float32")
             paths[("hdf5-repeated", dtype)] = repeated
             dumps.append(("hdf5-repeated", dtype))
         # The default token source: a story sampled from the model (short here), the same for the same seed,

@@ -25,8 +25,9 @@ llama2.c tokenizer file (int32 max_token_length, then per token: float32 score, 
     /usr/bin/python3 tools/dump_llama2c.py ../shared/data/models/stories260K.bin -o stories.safetensors \\
         --reference-out stories-reference.npy --decode ../shared/data/models/tok512.bin
 
-Output: q [1, H, N, P], k and v [1, Hkv, N, P] per layer through tools/dump_containers.py (--format
-safetensors|hdf5|npz, --dtype bfloat16|float16|float32|float64), scale 1/sqrt(head_size), causal = 1.
+Output: q [1, H, N, P], k and v [1, Hkv, N, P] per layer through the package's attnprobe.write_dump
+(--format safetensors|hdf5|npz, --dtype bfloat16|float16|float32|float64), scale 1/sqrt(head_size), causal = 1.
+Needs the attnprobe package on the path (PYTHONPATH=build/python, or installed).
 --reference-out: a float64 .npy [L, 1, H, N, P], the per-head attention output computed inside the
 forward pass (before wo), from the float64 q/k/v (not from the rounded dump).
 Cost: the sampling runs N forward passes over growing prefixes (O(N^2) tokens; ~10 s for stories260K).
@@ -39,8 +40,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dump_containers  # noqa: E402  (tools/dump_containers.py: the three containers)
+try:
+    from attnprobe import containers  # the package's dump writers (docs/dumps.md)
+except ImportError as error:
+    sys.exit(f"dump_llama2c: cannot import the attnprobe package ({error}): build it (cmake -DATTNPROBE_PYTHON=ON) "
+             "and run with PYTHONPATH=build/python, or install it with cmake --install")
 
 BOS = 1
 
@@ -163,8 +167,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="a llama2.c checkpoint (.bin), e.g. ../shared/data/models/stories260K.bin")
     parser.add_argument("-o", "--output", required=True, help="the dump to write")
-    parser.add_argument("--format", default="safetensors", choices=dump_containers.FORMATS)
-    parser.add_argument("--dtype", default="bfloat16", choices=dump_containers.DTYPES,
+    parser.add_argument("--format", default="safetensors", choices=containers.FORMATS)
+    parser.add_argument("--dtype", default="bfloat16", choices=containers.DTYPES,
                         help="stored type (bfloat16 only in safetensors)")
     parser.add_argument("--tokens", default=None, help="a file of whitespace-separated token ids instead of sampling")
     parser.add_argument("--length", type=int, default=0, help="tokens to sample (default: the model's seq_len)")
@@ -204,10 +208,10 @@ def main():
     with torch.no_grad():
         model.forward(tokens, captured)
     scale = 1 / math.sqrt(model.head_size)
-    layers = [dump_containers.Layer(q=c["q"][None].numpy(), k=c["k"][None].numpy(), v=c["v"][None].numpy(),
-                                    scale=scale, causal=1) for c in captured]
+    layers = [containers.Layer(q=c["q"][None].numpy(), k=c["k"][None].numpy(), v=c["v"][None].numpy(),
+                               scale=scale, causal=1) for c in captured]
     name = os.path.basename(args.checkpoint)
-    dump_containers.write(args.output, layers, fmt=args.format, dtype=args.dtype,
+    containers.write_dump(args.output, layers, format=args.format, dtype=args.dtype,
                           model=f"llama2.c checkpoint {name} ({model.layers} layers, {model.heads} query heads, "
                                 f"{model.kv_heads} kv heads, head dim {model.head_size}, RoPE, causal); "
                                 f"float64 forward pass of tools/dump_llama2c.py",

@@ -20,7 +20,14 @@ self-attention, fewer for a decode step, see exact()), numpy arrays of any float
 tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
 Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
-read_csv, write_csv, case_id, random_key. See docs/python.md.
+read_csv, write_csv, case_id, random_key; from a torch model: capture (with LayerSpec, CaptureError), and
+the dump writers write_dump, Layer, Layers:
+
+    >>> layers = attnprobe.capture(model.eval(), tokens)   # validated against the model's attention output
+    >>> layers.write("model.safetensors")                  # for the CLI; or sweep it in memory:
+    >>> df = attnprobe.sweep(layers, ["performer(M=64)"], trials=4)
+
+See docs/python.md.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import numpy as np
 
 from . import _core
 from ._core import InputError
+from .containers import Layer, Layers, write_dump
 
 __version__ = _core.__version__
 
@@ -48,6 +56,7 @@ atexit.register(_core.stop_sweeps_at_exit)
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
     "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
+    "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump",
 ]
 
 
@@ -597,14 +606,72 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
     return call
 
 
-def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] = (), *,
+def _memory_layer(key, value) -> Layer:
+    """One layer of an in-memory sweep source as a :class:`Layer`."""
+    if isinstance(value, Layer):
+        return value
+    if isinstance(value, _core.Slice):
+        if value.cross:
+            raise ValueError(f"{key}: a cross-attention Slice cannot be swept yet (its queries have no positions)")
+        mask = value.mask
+        window = int(mask.split(":")[1]) if mask.startswith("window:") else None
+        positions = np.asarray(value.q_positions, dtype=np.int64)
+        default = np.arange(value.keys - value.n, value.keys)
+        return Layer(q=value.q[None, None], k=value.k[None, None], v=value.v[None, None], scale=value.scale,
+                     causal=int(mask != "full"), window=window,
+                     q_positions=None if np.array_equal(positions, default) else positions)
+    if isinstance(value, (tuple, list)) and len(value) == 3:
+        q, k, v = (_as_array(x, f"{key}[{i}]") for i, x in enumerate(value))
+        if not q.ndim == k.ndim == v.ndim or q.ndim not in (2, 3, 4):
+            raise ValueError(f"{key}: q, k, v must all be [B, H, N, P], [H, N, P] or [N, P], got shapes {q.shape}, "
+                             f"{k.shape}, {v.shape}")
+        grow = (None,) * (4 - q.ndim)
+        return Layer(q=q[grow], k=k[grow], v=v[grow])
+    raise TypeError(f"{key}: expected (q, k, v), an attnprobe.Layer or an attnprobe.Slice, got {type(value).__name__}")
+
+
+def _sweep_memory(source: Mapping, name: str, output, resume: bool, overwrite: bool, specs, **options):
+    """sweep() of arrays in memory: written once as a safetensors dump (their own float types, so the numbers are
+    the arrays'), swept by the same code as a file, the ``dump`` column set to ``name``."""
+    import tempfile
+
+    if not isinstance(name, str) or not name or "," in name or "\n" in name or "/" in name:
+        raise ValueError(f"name={name!r}: a non-empty label without commas, slashes or newlines (the dump column)")
+    layers = {str(key): _memory_layer(key, value) for key, value in source.items()}
+    if not layers:
+        raise ValueError("the source mapping holds no layers")
+    if output is not None:
+        path = os.fspath(output) + ".dump.safetensors"
+        if os.path.exists(path) and not (resume or overwrite):
+            raise FileExistsError(f"{path} exists (the dump of an earlier in-memory sweep): pass resume=True to go on "
+                                  "with it, overwrite=True to replace it, or another output")
+        if resume and os.path.exists(path):
+            with tempfile.TemporaryDirectory() as tmp:  # resuming against other arrays is refused, as the CLI's is
+                fresh = os.path.join(tmp, "fresh")
+                write_dump(fresh, layers, format="safetensors")
+                with open(fresh, "rb") as a, open(path, "rb") as b:
+                    if a.read() != b.read():
+                        raise ValueError(f"resume=True, but the arrays differ from those of {path}: the rows in "
+                                         f"{os.fspath(output)} measure other data; use overwrite=True")
+        else:
+            write_dump(path, layers, format="safetensors")
+        return sweep(path, specs, output=output, resume=resume, overwrite=overwrite, **options)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        write_dump(path, layers, format="safetensors")
+        df = sweep(path, specs, **options)
+    df["dump"] = name
+    return df
+
+
+def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
           samples=None, layers="all", heads="all", batch="all", lengths=None, trials: int = 8, seed: int = 0,
           threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
           custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
           resume: bool = False, overwrite: bool = False, shard: Optional[str] = None, mask: str = "auto",
           queries="all", q_path: Optional[str] = None,
           k_path: Optional[str] = None, v_path: Optional[str] = None, layout: Optional[str] = None,
-          num_heads: int = 0):
+          num_heads: int = 0, name: str = "memory"):
     """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
 
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
@@ -613,7 +680,14 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     ``dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,trial,seed,metric,value``.
 
     Arguments (the CLI's options; lists may be Python lists or the CLI's text, e.g. "64..1024:x2"):
-      dump        the dump: HDF5, safetensors or .npz (docs/dumps.md); q_path/k_path/v_path, layout, num_heads as the CLI's
+      source      a dump path: HDF5, safetensors or .npz (docs/dumps.md); q_path/k_path/v_path, layout, num_heads
+                  as the CLI's. Or arrays in memory: a mapping "layer_00" → (q, k, v), :class:`Layer` or
+                  :class:`Slice` (capture()'s result is one): q [B, H, N, P] (or [H, N, P], [N, P]), k and v
+                  with Hkv heads; a tuple's scale is 1/sqrt(P) and its mask full (``mask="causal"`` measures it
+                  causally), a Layer's and a Slice's are their own. The rows equal the CLI's on the same arrays
+                  written to a file (safetensors, their own float type), with ``dump`` = ``name``; with
+                  ``output`` that file is kept beside the CSV as OUTPUT.dump.safetensors (the ``dump`` column),
+                  so run.json, ``--resume`` and the CLI find it
       estimators  spec strings, e.g. ["vmean", "yoso(m=32,tau=8)"] (attnprobe.estimators() lists them)
       samples     values of each estimator's samples knob (m, d, M, S, C, L); None: the spec's own
       layers, heads, batch   "all", an int, a list, or text such as "0..3"
@@ -677,14 +751,22 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
     """
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other")
+    if isinstance(source, Mapping):
+        if any(x is not None for x in (q_path, k_path, v_path, layout)) or num_heads:
+            raise ValueError("q_path, k_path, v_path, layout and num_heads read a file; arrays in memory are "
+                             "[B, H, N, P] (or [H, N, P], [N, P]) already")
+        return _sweep_memory(source, name, output, resume, overwrite, specs=estimators, custom=custom,
+                             samples=samples, layers=layers, heads=heads, batch=batch, lengths=lengths, trials=trials,
+                             seed=seed, threads=threads, device=device, reference=reference, metrics=metrics,
+                             shard=shard, mask=mask, queries=queries)
     specs = [estimators] if isinstance(estimators, str) else list(estimators)
     custom = dict(custom or {})
-    for name, fn in custom.items():
+    for label, fn in custom.items():
         if not callable(fn):
-            raise TypeError(f"custom[{name!r}] must be callable fn(q, k, v, scale, causal, seed)")
-    specs += ["py:" + str(name) for name in custom]
+            raise TypeError(f"custom[{label!r}] must be callable fn(q, k, v, scale, causal, seed)")
+    specs += ["py:" + str(label) for label in custom]
     args = _core.SweepArgs()
-    args.dump = os.fspath(dump)
+    args.dump = os.fspath(source)
     args.options = _dump_options(q_path, k_path, v_path, layout, num_heads)
     args.estimators = specs
     args.samples = _int_list(samples, "samples")
@@ -706,7 +788,7 @@ def sweep(dump: Union[str, os.PathLike], estimators: Union[str, Sequence[str]] =
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
         f"--metrics {args.metrics}", f"--mask {args.mask}", f"--queries {args.queries}"] + ([f"--shard {args.shard}"] if args.shard else [])
-    wrappers = {str(name): _custom_wrapper(str(name), fn, args.seed, args.trials) for name, fn in custom.items()}
+    wrappers = {str(label): _custom_wrapper(str(label), fn, args.seed, args.trials) for label, fn in custom.items()}
     text = _core.sweep(args, wrappers)
     return read_csv(args.output) if text is None else _frame(text)
 
@@ -789,3 +871,6 @@ def check(new, baseline, z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3,
     base_summary, base_rows = _rows(baseline)
     return CheckReport(_core.check(new_summary, new_rows, base_summary, base_rows, float(z), float(atol), float(rtol),
                                    names))
+
+
+from .capture import CaptureError, LayerSpec, capture  # noqa: E402  (needs exact() above; torch only when called)
