@@ -15,6 +15,7 @@ packages=(
   python3 python3-matplotlib python3-numpy                   # plots/
   python3-torch python3-h5py                                 # tools/dump_qkv.py, tools/train_charlm.py and their test
   python3-dev pybind11-dev python3-pandas python3-pytest      # the Python package (python/) and its tests
+  python3-venv python3-pip python3-setuptools python3-wheel   # pip install --no-build-isolation . (pyproject.toml)
   locales                                                    # a de_DE locale the locale-independence test builds
 )
 missing=()
