@@ -14,6 +14,7 @@
 #include "attnprobe/report/slopes.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
+#include "attnprobe/report/wide.h"
 #include "commands.h"
 
 namespace attnprobe::cli {
@@ -27,7 +28,57 @@ struct SummarizeOptions {
   bool slopes = false;
   std::string pareto;
   std::vector<std::string> compare;
+  bool wide = false;
+  std::string metrics;
 };
+
+// The CSV text to -o (atomically) or standard output.
+void emit(const SummarizeOptions& o, const std::string& text) {
+  if (o.output.empty() || o.output == "-")
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  else
+    write_file_atomically(o.output, text);
+}
+
+// Keeps the summaries of the metrics --metrics names (and `keep`, e.g. the Pareto axis); a name no summary has is a
+// usage error listing those present.
+std::vector<SummaryRow> only_metrics(std::vector<SummaryRow> rows, const std::string& list, const std::string& keep) {
+  if (list.empty()) return rows;
+  std::vector<std::string> present;
+  for (const SummaryRow& s : rows)
+    if (std::find(present.begin(), present.end(), s.metric) == present.end()) present.push_back(s.metric);
+  std::vector<std::string> wanted;
+  for (const std::string& raw : split(list, ',')) {
+    const std::string name = trim(raw);
+    if (std::find(present.begin(), present.end(), name) == present.end())
+      throw UsageError(
+          fmt::format("--metrics: no summary has the metric '{}'; the input has {}", name, join(present, ",")));
+    wanted.push_back(name);
+  }
+  if (!keep.empty()) wanted.push_back(keep);
+  std::erase_if(rows,
+                [&](const SummaryRow& s) { return std::find(wanted.begin(), wanted.end(), s.metric) == wanted.end(); });
+  return rows;
+}
+
+int print_wide(const std::vector<SummaryRow>& rows, const SummarizeOptions& o) {
+  const WideTable wide = wide_summary(rows, o.table);
+  if (o.table) {
+    std::vector<std::vector<std::string>> table = {wide.header};
+    table.insert(table.end(), wide.rows.begin(), wide.rows.end());
+    fmt::print("{}", format_table(table));
+    if (o.output.empty()) return 0;
+  }
+  const WideTable values = o.table ? wide_summary(rows, false) : wide;
+  std::string text = join(values.header, ",") + "\n";
+  for (const std::vector<std::string>& row : values.rows) {
+    std::vector<std::string> fields;
+    for (const std::string& field : row) fields.push_back(csv_field(field));
+    text += join(fields, ",") + "\n";
+  }
+  emit(o, text);
+  return 0;
+}
 
 // A spec as the CSV writes it: the canonical form of a registered estimator's spec, other text (a `py:` custom
 // estimator) as given.
@@ -60,11 +111,7 @@ int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOpt
     fmt::print("A = {}\nB = {}\n{}", rows.front().a, rows.front().b, format_table(table));
     if (o.output.empty()) return 0;
   }
-  const std::string text = comparison_csv_text(rows);
-  if (o.output.empty() || o.output == "-")
-    std::fwrite(text.data(), 1, text.size(), stdout);
-  else
-    write_file_atomically(o.output, text);
+  emit(o, comparison_csv_text(rows));
   return 0;
 }
 
@@ -76,17 +123,13 @@ int print_slopes(const std::vector<SummaryRow>& per_case, const SummarizeOptions
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "points", "slope", "stderr"}};
     for (const SlopeRow& s : slopes)
-      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), s.key.spec,
-                      s.key.reference, s.metric, std::to_string(s.points), fmt::format("{:.3f}", s.slope),
+      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), brief_spec(s.key.spec),
+                      brief_spec(s.key.reference), s.metric, std::to_string(s.points), fmt::format("{:.3f}", s.slope),
                       fmt::format("{:.3f}", s.stderr_)});
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }
-  const std::string text = slopes_csv_text(slopes);
-  if (o.output.empty() || o.output == "-")
-    std::fwrite(text.data(), 1, text.size(), stdout);
-  else
-    write_file_atomically(o.output, text);
+  emit(o, slopes_csv_text(slopes));
   return 0;
 }
 
@@ -97,16 +140,12 @@ int print_pareto(const std::vector<SummaryRow>& per_case, const SummarizeOptions
         {"layer", "head", "batch", "n", "queries", "estimator", "spec", "metric", o.pareto, "value"}};
     for (const ParetoRow& r : fronts)
       rows.push_back({r.key.layer.text(), r.key.head.text(), r.key.batch.text(), r.key.n.text(),
-                      query_rows_text(r.key.queries), r.key.estimator, r.key.spec, r.metric,
+                      query_rows_text(r.key.queries), r.key.estimator, brief_spec(r.key.spec), r.metric,
                       fmt::format("{:.4g}", r.axis), fmt::format("{:.4g}", r.value)});
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }
-  const std::string text = pareto_csv_text(fronts, o.pareto);
-  if (o.output.empty() || o.output == "-")
-    std::fwrite(text.data(), 1, text.size(), stdout);
-  else
-    write_file_atomically(o.output, text);
+  emit(o, pareto_csv_text(fronts, o.pareto));
   return 0;
 }
 
@@ -115,6 +154,8 @@ int run_summarize(const SummarizeOptions& o) {
     throw UsageError("--slopes, --pareto and --compare are three outputs: ask for one");
   if (!o.compare.empty() && !o.over.empty())
     throw UsageError("--compare pools over heads itself (batch items averaged per head): leave out --over");
+  if (o.wide && (o.slopes || !o.pareto.empty() || !o.compare.empty()))
+    throw UsageError("--wide lays out the summary itself; --slopes, --pareto and --compare have their own layouts");
   std::vector<NamedPath> inputs;
   for (const std::string& path : o.inputs) inputs.push_back({"the input", path});
   require_separate_files(inputs, {{"-o", o.output == "-" ? "" : o.output}});
@@ -133,7 +174,8 @@ int run_summarize(const SummarizeOptions& o) {
   if (!trials.empty() && !summaries.empty())
     throw InputError(
         "mixing trial CSVs and summary CSVs: summarize the trial CSVs, or give summaries only with --over");
-  std::vector<SummaryRow> result = trials.empty() ? summaries : summarize_trials(trials, join(o.inputs, ", "));
+  std::vector<SummaryRow> result =
+      only_metrics(trials.empty() ? summaries : summarize_trials(trials, join(o.inputs, ", ")), o.metrics, o.pareto);
   if (!o.compare.empty()) return print_comparison(result, o);
   if (!o.over.empty()) {
     std::vector<std::string> columns;
@@ -145,6 +187,7 @@ int run_summarize(const SummarizeOptions& o) {
 
   if (o.slopes) return print_slopes(result, o);
   if (!o.pareto.empty()) return print_pareto(result, o);
+  if (o.wide) return print_wide(result, o);
   if (o.table) {
     // The query rows only when some case evaluates other rows than all (a decode sweep).
     const bool decode =
@@ -153,21 +196,17 @@ int run_summarize(const SummarizeOptions& o) {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
     if (decode) rows[0].insert(rows[0].begin() + 4, "queries");
     for (const SummaryRow& s : result) {
-      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), s.key.spec,
-                      s.key.reference, s.metric, std::to_string(s.count), fmt::format("{:.6g}", s.mean),
+      rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), brief_spec(s.key.spec),
+                      brief_spec(s.key.reference), s.metric, std::to_string(s.count), fmt::format("{:.6g}", s.mean),
                       fmt::format("{:.3g}", s.stderr_), fmt::format("{:.6g}", s.median)});
       if (decode) rows.back().insert(rows.back().begin() + 4, query_rows_text(s.key.queries));
     }
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }
-  const std::string text = summary_csv_text(result);
-  if (o.output.empty() || o.output == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-  } else {
-    write_file_atomically(o.output, text);
+  emit(o, summary_csv_text(result));
+  if (!o.output.empty() && o.output != "-")
     fmt::print(stderr, "wrote {} summary rows to {}\n", result.size(), o.output);
-  }
   return 0;
 }
 }  // namespace
@@ -194,10 +233,16 @@ Action add_summarize(CLI::App& app) {
                  "bootstrap interval of diff over heads, the heads where each is better and the two-sided sign test, "
                  "the median ratio A/B, and apart, the Monte-Carlo stderr of diff (trials) and the heads' sd")
       ->expected(2);
+  app.add_flag("--wide", o->wide,
+               "one row per setting and metric, one column per length (or per samples value when the sweep varies "
+               "the samples at one length), settings named by their non-default keys; with --table, mean ± stderr "
+               "cells, else a CSV of the means");
+  app.add_option("--metrics", o->metrics, "only these metrics (a list of names the input has, e.g. spec_rel,angle)");
   app.add_flag("--table", o->table, "print an aligned table instead of CSV (with -o, both)");
   app.footer(
       "Example:\n  attnprobe summarize out/sweep.csv -o out/summary.csv\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --table\n"
+      "  attnprobe summarize out/sweep.csv --over layer,head,batch --wide --metrics spec_rel --table\n"
       "  attnprobe summarize out/sweep.csv --over layer,head,batch --slopes --table\n"
       "  attnprobe summarize out/decode.csv --over layer,head,batch --pareto density --table\n"
       "  attnprobe summarize out/sweep.csv --compare 'skeinformer(d=64)' 'nystrom(L=64)' --table\n\n"

@@ -398,6 +398,23 @@ std::string Spec::canonical() const {
   return def_->name + "(" + join(parts, ",") + ")";
 }
 
+std::string Spec::brief(Knob knob) const {
+  std::vector<std::pair<std::string, std::string>> defaults;
+  try {
+    defaults = parse_spec(def_->name).values_;
+  } catch (const UsageError&) {  // no default setting passes the rules across keys: every key is shown
+  }
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const auto& [key, value] = values_[i];
+    const bool is_knob = key == def_->samples_knob;
+    if (is_knob && knob == Knob::kNever) continue;
+    if (!(is_knob && knob == Knob::kAlways) && i < defaults.size() && defaults[i].second == value) continue;
+    parts.push_back(key + "=" + value);
+  }
+  return parts.empty() ? def_->name : def_->name + "(" + join(parts, ",") + ")";
+}
+
 const std::string& Spec::raw(const std::string& key) const {
   for (const auto& [k, v] : values_)
     if (k == key) return v;

@@ -69,6 +69,13 @@ class Spec {
   const EstimatorDef& def() const { return *def_; }
   const std::string& name() const { return def_->name; }
   std::string canonical() const;
+  /// Whether a brief spec shows the samples knob: as any key (when not the default), always (a table whose rows
+  /// differ in it), or never (a column says it).
+  enum class Knob { kIfNotDefault, kAlways, kNever };
+  /// For people: the name with only the keys whose value is not the default, in registration order
+  /// ("topk(k=64)" for topk(k=64,sink=0,window=0,...)), the samples knob as `knob` says. Not a spec to parse
+  /// back: parse_spec fills the defaults in again.
+  std::string brief(Knob knob = Knob::kIfNotDefault) const;
 
   int64_t get_int(const std::string& key) const;
   double get_real(const std::string& key) const;

@@ -1,0 +1,95 @@
+#include "attnprobe/report/wide.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/text.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/records/schema.h"
+
+namespace attnprobe {
+
+std::string brief_spec(const std::string& spec, Spec::Knob knob) {
+  try {
+    return parse_spec(spec).brief(knob);
+  } catch (const UsageError&) {
+    return spec;
+  }
+}
+
+WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
+  std::set<Coordinate> lengths;
+  std::set<int64_t> samples;
+  std::set<std::string> masks;
+  bool decode = false;
+  for (const SummaryRow& s : per_case) {
+    lengths.insert(s.key.n);
+    if (s.key.samples) samples.insert(*s.key.samples);
+    masks.insert(mask_text(s.key.mask, s.key.window));
+    decode = decode || !s.key.queries.all();
+  }
+  const bool several_masks = masks.size() > 1;
+  WideTable table;
+  table.axis = lengths.size() < 2 && samples.size() >= 2 ? "samples" : "n";
+  const bool by_samples = table.axis == "samples";
+  table.header = {"dump", "layer", "head", "batch"};
+  if (several_masks) table.header.push_back("mask");
+  if (decode) table.header.push_back("queries");
+  for (const char* column : {"estimator", "reference", "metric"}) table.header.push_back(column);
+  const size_t key_columns = table.header.size();
+
+  // Axis values ascending (an unset samples value, an estimator without a knob, first); each its column.
+  std::map<std::pair<int, int64_t>, size_t> column_of;
+  for (const SummaryRow& s : per_case) {
+    const std::pair<int, int64_t> at =
+        by_samples ? std::pair(s.key.samples ? 1 : 0, s.key.samples.value_or(0))
+                   : std::pair(s.key.n.is_all() ? 0 : 1, s.key.n.is_all() ? 0 : s.key.n.value());
+    column_of.emplace(at, 0);
+  }
+  for (auto& [at, column] : column_of) {
+    column = table.header.size();
+    table.header.push_back(at.first == 0 ? fmt::format("{}=all", by_samples ? "samples" : "n")
+                                         : fmt::format("{}={}", table.axis, at.second));
+  }
+
+  std::map<std::vector<std::string>, size_t> row_of;
+  std::map<std::string, std::string> briefs;  // spec → its brief label (parse once per spec)
+  auto brief = [&](const std::string& spec, Spec::Knob knob) {
+    const std::string cache_key = fmt::format("{}|{}", spec, static_cast<int>(knob));
+    auto it = briefs.find(cache_key);
+    if (it == briefs.end()) it = briefs.emplace(cache_key, brief_spec(spec, knob)).first;
+    return it->second;
+  };
+  for (const SummaryRow& s : per_case) {
+    std::vector<std::string> key = {s.key.dump, s.key.layer.text(), s.key.head.text(), s.key.batch.text()};
+    if (several_masks) key.push_back(mask_text(s.key.mask, s.key.window));
+    if (decode) key.push_back(query_rows_text(s.key.queries));
+    key.push_back(brief(s.key.spec, by_samples ? Spec::Knob::kNever : Spec::Knob::kAlways));
+    key.push_back(brief(s.key.reference, Spec::Knob::kIfNotDefault));
+    key.push_back(s.metric);
+    if (by_samples)
+      key.push_back("");  // the lengths all agree: n is no row key
+    else
+      key.push_back(s.key.samples ? std::to_string(*s.key.samples) : "");
+    auto [it, added] = row_of.emplace(key, table.rows.size());
+    if (added) {
+      table.rows.emplace_back(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(key_columns));
+      table.rows.back().resize(table.header.size());
+    }
+    const std::pair<int, int64_t> at =
+        by_samples ? std::pair(s.key.samples ? 1 : 0, s.key.samples.value_or(0))
+                   : std::pair(s.key.n.is_all() ? 0 : 1, s.key.n.is_all() ? 0 : s.key.n.value());
+    std::string& cell = table.rows[it->second][column_of.at(at)];
+    if (!cell.empty()) throw std::logic_error("summarize --wide: two summaries for one cell (" + join(key, ",") + ")");
+    cell = !people       ? format_real(s.mean)
+           : s.count > 1 ? fmt::format("{:.3g} ± {:.2g}", s.mean, s.stderr_)
+                         : fmt::format("{:.3g}", s.mean);
+  }
+  return table;
+}
+
+}  // namespace attnprobe
