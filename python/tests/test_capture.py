@@ -5,8 +5,8 @@ a Llama-style model (RoPE applied as a function, grouped-query attention H = 4, 
 wrapping scaled_dot_product_attention, (b) by LayerSpec hooks on modules that output the rotated q/k, and
 (c) refused when the hooks sit on q_proj/k_proj (before RoPE). Each round trip is checked against the model's
 attention output recorded by the test itself, not by capture; written dumps are read back by the CLI.
-Debian's torch 1.13 has no F.scaled_dot_product_attention: the tests install a plain-torch one there, so the
-wrapping path runs on every torch. Skipped without torch (the no-torch import test still runs).
+Debian's torch 1.13 has no F.scaled_dot_product_attention: the ``sdpa`` fixture (conftest.py) installs a plain-torch
+one there, so the wrapping path runs on every torch. Skipped without torch (the no-torch import test still runs).
 """
 import math
 import os
@@ -29,25 +29,6 @@ except ImportError:  # the Python package itself needs no torch
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (Debian: python3-torch)")
 SOURCE = os.environ.get("ATTNPROBE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BINARY = os.environ.get("ATTNPROBE", os.path.join(SOURCE, "build", "attnprobe"))
-
-
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """torch 2's scaled_dot_product_attention in plain torch (bool masks: True takes part; float masks add)."""
-    scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(query.shape[-1]))
-    if is_causal:
-        n, m = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-    return F.dropout(torch.softmax(scores, dim=-1), dropout_p) @ value
-
-
-@pytest.fixture
-def sdpa(monkeypatch):
-    """F.scaled_dot_product_attention, the polyfill where torch has none (test-only; undone after the test)."""
-    if not hasattr(F, "scaled_dot_product_attention"):
-        monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa, raising=False)
-    return F.scaled_dot_product_attention
 
 
 # ---- the models -------------------------------------------------------------------------------------------------
