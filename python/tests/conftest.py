@@ -33,3 +33,14 @@ def sdpa(monkeypatch):
     if not hasattr(F, "scaled_dot_product_attention"):
         monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa, raising=False)
     return F.scaled_dot_product_attention
+
+
+@pytest.fixture(scope="module")
+def sdpa_module():
+    """The ``sdpa`` fixture for fixtures of module scope (a model trained once per module)."""
+    if torch is None:
+        pytest.skip("torch is not installed (Debian: python3-torch)")
+    with pytest.MonkeyPatch.context() as patch:
+        if not hasattr(F, "scaled_dot_product_attention"):
+            patch.setattr(F, "scaled_dot_product_attention", _sdpa, raising=False)
+        yield F.scaled_dot_product_attention
