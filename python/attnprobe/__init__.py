@@ -20,8 +20,9 @@ self-attention, fewer for a decode step, see exact()), numpy arrays of any float
 tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
 Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
-read_csv, write_csv, case_id, random_key; from a torch model: capture (with LayerSpec, CaptureError), and
-the dump writers write_dump, Layer, Layers:
+read_csv, write_csv, case_id, random_key; from a torch model: capture (with LayerSpec, CaptureError), the
+dump writers write_dump, Layer, Layers, and substitute / loss_delta (an estimator in place of chosen heads, and
+the change in loss it causes):
 
     >>> layers = attnprobe.capture(model.eval(), tokens)   # validated against the model's attention output
     >>> layers.write("model.safetensors")                  # for the CLI; or sweep it in memory:
@@ -56,7 +57,8 @@ atexit.register(_core.stop_sweeps_at_exit)
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
     "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
-    "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump",
+    "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump", "substitute", "Substitution",
+    "loss_delta", "LossDelta",
 ]
 
 
@@ -874,3 +876,4 @@ def check(new, baseline, z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3,
 
 
 from .capture import CaptureError, LayerSpec, capture  # noqa: E402  (needs exact() above; torch only when called)
+from .substitute import LossDelta, Substitution, loss_delta, substitute  # noqa: E402  (needs estimate() above)

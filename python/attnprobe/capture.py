@@ -25,10 +25,11 @@ Torch is imported only when capture runs; ``import attnprobe`` needs no torch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -124,39 +125,54 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
 
 # ---- running the model ------------------------------------------------------------------------------------------
 
-def _forward(torch, model, inputs, gradients: bool, avoid_fast_path: bool = False):
-    """Runs the forward pass (and the loss's backward with gradients). ``avoid_fast_path``: keep torch from
-    running nn.MultiheadAttention and nn.TransformerEncoderLayer as one fused kernel that never calls the module's
-    forward: switched off where torch can (torch.backends.mha), else by leaving autograd on, which that path
-    refuses (the graph is dropped unused)."""
-    def run():
-        if torch.is_tensor(inputs):
-            return model(inputs)
-        if isinstance(inputs, tuple):
-            return model(*inputs)
-        if isinstance(inputs, Mapping):
-            return model(**inputs)
-        if callable(inputs):
-            return inputs(model)
-        raise TypeError(f"inputs must be a tensor, a tuple of arguments, a dict of keyword arguments or a callable "
-                        f"f(model), got {type(inputs).__name__}")
+def _run(model, inputs):
+    """One forward pass of ``model`` on ``inputs`` as capture() takes them (module docstring)."""
+    import torch
 
+    if torch.is_tensor(inputs):
+        return model(inputs)
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if callable(inputs):
+        return inputs(model)
+    raise TypeError(f"inputs must be a tensor, a tuple of arguments, a dict of keyword arguments or a callable "
+                    f"f(model), got {type(inputs).__name__}")
+
+
+@contextlib.contextmanager
+def _unfused(torch, avoid_fast_path: bool):
+    """No gradients, and (``avoid_fast_path``) torch kept from running nn.MultiheadAttention and
+    nn.TransformerEncoderLayer as one fused kernel that never calls the module's forward: switched off where
+    torch can (torch.backends.mha), else by leaving autograd on, which that path refuses (the graph is dropped
+    unused)."""
+    mha = getattr(torch.backends, "mha", None)
+    if avoid_fast_path and hasattr(mha, "set_fastpath_enabled"):
+        before = mha.get_fastpath_enabled()
+        mha.set_fastpath_enabled(False)
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            mha.set_fastpath_enabled(before)
+    else:
+        with torch.enable_grad() if avoid_fast_path else torch.no_grad():
+            yield
+
+
+def _has_mha(torch, model) -> bool:
+    return any(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
+
+
+def _forward(torch, model, inputs, gradients: bool, avoid_fast_path: bool = False):
+    """Runs the forward pass (and the loss's backward with gradients), unfused (see _unfused)."""
     if not gradients:
-        mha = getattr(torch.backends, "mha", None)
-        if avoid_fast_path and hasattr(mha, "set_fastpath_enabled"):
-            before = mha.get_fastpath_enabled()
-            mha.set_fastpath_enabled(False)
-            try:
-                with torch.no_grad():
-                    run()
-            finally:
-                mha.set_fastpath_enabled(before)
-        else:
-            with torch.enable_grad() if avoid_fast_path else torch.no_grad():
-                run()
+        with _unfused(torch, avoid_fast_path):
+            _run(model, inputs)
         return
     with torch.enable_grad():
-        loss = run()
+        loss = _run(model, inputs)
         if not torch.is_tensor(loss) or loss.dim() != 0:
             raise ValueError("gradients=True: inputs must be a callable f(model) that returns the scalar loss to "
                              "backpropagate")
@@ -182,30 +198,63 @@ def _arguments(names: Sequence[str], args: tuple, kwargs: dict) -> dict:
     return bound
 
 
-def _capture_auto(torch, model, inputs, gradients: bool) -> List[_Record]:
+class _Interception:
+    """What _intercept saw: ``ran`` (names of nn.Transformer*Layer modules whose forward ran), ``mha_seen``
+    (names of nn.MultiheadAttention modules whose forward ran) and ``has_sdpa`` (torch has
+    scaled_dot_product_attention to wrap)."""
+
+    def __init__(self, has_sdpa: bool):
+        self.ran, self.mha_seen, self.has_sdpa, self.inside_mha = set(), set(), has_sdpa, 0
+
+    def check_unfused(self) -> None:
+        """A transformer layer that ran without its attention's forward ran torch's fused kernel: its attention
+        was neither seen nor replaced, and the layer numbering is off."""
+        for name in sorted(self.ran):
+            attention = (name + "." if name else "") + "self_attn"
+            if attention not in self.mha_seen:
+                raise CaptureError(f"the transformer layer '{name}' ran as torch's fused kernel, which never calls "
+                                   "its self_attn, so its attention was not seen: let its parameters require grad "
+                                   "(or use a torch with torch.backends.mha.set_fastpath_enabled) and run again")
+        self.ran.clear()
+        self.mha_seen.clear()
+
+
+@contextlib.contextmanager
+def _intercept(torch, model, on_sdpa: Callable, on_mha: Callable):
+    """Routes every attention of ``model`` through callbacks while the block runs, and restores the model and
+    torch exactly afterwards: ``on_sdpa(original, bound_arguments, args, kwargs)`` replaces each call of
+    torch.nn.functional.scaled_dot_product_attention (not those nn.MultiheadAttention makes itself), and
+    ``on_mha(module, name, original_forward, args, kwargs)`` each nn.MultiheadAttention.forward. Both return
+    what the call returns. capture() records through it; substitute() replaces heads through it. Yields an
+    :class:`_Interception`."""
     F = torch.nn.functional
-    records: List[_Record] = []
-    state = {"inside_mha": 0}
     original_sdpa = getattr(F, "scaled_dot_product_attention", None)
+    seen = _Interception(original_sdpa is not None)
 
     def sdpa(*args, **kwargs):
-        output = original_sdpa(*args, **kwargs)
-        if not state["inside_mha"]:  # nn.MultiheadAttention's own SDPA call is recorded as that module's layer
-            records.append(_sdpa_record(torch, len(records), _arguments(_SDPA_ARGS, args, kwargs), output, gradients))
-        return output
+        if seen.inside_mha:  # nn.MultiheadAttention's own SDPA call belongs to that module's layer
+            return original_sdpa(*args, **kwargs)
+        return on_sdpa(original_sdpa, _arguments(_SDPA_ARGS, args, kwargs), args, kwargs)
 
-    patched, handles, ran = [], [], {}
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.MultiheadAttention):
-            forward = functools.partial(_mha_forward, torch, module, name, module.forward, records, state, gradients)
-            patched.append((module, module.__dict__.get("forward")))
-            module.forward = forward
-        if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer)):
-            handles.append(module.register_forward_pre_hook(lambda _m, _a, name=name: ran.__setitem__(name, True)))
-    if original_sdpa is not None:
-        F.scaled_dot_product_attention = sdpa
+    def mha_forward(module, name, original, *args, **kwargs):
+        seen.mha_seen.add(name)
+        seen.inside_mha += 1
+        try:
+            return on_mha(module, name, original, args, kwargs)
+        finally:
+            seen.inside_mha -= 1
+
+    patched, handles = [], []
     try:
-        _forward(torch, model, inputs, gradients, avoid_fast_path=bool(patched))
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.MultiheadAttention):
+                patched.append((module, module.__dict__.get("forward")))
+                module.forward = functools.partial(mha_forward, module, name, module.forward)
+            if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer)):
+                handles.append(module.register_forward_pre_hook(lambda _m, _a, name=name: seen.ran.add(name)))
+        if original_sdpa is not None:
+            F.scaled_dot_product_attention = sdpa
+        yield seen
     finally:
         if original_sdpa is not None:
             F.scaled_dot_product_attention = original_sdpa
@@ -216,18 +265,38 @@ def _capture_auto(torch, model, inputs, gradients: bool) -> List[_Record]:
                 module.forward = own
         for handle in handles:
             handle.remove()
-    seen = {r.origin for r in records}
-    for name in ran:  # a transformer layer that ran without its attention's forward: torch's fused path
-        if f"nn.MultiheadAttention '{name + '.' if name else ''}self_attn'" not in seen:
-            raise CaptureError(f"the transformer layer '{name}' ran as torch's fused kernel, which never calls its "
-                               "self_attn, so its attention was not seen: let its parameters require grad (or use "
-                               "a torch with torch.backends.mha.set_fastpath_enabled) and capture again")
+
+
+def _no_attention_error(torch, has_sdpa: bool) -> CaptureError:
+    where = "" if has_sdpa else f" (torch {torch.__version__} has no scaled_dot_product_attention)"
+    return CaptureError("found no attention: the forward pass called no torch.nn.functional."
+                        f"scaled_dot_product_attention{where} and ran no nn.MultiheadAttention. Name the modules "
+                        "of each layer with hooks=[attnprobe.LayerSpec(q=..., k=..., v=..., out=...)]")
+
+
+def _capture_auto(torch, model, inputs, gradients: bool) -> List[_Record]:
+    records: List[_Record] = []
+
+    def on_sdpa(original, a, args, kwargs):
+        output = original(*args, **kwargs)
+        records.append(_sdpa_record(torch, len(records), a, output, gradients))
+        return output
+
+    def on_mha(module, name, original, args, kwargs):
+        index = len(records)
+        if gradients:
+            raise CaptureError(f"layer_{index:02d} (nn.MultiheadAttention '{name}'): gradients=True cannot reach "
+                               "nn.MultiheadAttention's per-head output (it is never a tensor of its own); capture "
+                               "dy with hooks on a model that exposes it", f"layer_{index:02d}")
+        result, record, _ = _mha_parts(torch, module, name, index, original, args, kwargs)
+        records.append(record)
+        return result
+
+    with _intercept(torch, model, on_sdpa, on_mha) as seen:
+        _forward(torch, model, inputs, gradients, avoid_fast_path=_has_mha(torch, model))
+    seen.check_unfused()
     if not records:
-        where = ("" if original_sdpa is not None else f" (torch {torch.__version__} has no "
-                 "scaled_dot_product_attention)")
-        raise CaptureError("found no attention: the forward pass called no torch.nn.functional."
-                           f"scaled_dot_product_attention{where} and ran no nn.MultiheadAttention. Name the modules "
-                           "of each layer with hooks=[attnprobe.LayerSpec(q=..., k=..., v=..., out=...)]")
+        raise _no_attention_error(torch, seen.has_sdpa)
     return records
 
 
@@ -257,10 +326,11 @@ def _sdpa_record(torch, index: int, a: dict, output, gradients: bool) -> _Record
     return record
 
 
-def _mha_forward(torch, module, name, original, records, state, gradients, *args, **kwargs):
-    """nn.MultiheadAttention.forward, recording the layer: its own output is returned unchanged."""
+def _mha_parts(torch, module, name, index, original, args, kwargs):
+    """Runs nn.MultiheadAttention's own forward (``original``) and returns (its result unchanged, the layer's
+    _Record: q, k, v and the per-head output before out_proj as [B, H, N, P], and ``layout``, which takes a
+    per-head output [B, H, N, P] back to the [B, N, E] / [N, B, E] / [N, E] that out_proj reads)."""
     a = _arguments(_MHA_ARGS, args, kwargs)
-    index = len(records)
     where = f"layer_{index:02d} (nn.MultiheadAttention '{name}')"
     if module.training and module.dropout > 0:
         raise CaptureError(f"{where}: dropout={module.dropout} in training mode makes the output random: call "
@@ -268,32 +338,24 @@ def _mha_forward(torch, module, name, original, records, state, gradients, *args
     if module.bias_k is not None or module.add_zero_attn:
         raise CaptureError(f"{where}: add_bias_kv/add_zero_attn append keys that are not projections of the input; "
                            "a dump cannot say so", f"layer_{index:02d}")
-    if gradients:
-        raise CaptureError(f"{where}: gradients=True cannot reach nn.MultiheadAttention's per-head output (it is "
-                           "never a tensor of its own); capture dy with hooks on a model that exposes it",
-                           f"layer_{index:02d}")
     padding = a.get("key_padding_mask")
     if padding is not None and bool((padding != 0).any()):
         raise CaptureError(f"{where}: key_padding_mask hides keys: capture sequences without padding (one at a "
                            "time, or equal lengths)", f"layer_{index:02d}")
-    state["inside_mha"] += 1
-    try:
-        result = original(*args, **kwargs)
-        # The per-head output before out_proj, computed by the module's own code: out_proj as the identity.
-        with torch.no_grad():
-            weight, bias = module.out_proj.weight, module.out_proj.bias
-            saved = weight.detach().clone(), None if bias is None else bias.detach().clone()
-            try:
-                weight.copy_(torch.eye(weight.shape[0], dtype=weight.dtype, device=weight.device))
-                if bias is not None:
-                    bias.zero_()
-                context = original(*args, **kwargs)[0]
-            finally:
-                weight.copy_(saved[0])
-                if bias is not None:
-                    bias.copy_(saved[1])
-    finally:
-        state["inside_mha"] -= 1
+    result = original(*args, **kwargs)
+    # The per-head output before out_proj, computed by the module's own code: out_proj as the identity.
+    with torch.no_grad():
+        weight, bias = module.out_proj.weight, module.out_proj.bias
+        saved = weight.detach().clone(), None if bias is None else bias.detach().clone()
+        try:
+            weight.copy_(torch.eye(weight.shape[0], dtype=weight.dtype, device=weight.device))
+            if bias is not None:
+                bias.zero_()
+            context = original(*args, **kwargs)[0]
+        finally:
+            weight.copy_(saved[0])
+            if bias is not None:
+                bias.copy_(saved[1])
     with torch.no_grad():
         F = torch.nn.functional
         e, h = module.embed_dim, module.num_heads
@@ -322,8 +384,12 @@ def _mha_forward(torch, module, name, original, records, state, gradients, *args
         if causal is None:
             raise CaptureError(f"{where}: is_causal=True with a different number of queries and keys",
                                f"layer_{index:02d}")
-    records.append(_Record(f"nn.MultiheadAttention '{name}'", q, k, v, out, 1 / math.sqrt(p), causal))
-    return result
+
+    def layout(heads):  # [B, H, N, P] -> what out_proj reads in this call
+        x = heads.transpose(1, 2).reshape(heads.shape[0], heads.shape[2], -1)
+        return x[0] if unbatched else x if module.batch_first else x.transpose(0, 1)
+
+    return result, _Record(f"nn.MultiheadAttention '{name}'", q, k, v, out, 1 / math.sqrt(p), causal), layout
 
 
 def _mask_kind(torch, mask, n: int, m: int, allowed_when_true: bool, where: str) -> bool:

@@ -5,8 +5,8 @@ a Llama-style model (RoPE applied as a function, grouped-query attention H = 4, 
 wrapping scaled_dot_product_attention, (b) by LayerSpec hooks on modules that output the rotated q/k, and
 (c) refused when the hooks sit on q_proj/k_proj (before RoPE). Each round trip is checked against the model's
 attention output recorded by the test itself, not by capture; written dumps are read back by the CLI.
-Debian's torch 1.13 has no F.scaled_dot_product_attention: the tests install a plain-torch one there, so the
-wrapping path runs on every torch. Skipped without torch (the no-torch import test still runs).
+Debian's torch 1.13 has no F.scaled_dot_product_attention: the ``sdpa`` fixture (conftest.py) installs a plain-torch
+one there, so the wrapping path runs on every torch. Skipped without torch (the no-torch import test still runs).
 """
 import math
 import os
@@ -26,87 +26,15 @@ try:
 except ImportError:  # the Python package itself needs no torch
     torch = None
 
+if torch is not None:
+    from torch_models import Llama, LlamaAttention, llama_and_tokens, rotate  # noqa: F401
+
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (Debian: python3-torch)")
 SOURCE = os.environ.get("ATTNPROBE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BINARY = os.environ.get("ATTNPROBE", os.path.join(SOURCE, "build", "attnprobe"))
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """torch 2's scaled_dot_product_attention in plain torch (bool masks: True takes part; float masks add)."""
-    scores = (query @ key.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(query.shape[-1]))
-    if is_causal:
-        n, m = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-    return F.dropout(torch.softmax(scores, dim=-1), dropout_p) @ value
-
-
-@pytest.fixture
-def sdpa(monkeypatch):
-    """F.scaled_dot_product_attention, the polyfill where torch has none (test-only; undone after the test)."""
-    if not hasattr(F, "scaled_dot_product_attention"):
-        monkeypatch.setattr(F, "scaled_dot_product_attention", _sdpa, raising=False)
-    return F.scaled_dot_product_attention
-
-
 # ---- the models -------------------------------------------------------------------------------------------------
-
-def rotate(x, base=10000.0):
-    """Llama's rotary embedding of [B, H, N, P] (rotate_half convention), a function as in Hugging Face code."""
-    n, p = x.shape[-2:]
-    angles = torch.arange(n, dtype=torch.float32)[:, None] * base ** (-torch.arange(0, p, 2).float() / p)[None]
-    cos, sin = torch.cat((angles.cos(),) * 2, -1), torch.cat((angles.sin(),) * 2, -1)
-    half = torch.cat((-x[..., p // 2:], x[..., : p // 2]), -1)
-    return x * cos + half * sin
-
-
-class LlamaAttention(nn.Module):
-    """Causal grouped-query attention: q_proj/k_proj/v_proj, RoPE as a function, repeat_kv, SDPA, o_proj.
-    q_rot/k_rot are identity modules after RoPE: the hook points of capture with LayerSpec (their outputs are
-    what attention multiplies); q_proj/k_proj outputs are not (RoPE comes after them)."""
-
-    def __init__(self, d_model=48, heads=4, kv_heads=2, head_dim=12):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(d_model, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, kv_heads * head_dim, bias=False)
-        self.q_rot, self.k_rot = nn.Identity(), nn.Identity()
-        self.o_proj = nn.Linear(heads * head_dim, d_model, bias=False)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        split = lambda t, h: t.view(b, n, h, self.head_dim).transpose(1, 2)  # noqa: E731
-        q = self.q_rot(rotate(split(self.q_proj(x), self.heads)))
-        k = self.k_rot(rotate(split(self.k_proj(x), self.kv_heads)))
-        v = split(self.v_proj(x), self.kv_heads)
-        r = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)  # Llama's repeat_kv
-        context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(context.transpose(1, 2).reshape(b, n, -1))
-
-
-class Llama(nn.Module):
-    def __init__(self, layers=2, vocab=50, d_model=48):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d_model)
-        self.layers = nn.ModuleList(LlamaAttention(d_model) for _ in range(layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(layers))
-        self.head = nn.Linear(d_model, vocab)
-
-    def forward(self, tokens):
-        x = self.embed(tokens)
-        for norm, attention in zip(self.norms, self.layers):
-            x = x + attention(norm(x))
-        return self.head(x)
-
-
-def llama_and_tokens(seed=0, batch=2, n=40):
-    torch.manual_seed(seed)
-    model = Llama().eval()
-    return model, torch.randint(0, 50, (batch, n))
-
 
 def attention_outputs(model, run):
     """The per-head attention output of every layer ([B, H, N, P], float64), recorded at o_proj's input by the
