@@ -701,7 +701,9 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
       threads     worker threads (0 = all cores): the rows do not depend on it
       device      "cpu" or "cuda"; reference: "auto", "softmax" or any deterministic spec
       metrics     "all", or names (list or "spec,angle")
-      custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
+      custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"; with
+                  parameters {"name": (fn, {"k": [16, 32]}, {"samples": "k", "deterministic": True})}: one
+                  setting per combination, spec "py:name(k=16)", fn(..., seed, k=16) (docs/python.md)
       output      also write the CSV (and NAME.csv.run.json) there, flushed per slice; an existing file
                   is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
                   records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
