@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import _core
+from . import custom as _custom
 from ._core import InputError
 from .containers import Layer, Layers, write_dump
 
@@ -545,16 +546,18 @@ def _int_list(value, what: str) -> list:
 _CAUSAL_TOLERANCE = 1e-4
 
 
-def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable:
-    """The callable the C++ runner calls for estimator py:NAME: calls fn(q, k, v, scale, causal, seed)
-    and returns a C-contiguous float32 n x pv array, or raises EstimatorError naming the case. Every
-    causal call is also run with the tokens from the middle on replaced: rows before them must not move
-    (the leak harness our own causal forms pass, with a rounding tolerance). Every call, not the first:
-    a function may leak at some lengths, heads or seeds only; the check doubles a causal call's cost."""
-    spec = "py:" + name
+def _custom_wrapper(entry: _custom.CustomEstimator, seed: int, trials: int) -> Callable:
+    """The callable the C++ runner calls for a setting of estimator py:NAME: calls fn(q, k, v, scale, causal,
+    seed, **params) with the setting's parameters (read back from its canonical spec) and returns a
+    C-contiguous float32 n x pv array, or raises EstimatorError naming the case. Every causal call is also
+    run with the tokens from the middle on replaced: rows before them must not move (the leak harness our
+    own causal forms pass, with a rounding tolerance). Every call, not the first: a function may leak at
+    some lengths, heads or seeds only; the check doubles a causal call's cost."""
+    fn = entry.fn
+    keywords = {}  # canonical spec -> its keyword arguments, read once per setting
 
     def fail(what, where, cause=None):
-        key, layer, head, batch, n, causal = where  # the call's case, as the runner passed it
+        key, layer, head, batch, n, causal, spec = where  # the call's case, as the runner passed it
         case = _core.case_id(layer, head, batch, n, spec, "causal" if causal else "full", "all")
         trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
         error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
@@ -562,9 +565,11 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
         raise error from cause
 
     def checked(q, k, v, scale, where):  # fn's result as a float32 n x pv array, or EstimatorError
-        key, causal = where[0], where[5]
+        key, causal, spec = where[0], where[5], where[6]
+        if spec not in keywords:
+            keywords[spec] = entry.keywords(spec)
         try:
-            out = fn(q, k, v, scale, causal, key)
+            out = fn(q, k, v, scale, causal, key, **keywords[spec])
         except Exception as e:  # noqa: BLE001 - any failure of the user's code is reported with its case
             fail(f"raised {type(e).__name__}: {e}", where, e)
         if not (isinstance(out, np.ndarray) or hasattr(out, "detach") or hasattr(out, "__array__")
@@ -585,8 +590,8 @@ def _custom_wrapper(name: str, fn: Callable, seed: int, trials: int) -> Callable
                  f"in float32)", where)
         return result
 
-    def call(q, k, v, scale, causal, key, layer, head, batch, n):
-        where = (key, layer, head, batch, n, causal)
+    def call(q, k, v, scale, causal, key, layer, head, batch, n, spec):
+        where = (key, layer, head, batch, n, causal, spec)
         result = checked(q, k, v, scale, where)
         if causal and q.shape[0] >= 2:
             # Tokens cut.. replaced: their rows reversed and doubled, values negated too, so that order-free
@@ -698,7 +703,9 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
       threads     worker threads (0 = all cores): the rows do not depend on it
       device      "cpu" or "cuda"; reference: "auto", "softmax" or any deterministic spec
       metrics     "all", or names (list or "spec,angle")
-      custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"
+      custom      {"name": fn}: your own estimators, run beside the built-ins as spec "py:name"; with
+                  parameters {"name": (fn, {"k": [16, 32]}, {"samples": "k", "deterministic": True})}: one
+                  setting per combination, spec "py:name(k=16)", fn(..., seed, k=16) (docs/python.md)
       output      also write the CSV (and NAME.csv.run.json) there, flushed per slice; an existing file
                   is refused unless resume=True (keep its finished trials) or overwrite=True. run.json
                   records the plan as the CLI's does, so ``attnprobe merge``, ``summarize`` and
@@ -762,11 +769,8 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
                              seed=seed, threads=threads, device=device, reference=reference, metrics=metrics,
                              shard=shard, mask=mask, queries=queries)
     specs = [estimators] if isinstance(estimators, str) else list(estimators)
-    custom = dict(custom or {})
-    for label, fn in custom.items():
-        if not callable(fn):
-            raise TypeError(f"custom[{label!r}] must be callable fn(q, k, v, scale, causal, seed)")
-    specs += ["py:" + str(label) for label in custom]
+    entries = _custom.parse_custom(custom or {})
+    specs += [spec for entry in entries for spec in entry.specs()]
     args = _core.SweepArgs()
     args.dump = os.fspath(source)
     args.options = _dump_options(q_path, k_path, v_path, layout, num_heads)
@@ -790,8 +794,8 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
         f"--metrics {args.metrics}", f"--mask {args.mask}", f"--queries {args.queries}"] + ([f"--shard {args.shard}"] if args.shard else [])
-    wrappers = {str(label): _custom_wrapper(str(label), fn, args.seed, args.trials) for label, fn in custom.items()}
-    text = _core.sweep(args, wrappers)
+    declared = {entry.name: entry.declaration(_custom_wrapper(entry, args.seed, args.trials)) for entry in entries}
+    text = _core.sweep(args, declared)
     return read_csv(args.output) if text is None else _frame(text)
 
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attnprobe/common/error.h"
@@ -165,12 +166,19 @@ SweepOptions sweep_options(const SweepArgs& a) {
 }
 
 // Runs a sweep; returns the trial CSV text when there is no output file (else None: the caller
-// reads the file, which holds the rows kept by a resume too).
+// reads the file, which holds the rows kept by a resume too). `custom`: name → (wrapper, [(key, [value
+// text, ...]), ...], samples knob or "", deterministic), as the Python layer checked and printed them.
 py::object sweep(const SweepArgs& a, const py::dict& custom) {
   CustomTable table;
-  for (auto [name, wrapper] : custom) {
-    register_custom(py::cast<std::string>(name));
-    table.wrappers[py::cast<std::string>(name)] = wrapper.ptr();
+  for (auto [key, item] : custom) {
+    const auto name = py::cast<std::string>(key);
+    const auto entry = py::cast<py::tuple>(item);
+    const CustomDeclaration declared{
+        .params = py::cast<std::vector<std::pair<std::string, std::vector<std::string>>>>(entry[1]),
+        .samples_knob = py::cast<std::string>(entry[2]),
+        .deterministic = py::cast<bool>(entry[3])};
+    register_custom(table, name, declared);
+    table.wrappers[name] = entry[0].ptr();
   }
   std::string text;
   std::atomic<bool> stop{false};

@@ -13,6 +13,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/estimators/redefine.h"
 
 namespace attnprobe {
 
@@ -138,10 +139,8 @@ std::string canonical_value(const EstimatorDef& def, const ParamDef& p, const st
   return text;
 }
 
-}  // namespace
-
-bool register_estimator(EstimatorDef def) {
-  const std::unique_lock lock(registry_mutex());
+// Adds `def` to the registry; the caller holds registry_mutex() exclusively.
+void add_locked(EstimatorDef def) {
   auto& estimators = registry();
   if (estimators.count(def.name)) registration_bug(fmt::format("estimator '{}' registered twice", def.name));
   if (!def.samples_knob.empty() &&
@@ -151,6 +150,31 @@ bool register_estimator(EstimatorDef def) {
   if (!def.target) def.target = [](const Spec&) { return std::string("softmax"); };
   std::string name = def.name;
   estimators.emplace(name, std::make_unique<EstimatorDef>(std::move(def)));
+}
+
+}  // namespace
+
+bool register_estimator(EstimatorDef def) {
+  const std::unique_lock lock(registry_mutex());
+  add_locked(std::move(def));
+  return true;
+}
+
+bool redefine_estimator(EstimatorDef def) {
+  // One lock for both steps, so that no parse sees the name missing in between.
+  const std::unique_lock lock(registry_mutex());
+  auto& estimators = registry();
+  const auto it = estimators.find(def.name);
+  if (it != estimators.end()) {
+    if (it->second->family != def.family)
+      registration_bug(fmt::format("estimator '{}' ({}) cannot be redefined as family {}", def.name, it->second->family,
+                                   def.family));
+    // Never freed: a Spec holds a pointer to its definition, and a spec parsed before may outlive this call.
+    static auto* retired = new std::vector<std::unique_ptr<EstimatorDef>>;
+    retired->push_back(std::move(it->second));
+    estimators.erase(it);
+  }
+  add_locked(std::move(def));
   return true;
 }
 
