@@ -33,7 +33,7 @@ TEST_CASE("Spec::brief names a setting by its non-default keys", "[wide]") {
   CHECK(parse_spec("topk").brief() == "topk");
   CHECK(parse_spec("topk(k=64)").brief() == "topk(k=64)");
   CHECK(parse_spec("topk(window=8,k=64)").brief() == "topk(k=64,window=8)");  // registration order
-  const Spec performer = parse_spec("performer");  // M=64 is its default
+  const Spec performer = parse_spec("performer");                             // M=64 is its default
   CHECK(performer.brief(Spec::Knob::kAlways) == "performer(M=64)");
   CHECK(parse_spec("performer(M=16,ortho=0)").brief(Spec::Knob::kNever) == "performer(ortho=0)");
   CHECK(brief_spec("py:mine") == "py:mine");  // not a registered spec: as it is
@@ -46,8 +46,8 @@ TEST_CASE("--wide: settings as rows, lengths or samples as columns", "[wide]") {
       summary("performer(M=64)", 64, 128, "spec_rel", 0.2), summary("topk(k=8)", 8, 256, "spec_rel", 0.1, 1)};
   const WideTable lengths = wide_summary(by_length, true);
   CHECK(lengths.axis == "n");
-  CHECK(lengths.header == std::vector<std::string>{"dump", "layer", "head", "batch", "estimator", "reference",
-                                                    "metric", "n=128", "n=256"});
+  CHECK(lengths.header == std::vector<std::string>{"dump", "layer", "head", "batch", "estimator", "reference", "metric",
+                                                   "n=128", "n=256"});
   REQUIRE(lengths.rows.size() == 3);
   CHECK(lengths.rows[0][4] == "performer(M=16)");
   CHECK(lengths.rows[0][7] == "0.5 ± 0.05");
