@@ -56,7 +56,7 @@ TEST_CASE("the sign test is the two-sided binomial tail", "[compare]") {
   CHECK(sign_test_p(150, 400) > 0);
 }
 
-TEST_CASE("--compare pairs two settings per slice with the head as the replicate", "[compare]") {
+TEST_CASE("summarize --compare pairs two settings per slice with the head as the replicate", "[compare]") {
   // Three heads, two batch items each. Per head, A − B per item: head 0 (−0.2, −0.4), head 1 (−0.1, −0.1),
   // head 2 (+0.3, +0.1): head differences −0.3, −0.1, +0.2; A better (lower) on heads 0 and 1.
   const std::string a = "topk(k=8)", b = "streaming(sink=2,window=6)";
@@ -116,7 +116,7 @@ TEST_CASE("--compare pairs two settings per slice with the head as the replicate
   CHECK(swapped.a_better == error.b_better);
 }
 
-TEST_CASE("--compare: equal heads are ties, and the interval of equal differences is that difference", "[compare]") {
+TEST_CASE("summarize --compare: equal heads are ties, and the interval of equal differences is that difference", "[compare]") {
   std::vector<SummaryRow> rows;
   for (int h = 0; h < 5; ++h) {
     rows.push_back(summary("a(k=1)", h, 0, "spec_rel", 0.5));
@@ -139,7 +139,7 @@ TEST_CASE("--compare: equal heads are ties, and the interval of equal difference
   CHECK(tied.ci_high == 0);
 }
 
-TEST_CASE("--compare refuses what it cannot pair", "[compare]") {
+TEST_CASE("summarize --compare refuses what it cannot pair", "[compare]") {
   std::vector<SummaryRow> rows = {summary("a(k=1)", 0, 0, "spec_rel", 0.5), summary("b(k=1)", 0, 0, "spec_rel", 0.4)};
   CHECK_THROWS_AS(compare_paired(rows, "a(k=1)", "a(k=1)"), UsageError);
   CHECK_THROWS_WITH(compare_paired(rows, "a(k=1)", "c(k=1)"), Catch::Contains("a(k=1), b(k=1)"));

@@ -39,7 +39,7 @@ TEST_CASE("Spec::brief names a setting by its non-default keys", "[wide]") {
   CHECK(brief_spec("py:mine") == "py:mine");  // not a registered spec: as it is
 }
 
-TEST_CASE("--wide: settings as rows, lengths or samples as columns", "[wide]") {
+TEST_CASE("summarize --wide: settings as rows, lengths or samples as columns", "[wide]") {
   // Two lengths: the n axis, the samples knob in the label; a setting missing at one length leaves its cell empty.
   const std::vector<SummaryRow> by_length = {
       summary("performer(M=16)", 16, 128, "spec_rel", 0.5), summary("performer(M=16)", 16, 256, "spec_rel", 0.25),
