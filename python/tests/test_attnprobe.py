@@ -949,3 +949,12 @@ def test_slice_carries_the_decode_geometry():
         attnprobe.exact(s, mask="causal")
     with pytest.raises(ValueError, match="carries its geometry"):
         attnprobe.estimate("softmax", s, q_positions=positions)
+
+
+def test_head_column_is_read_with_brackets():
+    """The `head` column shares its name with DataFrame.head (docs/python.md): brackets and query() select it."""
+    df = attnprobe.sweep(DUMP, ["vmean"], layers=0, heads="0,1", batch=0, lengths=[64], trials=1,
+                         metrics="spec_rel")
+    assert callable(df.head)  # the attribute is pandas' method, not the column
+    assert sorted(df["head"].unique()) == [0, 1]
+    assert len(df[df["head"] == 1]) == len(df.query("head == 1")) == len(df) // 2 > 0
