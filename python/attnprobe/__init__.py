@@ -39,7 +39,7 @@ import json
 import math
 import numbers
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -56,7 +56,7 @@ __version__ = _core.__version__
 atexit.register(_core.stop_sweeps_at_exit)
 
 __all__ = [
-    "InputError", "EstimatorError", "CheckReport", "Slice", "estimators", "load", "exact", "estimate", "reference",
+    "InputError", "EstimatorError", "CheckReport", "EstimateWithReference", "Slice", "estimators", "load", "exact", "estimate", "reference",
     "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
     "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump", "substitute", "Substitution",
     "loss_delta", "LossDelta",
@@ -331,9 +331,19 @@ def _rows_and_keys(q, k) -> tuple:
     return (q.shape[0] if q.ndim == 2 else -1), (k.shape[0] if k.ndim == 2 else -1)
 
 
+class EstimateWithReference(NamedTuple):
+    """:func:`estimate` with ``return_reference=True``: the estimate (float32), the reference a sweep compares it
+    with under ``--reference auto`` (float64) and that reference's canonical spec (``softmax``, or e.g. yoso's
+    ``yoso-e(...)``: its target)."""
+
+    estimate: np.ndarray
+    reference: np.ndarray
+    reference_spec: str
+
+
 def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
              trial: int = 0, case=None, *, mask: Optional[str] = None, q_positions=None, cross: bool = False,
-             threads: int = 0, device: str = "cpu") -> np.ndarray:
+             threads: int = 0, device: str = "cpu", return_reference: bool = False):
     """One estimate (float32, n_q x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
     :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
 
@@ -358,7 +368,24 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
         >>> attnprobe.metrics(attnprobe.exact(q, k, v, scale), est)["spec_rel"]   # = the CSV's value
         >>> # One decode step: 16 queries against a 4096-key cache (a --queries last:16 row's draws).
         >>> step = attnprobe.estimate("performer(M=64)", q[-16:], k, v, scale, mask="causal", seed=0)
+
+    ``return_reference=True`` returns ``(estimate, reference, reference_spec)`` (:class:`EstimateWithReference`):
+    the reference is what the CLI measures this estimator against (``--reference auto``: its target, which is not
+    exact attention for every estimator: yoso's is yoso-e), so ``metrics(reference, estimate)`` is the CSV's
+    number. Comparing yoso with :func:`exact` instead measures something else:
+
+        >>> est, ref, ref_spec = attnprobe.estimate("yoso(m=32)", q, k, v, scale, return_reference=True)
+        >>> ref_spec                                    # 'yoso-e(tau=8,input=l2,grad=exact)'
+        >>> attnprobe.metrics(ref, est)["spec_rel"]     # the CLI's value for this case
     """
+    if return_reference:
+        target = _core.target(str(spec))
+        return EstimateWithReference(
+            estimate(spec, q, k, v, scale, causal, seed, trial, case, mask=mask, q_positions=q_positions,
+                     cross=cross, threads=threads, device=device),
+            reference(target, q, k, v, scale, causal, mask=mask, q_positions=q_positions, cross=cross,
+                      threads=threads),
+            target)
     if _slice_only(q, k, v, scale):
         _slice_geometry(causal, mask, q_positions, cross)
         layer, head, batch = _case_fields(case, q.keys, q.n, q.mask)

@@ -24,6 +24,8 @@ void bind_registry(py::module_& m) {
     return py::make_tuple(built, built ? device_problem(device) : std::string());
   });
   m.def("canonical", [](const std::string& spec) { return parse_spec(spec).canonical(); });
+  // What a sweep compares `spec` with under --reference auto (yoso → yoso-e of the same tau).
+  m.def("target", [](const std::string& spec) { return parse_spec(spec).target(); });
 }
 
 }  // namespace attnprobe::python

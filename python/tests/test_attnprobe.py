@@ -958,3 +958,23 @@ def test_head_column_is_read_with_brackets():
     assert callable(df.head)  # the attribute is pandas' method, not the column
     assert sorted(df["head"].unique()) == [0, 1]
     assert len(df[df["head"] == 1]) == len(df.query("head == 1")) == len(df) // 2 > 0
+
+
+def test_estimate_returns_the_reference_the_cli_measures_against(cli_csv):
+    """return_reference=True gives the reference a sweep uses under --reference auto (yoso's is yoso-e, not exact
+    attention), so the metrics of the returned pair are the CSV's, bit for bit; against exact() they differ."""
+    q, k, v, scale, _ = attnprobe.load(DUMP, 1, 1, 1, length=96)
+    rows = attnprobe.read_csv(cli_csv["full"])
+    for spec in ["yoso(m=32,tau=8,hash=gauss,norm=l2,input=l2,grad=lsh)", "performer(M=64,ortho=1)"]:
+        group = rows[(rows.spec == spec) & (rows.trial == 1) & (rows.metric == "spec_rel")]
+        assert len(group) == 1, spec
+        est, ref, ref_spec = attnprobe.estimate(spec, q, k, v, scale, seed=SEED, trial=1, case=group.iloc[0],
+                                                return_reference=True)
+        assert ref_spec == group.iloc[0]["reference"]
+        assert attnprobe.metrics(ref, est)["spec_rel"] == group.iloc[0]["value"]
+        assert np.array_equal(est, attnprobe.estimate(spec, q, k, v, scale, seed=SEED, trial=1, case=group.iloc[0]))
+    assert ref_spec == "softmax"  # performer's
+    yoso = attnprobe.estimate("yoso", q, k, v, scale, return_reference=True)
+    assert yoso.reference_spec.startswith("yoso-e(")
+    exact_error = attnprobe.metrics(attnprobe.exact(q, k, v, scale), yoso.estimate)["spec_rel"]
+    assert exact_error != attnprobe.metrics(yoso.reference, yoso.estimate)["spec_rel"]
