@@ -69,6 +69,14 @@ TEST_CASE("summarize --wide: settings as rows, lengths or samples as columns", "
   CHECK(samples.rows[0][8] == "0.2");
   CHECK(samples.rows[1][6] == "angle");
   CHECK(samples.rows[1][7].empty());
+  // Estimators with other samples values (topk's k beside yoso's m): no shared columns, so rows of one length.
+  std::vector<SummaryRow> mixed = by_samples;
+  mixed.push_back(summary("topk(k=64)", 64, 256, "spec_rel", 0.05));
+  const WideTable rows = wide_summary(mixed, false);
+  CHECK(rows.axis == "n");
+  CHECK(rows.header.back() == "n=256");
+  CHECK(rows.rows.size() == 4);
+  CHECK(rows.rows[3][4] == "topk(k=64)");
 }
 
 TEST_CASE("summarize --wide --metrics on a sweep", "[wide][cli]") {

@@ -24,17 +24,24 @@ std::string brief_spec(const std::string& spec, Spec::Knob knob) {
 WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   std::set<Coordinate> lengths;
   std::set<int64_t> samples;
+  std::map<std::string, std::set<int64_t>> samples_of;  // estimator name → its samples values
   std::set<std::string> masks;
   bool decode = false;
   for (const SummaryRow& s : per_case) {
     lengths.insert(s.key.n);
     if (s.key.samples) samples.insert(*s.key.samples);
+    std::set<int64_t>& own = samples_of[s.key.estimator];
+    if (s.key.samples) own.insert(*s.key.samples);
     masks.insert(mask_text(s.key.mask, s.key.window));
     decode = decode || !s.key.queries.all();
   }
   const bool several_masks = masks.size() > 1;
   WideTable table;
-  table.axis = lengths.size() < 2 && samples.size() >= 2 ? "samples" : "n";
+  // Samples columns only for a samples sweep (every estimator at the same values, as --samples gives them); settings
+  // whose knobs differ (topk's k beside streaming's window) are rows of one length column instead.
+  const bool one_sweep = std::all_of(samples_of.begin(), samples_of.end(),
+                                     [&](const auto& entry) { return entry.second == samples; });
+  table.axis = lengths.size() < 2 && samples.size() >= 2 && one_sweep ? "samples" : "n";
   const bool by_samples = table.axis == "samples";
   table.header = {"dump", "layer", "head", "batch"};
   if (several_masks) table.header.push_back("mask");

@@ -17,7 +17,8 @@ struct WideTable {
 };
 
 /// Pivots per-case summaries (a slice's or, after --over, a pool's). The axis is n when the summaries hold two or
-/// more lengths, else samples when they hold two or more samples values, else n. Row keys: dump, layer, head,
+/// more lengths, else samples when they hold two or more samples values and every estimator has the same ones (a
+/// --samples sweep), else n. Row keys: dump, layer, head,
 /// batch, mask (when the cases have several), queries (when some case evaluates other rows than all), estimator
 /// (Spec::brief: with its samples knob on the n axis, without it on the samples axis), reference (brief), metric; rows
 /// in first-appearance order, columns ascending. A cell is the mean (`people`: "mean ± stderr" to 3 and 2 significant
