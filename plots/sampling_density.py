@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Sampling against selection at decode: error against the fraction of the cache each row reads, per head.
+
+Two steps, so that the figure is redrawn from data committed beside it:
+  sampling_density.py reduce TRIALS.csv... -o DATA.csv   per (dump, layer, head, spec): the mean over batch items
+                                                          and trials of density, spec_rel and mass_recall (a
+                                                          compact CSV to commit)
+  sampling_density.py draw DATA.csv -o FIG.png            one panel per dump: spec_rel against density, a line per
+                                                          method (the median over heads at each setting, the band
+                                                          the heads' interquartile range)
+Methods are named from the spec: topk (the oracle selection), streaming (4 sinks and a window), oracle_sample
+(b draws from the exact weights; its density counts the distinct keys drawn), magicpig (over L, K = 10) and
+vattention (over its pilot fraction `base`). density is keys attended over keys visible, averaged over rows.
+Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
+"""
+import argparse
+import csv
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+METRICS = ["density", "spec_rel", "mass_recall"]
+ORDER = ["topk", "streaming", "oracle_sample", "magicpig", "vattention"]
+
+
+def reduce_trials(paths, out):
+    cells = defaultdict(list)
+    for path in paths:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["metric"] in METRICS:
+                    cells[(row["dump"], row["layer"], row["head"], row["spec"], row["metric"])].append(
+                        float(row["value"]))
+    rows = defaultdict(dict)
+    for (dump, layer, head, spec, metric), values in cells.items():
+        rows[(dump, layer, head, spec)][metric] = float(np.mean(values))
+    with open(out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["dump", "layer", "head", "spec", *METRICS])
+        for key, values in rows.items():
+            writer.writerow([*key, *(f"{values[m]:.6g}" for m in METRICS)])
+    print(f"wrote {len(rows)} rows to {out}")
+
+
+def draw(data, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(data, newline="") as f:
+        rows = list(csv.DictReader(f))
+    dumps = list(dict.fromkeys(r["dump"] for r in rows))
+    colours = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(ORDER)}
+    fig, axes = plt.subplots(1, len(dumps), figsize=(6 * len(dumps), 4.6), squeeze=False)
+    for ax, dump in zip(axes[0], dumps):
+        by_method = defaultdict(lambda: defaultdict(list))  # method → spec → [(density, spec_rel)] over heads
+        for r in rows:
+            if r["dump"] == dump:
+                by_method[r["spec"].split("(")[0]][r["spec"]].append((float(r["density"]), float(r["spec_rel"])))
+        for method in ORDER:
+            if method not in by_method:
+                continue
+            points = sorted((np.median([p[0] for p in heads]), np.median([p[1] for p in heads]),
+                             np.percentile([p[1] for p in heads], 25), np.percentile([p[1] for p in heads], 75))
+                            for heads in by_method[method].values())
+            x, y, low, high = (np.array(c) for c in zip(*points))
+            ax.plot(x, y, "o-", color=colours[method], label=f"{method} vs softmax", markersize=4)
+            ax.fill_between(x, low, high, color=colours[method], alpha=0.15, linewidth=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("density: keys attended / keys visible (median over heads)")
+        ax.set_ylabel("spec_rel vs softmax (median over heads)")
+        ax.set_title(f"{dump}, last 16 rows (decode)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    r = sub.add_parser("reduce")
+    r.add_argument("trials", nargs="+")
+    r.add_argument("-o", "--output", required=True)
+    d = sub.add_parser("draw")
+    d.add_argument("data")
+    d.add_argument("-o", "--output", required=True)
+    args = parser.parse_args()
+    if args.step == "reduce":
+        reduce_trials(args.trials, args.output)
+    else:
+        draw(args.data, args.output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
