@@ -3,8 +3,8 @@
 
 Two steps, so that the figure is redrawn from data committed beside it:
   sampling_density.py reduce TRIALS.csv... -o DATA.csv   per (dump, layer, head, spec): the mean over batch items
-                                                          and trials of density, spec_rel and mass_recall (a
-                                                          compact CSV to commit)
+                                                          and trials of density, spec_rel, mass_recall and
+                                                          eps_cover (a compact CSV to commit)
   sampling_density.py draw DATA.csv -o FIG.png            one panel per dump: spec_rel against density, a line per
                                                           method (the median over heads at each setting, the band
                                                           the heads' interquartile range)
@@ -20,11 +20,12 @@ from collections import defaultdict
 
 import numpy as np
 
-METRICS = ["density", "spec_rel", "mass_recall"]
+METRICS = ["density", "spec_rel", "mass_recall", "eps_cover"]
 ORDER = ["topk", "streaming", "oracle_sample", "magicpig", "vattention"]
 
 
 def reduce_trials(paths, out):
+    """eps_cover is NaN for the selections (it is a sampler's metric), and so is its mean there."""
     cells = defaultdict(list)
     for path in paths:
         with open(path, newline="") as f:
@@ -39,7 +40,7 @@ def reduce_trials(paths, out):
         writer = csv.writer(f)
         writer.writerow(["dump", "layer", "head", "spec", *METRICS])
         for key, values in rows.items():
-            writer.writerow([*key, *(f"{values[m]:.6g}" for m in METRICS)])
+            writer.writerow([*key, *(f"{values[m]:.6g}" if m in values else "" for m in METRICS)])
     print(f"wrote {len(rows)} rows to {out}")
 
 
