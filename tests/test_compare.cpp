@@ -116,7 +116,8 @@ TEST_CASE("summarize --compare pairs two settings per slice with the head as the
   CHECK(swapped.a_better == error.b_better);
 }
 
-TEST_CASE("summarize --compare: equal heads are ties, and the interval of equal differences is that difference", "[compare]") {
+TEST_CASE("summarize --compare: equal heads are ties, and the interval of equal differences is that difference",
+          "[compare]") {
   std::vector<SummaryRow> rows;
   for (int h = 0; h < 5; ++h) {
     rows.push_back(summary("a(k=1)", h, 0, "spec_rel", 0.5));

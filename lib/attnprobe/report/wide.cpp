@@ -39,8 +39,8 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   WideTable table;
   // Samples columns only for a samples sweep (every estimator at the same values, as --samples gives them); settings
   // whose knobs differ (topk's k beside streaming's window) are rows of one length column instead.
-  const bool one_sweep = std::all_of(samples_of.begin(), samples_of.end(),
-                                     [&](const auto& entry) { return entry.second == samples; });
+  const bool one_sweep =
+      std::all_of(samples_of.begin(), samples_of.end(), [&](const auto& entry) { return entry.second == samples; });
   table.axis = lengths.size() < 2 && samples.size() >= 2 && one_sweep ? "samples" : "n";
   const bool by_samples = table.axis == "samples";
   table.header = {"dump", "layer", "head", "batch"};
