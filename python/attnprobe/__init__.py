@@ -19,7 +19,7 @@ Matrices are 2-D, one token per row (q: n_q x p, k: n_k x p, v: n_k x pv; n_q = 
 self-attention, fewer for a decode step, see exact()), numpy arrays of any float dtype or torch
 tensors (CPU tensors are read without a copy). Errors: ``ValueError`` for usage (a bad spec,
 option or shape), ``attnprobe.InputError`` (an ``OSError``) for files, both with the CLI's messages.
-Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, check,
+Functions: estimators, load, exact, estimate, reference, metrics, sweep, summarize, compare, check,
 read_csv, write_csv, case_id, random_key; from a torch model: capture (with LayerSpec, CaptureError), the
 dump writers write_dump, Layer, Layers, and substitute / loss_delta (an estimator in place of chosen heads, and
 the change in loss it causes):
@@ -57,7 +57,7 @@ atexit.register(_core.stop_sweeps_at_exit)
 
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "EstimateWithReference", "Slice", "estimators", "load", "exact", "estimate", "reference",
-    "metrics", "sweep", "summarize", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
+    "metrics", "sweep", "summarize", "compare", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
     "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump", "substitute", "Substitution",
     "loss_delta", "LossDelta",
 ]
@@ -841,6 +841,36 @@ def summarize(rows, over: Union[None, str, Sequence[str]] = None):
     summary, fields = _rows(rows)
     cols = [] if over is None else [c.strip() for c in over.split(",")] if isinstance(over, str) else list(over)
     return _frame(_core.summarize(summary, fields, cols))
+
+
+def compare(rows, a: str, b: str):
+    """Two settings paired over heads, as ``attnprobe summarize --compare A B`` (docs/csv.md): a DataFrame with one
+    row per (dump, n, mask, queries, reference, metric) and the columns a, b, heads, slices, mean_a, mean_b, diff
+    (mean over heads of A − B), ci_low, ci_high (95% bootstrap interval over heads), a_better, b_better, ties,
+    sign_p (exact two-sided sign test), median_ratio, mc_stderr (the trials' Monte-Carlo stderr of diff) and
+    head_sd (the heads' spread). The head (dump, layer, head) is the replicate; its batch items are averaged.
+
+    ``rows``: trial rows or per-case summaries (a DataFrame from :func:`sweep`/:func:`read_csv`/:func:`summarize`
+    without ``over``, or a CSV path). ``a``, ``b``: specs; a registered estimator's is made canonical, so defaults
+    may be left out (``"topk(k=64)"``); a ``py:`` spec is matched as written.
+
+        >>> cmp = attnprobe.compare(df, "skeinformer(d=32)", "nystrom(L=32)")
+        >>> cmp[cmp.metric == "spec_rel"][["heads", "diff", "ci_low", "ci_high", "a_better", "sign_p"]]
+    """
+    import pandas as pd
+
+    def as_written(spec: str) -> str:
+        try:
+            return _core.canonical(str(spec))
+        except ValueError:
+            return str(spec)
+
+    summary, fields = _rows(rows)
+    text = _core.compare(summary, fields, as_written(a), as_written(b))
+    return pd.read_csv(io.StringIO(text), dtype=_TEXT_COLUMNS | {"a": str, "b": str}, keep_default_na=False,
+                       float_precision="round_trip", na_values={c: ["nan"] for c in (
+                           "mean_a", "mean_b", "diff", "ci_low", "ci_high", "sign_p", "median_ratio", "mc_stderr",
+                           "head_sd")})
 
 
 class CheckReport:

@@ -9,6 +9,7 @@
 #include "attnprobe/records/csv.h"
 #include "attnprobe/records/schema.h"
 #include "attnprobe/report/check.h"
+#include "attnprobe/report/compare.h"
 #include "attnprobe/report/summary.h"
 #include "bindings.h"
 
@@ -68,6 +69,15 @@ std::string summarize(bool summary, const std::vector<std::vector<std::string>>&
   return summary_csv_text(result);
 }
 
+// `summarize --compare A B` (report/compare.h) of trial rows or per-case summaries, as its CSV text.
+std::string compare(bool summary, const std::vector<std::vector<std::string>>& rows, const std::string& a,
+                    const std::string& b) {
+  py::gil_scoped_release release;
+  const std::vector<SummaryRow> per_case = summary ? parse_rows(summary_columns(), rows, "summary")
+                                                   : summarize_trials(parse_rows(trial_columns(), rows, "trial"));
+  return comparison_csv_text(compare_paired(per_case, a, b));
+}
+
 std::string check(bool new_summary, const std::vector<std::vector<std::string>>& new_rows, bool base_summary,
                   const std::vector<std::vector<std::string>>& base_rows, double z, double atol, double rtol,
                   const std::vector<std::string>& metric_names) {
@@ -93,6 +103,7 @@ std::vector<std::string> column_names(bool summary) {
 void bind_records(py::module_& m) {
   m.def("column_names", &column_names);
   m.def("summarize", &summarize);
+  m.def("compare", &compare);
   m.def("check", &check);
   m.def("validate_rows", &validate_rows);
 }

@@ -978,3 +978,26 @@ def test_estimate_returns_the_reference_the_cli_measures_against(cli_csv):
     assert yoso.reference_spec.startswith("yoso-e(")
     exact_error = attnprobe.metrics(attnprobe.exact(q, k, v, scale), yoso.estimate)["spec_rel"]
     assert exact_error != attnprobe.metrics(yoso.reference, yoso.estimate)["spec_rel"]
+
+
+def test_compare_equals_the_cli(tmp_path):
+    """attnprobe.compare is `summarize --compare`: the same rows, from a DataFrame or the CSV, specs typed briefly."""
+    import io
+
+    csv_path = tmp_path / "sweep.csv"
+    cli("sweep", DUMP, "-e", "performer(M=16)", "-e", "nystrom(L=16)", "--layers", "0,1", "--heads", "0,1",
+        "--batch", "0,1", "--lengths", "64", "--trials", "3", "--metrics", "spec_rel,angle", "-q", "-o", str(csv_path))
+    text = cli("summarize", str(csv_path), "--compare", "performer(M=16)", "nystrom(L=16)").stdout
+    expected = pd.read_csv(io.StringIO(text), float_precision="round_trip", keep_default_na=False)
+    got = attnprobe.compare(attnprobe.read_csv(csv_path), "performer(M=16)", "nystrom(L=16)")
+    pd.testing.assert_frame_equal(got, attnprobe.compare(str(csv_path), "performer(M=16,ortho=1)", "nystrom(L=16)"),
+                                  check_exact=True)
+    assert list(got.columns) == list(expected.columns)
+    assert len(got) == len(expected) == 2  # spec_rel and angle
+    numbers = [c for c in got.columns if c not in ("dump", "mask", "queries", "reference", "metric", "a", "b")]
+    assert (got[numbers].to_numpy() == expected[numbers].to_numpy()).all()  # bit for bit
+    row = got[got.metric == "spec_rel"].iloc[0]
+    assert row["heads"] == 4 and row["slices"] == 8  # 2 layers × 2 heads, 2 batch items each
+    assert row["a_better"] + row["b_better"] + row["ties"] == 4
+    with pytest.raises(ValueError, match="no row has the spec"):
+        attnprobe.compare(str(csv_path), "performer(M=16)", "yoso(m=8)")
