@@ -605,6 +605,63 @@ TEST_CASE("vattention(draw=hh): N-hat and D-hat unbiased over 2000 seeds and the
   CHECK(many.ratio_bias < 0.5 * few.ratio_bias);  // and shrinks with the budget: observed 0.021 (base = 0.5), 0.150
 }
 
+TEST_CASE("vattention(draw=ref): repeats collapse, so the sampled tail of D-hat is c(b, r) times the true one",
+          "[sampling][vattention]") {
+  // The hub's code draws b keys of the r in R_t uniformly with replacement and gives each distinct one outside T_t the
+  // weight r/b: E[weight] = (r/b)·P(drawn) = (r/b)(1 − (1 − 1/r)^b) = c(b, r) (0.63 at b = r), not 1. eps = 2 keeps
+  // the budget at b = max(2, ⌊base·r⌋), the same every trial; base = 0.3 keeps r/b ≥ 3, so a sampled key's
+  // log-weight log(r/b) is never 0 and the tail (the keys with a non-zero log-weight) is read off each trial.
+  HeadView view = synth_slice(64, 8, 0.5, 29, 8);
+  view.mask = Mask::kCausal;
+  const std::string spec = "vattention(sink=2,window=4,k=2,base=0.3,eps=2,draw=ref)";
+  const auto estimator = parse_spec(spec).make();
+  const int seeds = 2000;
+  const int64_t n = view.n();
+  std::vector<double> sum(n, 0), squares(n, 0), ratio(n, 0);  // the sampled tail's share of D, per row
+  for (int s = 0; s < seeds; ++s) {
+    const auto rows = estimator->kept_keys(view, context(spec, static_cast<uint32_t>(s)));
+    for (int64_t i = 0; i < n; ++i) {
+      const KeptKeys kept = rows(i);
+      const double d = exact_sums(view, i).den;
+      KeptKeys tail;
+      for (size_t r = 0; r < kept.keys.size(); ++r)
+        if (kept.log_weights[r] != 0) {
+          tail.keys.push_back(kept.keys[r]);
+          tail.log_weights.push_back(kept.log_weights[r]);
+          ratio[i] = std::exp(kept.log_weights[r]);  // r/b
+        }
+      const double share = estimated_sums(view, i, tail).den / d;
+      sum[i] += share, squares[i] += share * share;
+    }
+  }
+  // The true tail U_t = R_t minus the oracle top 2, from the definitions: R_t = [2, t − 3), the top 2 of it by logit.
+  double max_z = 0, hh_like = 0;
+  int rows_checked = 0;
+  for (int64_t t = 8; t < n; ++t) {
+    std::vector<int64_t> rest;
+    for (int64_t j = 2; j < t - 3; ++j) rest.push_back(j);
+    std::vector<int64_t> by_logit = rest;
+    std::stable_sort(by_logit.begin(), by_logit.end(),
+                     [&](int64_t x, int64_t y) { return logit(view, t, x) > logit(view, t, y); });
+    const RowSums all = exact_sums(view, t);
+    double top = -INFINITY;
+    for (int64_t j : seen_keys(view, t)) top = std::max(top, logit(view, t, j));
+    double true_tail = 0;
+    for (size_t u = 2; u < by_logit.size(); ++u) true_tail += std::exp(logit(view, t, by_logit[u]) - top) / all.den;
+    const double r = static_cast<double>(rest.size()), b = std::round(r / ratio[t]);
+    REQUIRE(b == std::max(2.0, std::floor(0.3 * r)));
+    const double c = (r / b) * (1 - std::pow(1 - 1 / r, b));
+    const double mean = sum[t] / seeds, var = (squares[t] / seeds - mean * mean) * seeds / (seeds - 1);
+    max_z = std::max(max_z, std::abs(mean - c * true_tail) / std::sqrt(var / seeds));
+    hh_like = std::max(hh_like, std::abs(mean - true_tail) / std::sqrt(var / seeds));
+    ++rows_checked;
+  }
+  INFO("max |z| against c(b, r)·tail: " << max_z << ", against the tail itself: " << hh_like);
+  CHECK(rows_checked == 56);
+  CHECK(max_z < 4.5);    // observed 2.26 over 56 rows
+  CHECK(hh_like > 4.5);  // the bias is visible: observed 33
+}
+
 // ---- the sampling metrics -------------------------------------------------------------------------------------
 
 TEST_CASE("sampling metrics: den_rel num_rel eps_cover pilot and the tail metrics for deterministic selections only",
