@@ -20,6 +20,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from sweep_csv import read_rows
+
 METRICS = ["density", "spec_rel", "mass_recall", "eps_cover"]
 ORDER = ["topk", "streaming", "oracle_sample", "magicpig", "vattention"]
 
@@ -27,12 +29,8 @@ ORDER = ["topk", "streaming", "oracle_sample", "magicpig", "vattention"]
 def reduce_trials(paths, out):
     """eps_cover is NaN for the selections (it is a sampler's metric), and so is its mean there."""
     cells = defaultdict(list)
-    for path in paths:
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if row["metric"] in METRICS:
-                    cells[(row["dump"], row["layer"], row["head"], row["spec"], row["metric"])].append(
-                        float(row["value"]))
+    for row in read_rows(paths, metric=lambda m: m in METRICS):
+        cells[(row["dump"], row["layer"], row["head"], row["spec"], row["metric"])].append(float(row["value"]))
     rows = defaultdict(dict)
     for (dump, layer, head, spec, metric), values in cells.items():
         rows[(dump, layer, head, spec)][metric] = float(np.mean(values))
