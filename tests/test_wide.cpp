@@ -2,6 +2,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/report/spec_text.h"
 #include "attnprobe/report/wide.h"
 #include "support.h"
 

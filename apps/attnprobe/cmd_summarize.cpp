@@ -7,11 +7,11 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/output_paths.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/report/compare.h"
 #include "attnprobe/report/pareto.h"
 #include "attnprobe/report/slopes.h"
+#include "attnprobe/report/spec_text.h"
 #include "attnprobe/report/summary.h"
 #include "attnprobe/report/table.h"
 #include "attnprobe/report/wide.h"
@@ -80,18 +80,8 @@ int print_wide(const std::vector<SummaryRow>& rows, const SummarizeOptions& o) {
   return 0;
 }
 
-// A spec as the CSV writes it: the canonical form of a registered estimator's spec, other text (a `py:` custom
-// estimator) as given.
-std::string as_written(const std::string& spec) {
-  try {
-    return parse_spec(spec).canonical();
-  } catch (const UsageError&) {
-    return spec;
-  }
-}
-
 int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
-  const std::vector<ComparisonRow> rows = compare_paired(per_case, as_written(o.compare[0]), as_written(o.compare[1]));
+  const std::vector<ComparisonRow> rows = compare_paired(per_case, o.compare[0], o.compare[1]);
   if (o.table) {
     const bool decode =
         std::any_of(rows.begin(), rows.end(), [](const ComparisonRow& r) { return !r.key.queries.all(); });

@@ -859,14 +859,8 @@ def compare(rows, a: str, b: str):
     """
     import pandas as pd
 
-    def as_written(spec: str) -> str:
-        try:
-            return _core.canonical(str(spec))
-        except ValueError:
-            return str(spec)
-
     summary, fields = _rows(rows)
-    text = _core.compare(summary, fields, as_written(a), as_written(b))
+    text = _core.compare(summary, fields, str(a), str(b))
     return pd.read_csv(io.StringIO(text), dtype=_TEXT_COLUMNS | {"a": str, "b": str}, keep_default_na=False,
                        float_precision="round_trip", na_values={c: ["nan"] for c in (
                            "mean_a", "mean_b", "diff", "ci_low", "ci_high", "sign_p", "median_ratio", "mc_stderr",

@@ -12,6 +12,7 @@
 #include "attnprobe/common/text.h"
 #include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/schema.h"
+#include "attnprobe/report/spec_text.h"
 #include "attnprobe/rng/random_stream.h"
 
 namespace attnprobe {
@@ -107,8 +108,9 @@ double sign_test_p(int64_t k, int64_t m) {
   return std::min(1.0, 2.0 * sum);
 }
 
-std::vector<ComparisonRow> compare_paired(const std::vector<SummaryRow>& per_case, const std::string& a,
-                                          const std::string& b) {
+std::vector<ComparisonRow> compare_paired(const std::vector<SummaryRow>& per_case, const std::string& typed_a,
+                                          const std::string& typed_b) {
+  const std::string a = written_spec(typed_a), b = written_spec(typed_b);
   if (a == b) throw UsageError(fmt::format("--compare {} {}: compare two different settings", a, b));
   std::map<std::pair<CaseKey, std::string>, const SummaryRow*> b_rows;
   bool any_a = false;

@@ -34,10 +34,11 @@ struct ComparisonRow {
 /// Resamples the bootstrap draws (a fixed count and a fixed key, so the interval is reproducible).
 inline constexpr int kBootstrapResamples = 10000;
 
-/// Compares setting `a` with setting `b` (canonical specs as the CSV writes them) over per-case summaries of slices
-/// (not pooled with --over). Rows come in the first-appearance order of their (case, metric) among A's summaries.
-/// Throws UsageError when a or b has no row, when they are the same, when the input is already pooled over
-/// slices, or when no slice has both (the message lists the specs present).
+/// Compares setting `a` with setting `b` (specs as typed: written_spec matches them to the CSV's canonical text, so
+/// defaults may be left out) over per-case summaries of slices (not pooled with --over). Rows come in the
+/// first-appearance order of their (case, metric) among A's summaries. Throws UsageError when a or b has no row, when
+/// they are the same, when the input is already pooled over slices, or when no slice has both (the message lists the
+/// specs present).
 std::vector<ComparisonRow> compare_paired(const std::vector<SummaryRow>& per_case, const std::string& a,
                                           const std::string& b);
 

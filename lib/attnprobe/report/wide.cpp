@@ -8,18 +8,10 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
-#include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/schema.h"
+#include "attnprobe/report/spec_text.h"
 
 namespace attnprobe {
-
-std::string brief_spec(const std::string& spec, Spec::Knob knob) {
-  try {
-    return parse_spec(spec).brief(knob);
-  } catch (const UsageError&) {
-    return spec;
-  }
-}
 
 WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   std::set<Coordinate> lengths;
@@ -49,14 +41,13 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   for (const char* column : {"estimator", "reference", "metric"}) table.header.push_back(column);
   const size_t key_columns = table.header.size();
 
-  // Axis values ascending (an unset samples value, an estimator without a knob, first); each its column.
-  std::map<std::pair<int, int64_t>, size_t> column_of;
-  for (const SummaryRow& s : per_case) {
-    const std::pair<int, int64_t> at =
-        by_samples ? std::pair(s.key.samples ? 1 : 0, s.key.samples.value_or(0))
-                   : std::pair(s.key.n.is_all() ? 0 : 1, s.key.n.is_all() ? 0 : s.key.n.value());
-    column_of.emplace(at, 0);
-  }
+  // A summary's place on the axis, ordered: an unset value (an estimator without a knob, or a pooled n) first.
+  auto axis_value = [by_samples](const SummaryRow& s) {
+    return by_samples ? std::pair(s.key.samples ? 1 : 0, s.key.samples.value_or(0))
+                      : std::pair(s.key.n.is_all() ? 0 : 1, s.key.n.is_all() ? 0 : s.key.n.value());
+  };
+  std::map<std::pair<int, int64_t>, size_t> column_of;  // each axis value its column, ascending
+  for (const SummaryRow& s : per_case) column_of.emplace(axis_value(s), 0);
   for (auto& [at, column] : column_of) {
     column = table.header.size();
     table.header.push_back(at.first == 0 ? fmt::format("{}=all", by_samples ? "samples" : "n")
@@ -87,10 +78,7 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
       table.rows.emplace_back(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(key_columns));
       table.rows.back().resize(table.header.size());
     }
-    const std::pair<int, int64_t> at =
-        by_samples ? std::pair(s.key.samples ? 1 : 0, s.key.samples.value_or(0))
-                   : std::pair(s.key.n.is_all() ? 0 : 1, s.key.n.is_all() ? 0 : s.key.n.value());
-    std::string& cell = table.rows[it->second][column_of.at(at)];
+    std::string& cell = table.rows[it->second][column_of.at(axis_value(s))];
     if (!cell.empty()) throw std::logic_error("summarize --wide: two summaries for one cell (" + join(key, ",") + ")");
     cell = !people       ? format_real(s.mean)
            : s.count > 1 ? fmt::format("{:.3g} ± {:.2g}", s.mean, s.stderr_)

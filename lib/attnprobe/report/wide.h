@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "attnprobe/estimators/registry.h"
 #include "attnprobe/records/record.h"
 
 namespace attnprobe {
@@ -24,8 +23,5 @@ struct WideTable {
 /// in first-appearance order, columns ascending. A cell is the mean (`people`: "mean ± stderr" to 3 and 2 significant
 /// digits, the mean alone for one value).
 WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people);
-
-/// "spec" for people: Spec::brief of a registered estimator's spec, any other text (a `py:` spec) as it is.
-std::string brief_spec(const std::string& spec, Spec::Knob knob = Spec::Knob::kIfNotDefault);
 
 }  // namespace attnprobe
