@@ -180,8 +180,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
       rows.prefill = o.prefill;
     }
   }
-  require_usage(o.recall_k >= 0, "--recall-k {} is not a number of keys: give K >= 1 (topk_recall@K)", o.recall_k);
-  r.recall_k = o.recall_k;
+  r.recall_k = o.recall_k;  // checked by the planner
   r.metrics = parse_metrics(o.metrics, &r.recall_k);
   r.eps = o.eps;
   return r;

@@ -199,7 +199,7 @@ std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k) {
       continue;
     }
     if (const int64_t k = recall_k_of(name)) {
-      if (recall_k) {
+      if (recall_k && *recall_k >= 0) {  // a negative K is the planner's error to report
         if (*recall_k == 0) *recall_k = k;
         if (*recall_k != k)
           throw UsageError(

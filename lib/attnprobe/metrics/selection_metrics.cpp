@@ -52,8 +52,8 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   const int64_t n = view.n();
   Sums sums;
   bool weighted = false;  // some row's keys carry weights: the tail decomposition does not apply
-  const bool wants_oracle = std::any_of(
-      which.begin(), which.end(), [](Metric m) { return m == Metric::kKeptOverlap || m == Metric::kTopkRecallAtK; });
+  const bool wants_overlap = std::find(which.begin(), which.end(), Metric::kKeptOverlap) != which.end();
+  const bool wants_recall = std::find(which.begin(), which.end(), Metric::kTopkRecallAtK) != which.end();
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
     const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
@@ -110,14 +110,19 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       }
       // Against the oracle of the same size or the reference's set (kept_overlap, a Jaccard index) and the K
       // heaviest keys.
-      if (wants_oracle) {
-        const int64_t size = static_cast<int64_t>(row.keys.size());
-        const std::vector<int64_t> largest = largest_entries(a.row(r), seen.begin, seen.end, std::max(size, recall_k));
+      // One ranking serves both, ranked only as deep as they read (a selection reference needs none for the overlap).
+      const int64_t size = static_cast<int64_t>(row.keys.size());
+      const int64_t ranked = std::max(wants_overlap && !reference_kept ? size : 0, wants_recall ? recall_k : 0);
+      const std::vector<int64_t> largest =
+          ranked > 0 ? largest_entries(a.row(r), seen.begin, seen.end, ranked) : std::vector<int64_t>();
+      if (wants_overlap) {
         const std::vector<int64_t> other =
             reference_kept ? (*reference_kept)(r0 + r).keys : ascending_prefix(largest, size);
         const int64_t both = common(row.keys, other);
         const int64_t either = size + static_cast<int64_t>(other.size()) - both;
         sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+      }
+      if (wants_recall) {
         const std::vector<int64_t> top = ascending_prefix(largest, recall_k);
         sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());
       }
