@@ -112,8 +112,11 @@ EstimatorDef custom_definition(const std::string& name, const CustomDeclaration&
 }  // namespace
 
 void register_custom(CustomTable& table, const std::string& name, const CustomDeclaration& declared) {
-  require_usage(!name.empty() && name.find_first_of("(),= \t\n") == std::string::npos,
-                "custom estimator name '{}' must be non-empty without spaces, parentheses, commas or '='", name);
+  // The name is read back from specs (parentheses, commas, '=') and case ids (';'), and printed in CSVs (quotes).
+  require_usage(!name.empty() && name.find_first_of("(),=;'\" \t\n\r\v\f") == std::string::npos,
+                "custom name '{}': a non-empty string without spaces, quotes, parentheses, commas, ';' or '=' (the "
+                "spec is py:NAME)",
+                name);
   for (const auto& [key, values] : declared.params)
     require_usage(!values.empty(), "custom estimator '{}': parameter '{}' has no values", name, key);
   const std::string signature = declaration_signature(declared);
