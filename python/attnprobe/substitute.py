@@ -75,6 +75,7 @@ class Substitution:
         self.seed, self.trial = _seed(seed), _trial(trial)
         case_id(0, 0, 0, 1, self.estimator)  # a bad spec is refused here, before the model runs
         self._name = self.estimator.split("(")[0].strip()
+        self._causal_forms = _causal_forms()  # read once: the registry does not change during the context
         self._layers, self._heads = _layer_indices(layer), _head_indices(head)
         self._hooks = None if hooks is None else list(hooks)
         if self._hooks is not None:
@@ -112,8 +113,8 @@ class Substitution:
             raise ValueError(f"head={heads[-1]}: {name} has {h} heads (0..{h - 1}); pass heads in 0..{h - 1} or "
                              "'all'")
         mask = "causal" if layer.causal else "full"
-        if layer.causal and not _causal_forms().get(self._name, True):
-            forms = [n for n, c in _causal_forms().items() if c]
+        if layer.causal and not self._causal_forms.get(self._name, True):
+            forms = [n for n, c in self._causal_forms.items() if c]
             raise ValueError(f"{name} is causal, and '{self._name}' has no causal form (its output rows depend on "
                              f"later tokens), so it cannot stand in for this layer's attention: substitute one of "
                              f"{', '.join(forms)}")
