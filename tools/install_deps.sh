@@ -17,6 +17,7 @@ packages=(
   python3-dev pybind11-dev python3-pandas python3-pytest      # the Python package (python/) and its tests
   python3-venv python3-pip python3-setuptools python3-wheel   # pip install --no-build-isolation . (pyproject.toml)
   locales                                                    # a de_DE locale the locale-independence test builds
+  chromium python3-pil                                       # the report's test in a headless browser
 )
 missing=()
 for p in "${packages[@]}"; do

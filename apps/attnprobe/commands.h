@@ -25,6 +25,7 @@ Action add_summarize(CLI::App& app);
 Action add_synth(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_check(CLI::App& app);
+Action add_report(CLI::App& app, const Globals& globals);
 Action add_merge(CLI::App& app, const Globals& globals);
 Action add_diagnose(CLI::App& app);
 

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
       "  attnprobe list                                # the estimators and their parameters\n"
       "  attnprobe sweep model.h5 -e vmean -e softmax --lengths 64..512:x2 -o out/sweep.csv\n"
       "  attnprobe summarize out/sweep.csv --table     # mean, stderr, ... per case\n"
-      "  attnprobe check out/sweep.csv --baseline base.csv   # did anything get worse?\n",
+      "  attnprobe check out/sweep.csv --baseline base.csv   # did anything get worse?\n"
+      "  attnprobe report out/sweep.csv -o out/report.html  # one page to read it all in a browser\n",
       "attnprobe"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnprobe ") + kVersion);
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
       [](CLI::App& a) { return cli::add_summarize(a); });
   add("check", "regression gate: exit 1 if a case got worse than the baseline beyond a statistical tolerance",
       [](CLI::App& a) { return cli::add_check(a); });
+  add("report",
+      "one self-contained HTML page of a run: errors by length, samples and head, cost fronts, bias/variance, "
+      "and the gate against a baseline",
+      [&](CLI::App& a) { return cli::add_report(a, globals); });
   add("merge", "join the CSVs of a sharded sweep (sweep --shard I/N) into one, in the canonical row order",
       [&](CLI::App& a) { return cli::add_merge(a, globals); });
   add("diagnose", "per slice and length: attention entropy, support, stable rank, distance, ... as a CSV",

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +154,42 @@ CsvContents read_csv(const std::string& path) {
                                                 "attnprobe CSV, or its first write was cut off",
                                                 path, text.size()));
   return out;
+}
+
+std::vector<DiagnosticRow> read_diagnostics_csv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const std::string header = csv_header(diagnostic_columns());
+  std::vector<DiagnosticRow> rows;
+  size_t pos = 0, line_no = 0;
+  // A final line without its newline is a cut-off write, ignored as read_csv does.
+  for (size_t end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    std::string line = text.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string where = fmt::format("'{}' line {}", path, ++line_no);
+    if (line_no == 1) {
+      if (line != header)
+        throw InputError(fmt::format("'{}' is not a diagnostics CSV of `attnprobe diagnose`: its header is not\n  {}",
+                                     path, header));
+      continue;
+    }
+    if (line.empty()) continue;
+    std::vector<std::string> fields;
+    try {
+      fields = parse_csv_line(line);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", where, e.what()));
+    }
+    parse_row(diagnostic_columns(), fields, where, rows.emplace_back());
+    if (!std::isfinite(rows.back().value))
+      throw InputError(fmt::format("{}: the diagnostic {} is {}, not a finite number", where, rows.back().diagnostic,
+                                   format_real(rows.back().value)));
+  }
+  if (line_no == 0) throw InputError(fmt::format("'{}' has no complete line: it is not a diagnostics CSV", path));
+  return rows;
 }
 
 std::string trial_csv_text(const std::vector<TrialRow>& rows) { return csv_text(trial_columns(), rows); }

@@ -45,6 +45,10 @@ struct CsvContents {
 /// negative value of a metric attnprobe computes (require_possible_values).
 CsvContents read_csv(const std::string& path);
 
+/// Reads the head diagnostics `attnprobe diagnose` writes. Throws InputError naming the file (and line) when it is
+/// missing, has another header, a malformed row, or a value that is not finite; a final unterminated line is ignored.
+std::vector<DiagnosticRow> read_diagnostics_csv(const std::string& path);
+
 /// Every metric attnprobe computes is ≥ 0 (an error, a fraction, an angle), or NaN/+inf: a negative value
 /// of one (a trial's value; a summary's mean, median, min or max) is a damaged or hand-edited file, refused
 /// (InputError naming `where`) so that merge, summarize, check and --resume never carry it on, in the CLI

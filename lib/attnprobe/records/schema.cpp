@@ -136,30 +136,51 @@ const std::vector<Column<SummaryRow>>& summary_columns() {
   return kColumns;
 }
 
+namespace {
+
+CaseKey slice_key(const DiagnosticRow& r) {
+  return CaseKey{.dump = r.dump,
+                 .layer = r.layer,
+                 .head = r.head,
+                 .batch = r.batch,
+                 .n = r.n,
+                 .p = r.p,
+                 .mask = r.mask,
+                 .window = r.window,
+                 .queries = r.queries};
+}
+
+void set_slice(DiagnosticRow& r, const CaseKey& k) {
+  r.dump = k.dump;
+  r.layer = k.layer;
+  r.head = k.head;
+  r.batch = k.batch;
+  r.n = k.n;
+  r.p = k.p;
+  r.mask = k.mask;
+  r.window = k.window;
+  r.queries = k.queries;
+}
+
+}  // namespace
+
 const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
-  // The slice columns reuse the case key's text forms, so they cannot drift apart. Written only
-  // (plots read it; nothing in attnprobe does), so the columns have no setters.
+  // The slice columns reuse the case key's text forms and parsers, so they cannot drift apart.
   static const std::vector<Column<DiagnosticRow>> kColumns = [] {
     std::vector<Column<DiagnosticRow>> c;
     for (const KeyColumn& k : case_key_columns()) {
       // dump, layer, head, batch, n, p, mask, queries: diagnostics describe the case's rows, not an estimator
       if (k.name == "estimator") break;
-      c.push_back({k.name,
-                   [get = k.get](const DiagnosticRow& r) {
-                     return get(CaseKey{.dump = r.dump,
-                                        .layer = r.layer,
-                                        .head = r.head,
-                                        .batch = r.batch,
-                                        .n = r.n,
-                                        .p = r.p,
-                                        .mask = r.mask,
-                                        .window = r.window,
-                                        .queries = r.queries});
-                   },
-                   nullptr});
+      c.push_back({k.name, [get = k.get](const DiagnosticRow& r) { return get(slice_key(r)); },
+                   [set = k.set](DiagnosticRow& r, const std::string& t) {
+                     CaseKey key = slice_key(r);
+                     set(key, t);
+                     set_slice(r, key);
+                   }});
     }
-    c.push_back({"diagnostic", [](const DiagnosticRow& r) { return r.diagnostic; }, nullptr});
-    c.push_back({"value", [](const DiagnosticRow& r) { return format_real(r.value); }, nullptr});
+    c.push_back({"diagnostic", [](const DiagnosticRow& r) { return r.diagnostic; },
+                 [](DiagnosticRow& r, const std::string& t) { r.diagnostic = t; }});
+    c.push_back(real_column("value", &DiagnosticRow::value));
     return c;
   }();
   return kColumns;
@@ -203,6 +224,8 @@ template void parse_row(const std::vector<Column<TrialRow>>&, const std::vector<
                         TrialRow&);
 template void parse_row(const std::vector<Column<SummaryRow>>&, const std::vector<std::string>&, const std::string&,
                         SummaryRow&);
+template void parse_row(const std::vector<Column<DiagnosticRow>>&, const std::vector<std::string>&, const std::string&,
+                        DiagnosticRow&);
 
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\n\r") == std::string::npos) return text;

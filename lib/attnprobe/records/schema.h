@@ -83,7 +83,7 @@ std::string csv_text(const std::vector<Column<Row>>& columns, const std::vector<
   return text;
 }
 
-/// dump,layer,head,batch,n,p,mask,queries,diagnostic,value (written only: its columns have no setters)
+/// dump,layer,head,batch,n,p,mask,queries,diagnostic,value: the head diagnostics of `attnprobe diagnose`
 const std::vector<Column<DiagnosticRow>>& diagnostic_columns();
 
 /// Sets every column of `row` from `fields` (in the table's order). Throws InputError naming
