@@ -157,3 +157,36 @@ TEST_CASE("summarize refuses a trial given twice and pools other seeds", "[check
   const std::vector<SummaryRow> pooled = summarize_trials(reseeded);
   CHECK(pooled.front().count == 2 * summarize_trials(rows).front().count);
 }
+
+TEST_CASE("a single run's spread is NaN, not 0, and the gate holds it to rounding", "[check]") {
+  // A deterministic estimator runs once: no spread exists to estimate, so std and stderr are NaN (they read 0, which
+  // claimed a deterministic case was known to ±0).
+  const std::string base = sweep("single.csv", "-e vmean -e 'performer(M=16)' --layers 0 --heads 0");
+  const std::vector<SummaryRow> summaries = summarize_trials(read_csv(base).trials);
+  int singles = 0;
+  for (const SummaryRow& s : summaries) {
+    INFO(s.key.spec << " " << s.metric << " count " << s.count);
+    if (s.count == 1) {
+      ++singles;
+      CHECK(std::isnan(s.std));
+      CHECK(std::isnan(s.stderr_));
+      CHECK(stderr_or_zero(s) == 0);
+    } else {
+      CHECK(s.stderr_ >= 0);  // performer's 16 trials
+    }
+  }
+  CHECK(singles > 0);  // vmean's metrics
+  // Its summary, written and read back, is a valid baseline; an identical rerun passes; vmean moved by 1% fails
+  // (a single value is held to atol + rtol·|mean|, rtol 1e-3).
+  const std::string summary = temp_path("single-summary.csv");
+  REQUIRE(run_attnprobe("summarize " + base + " -o " + summary).exit_code == 0);
+  CHECK(read_text(summary).find(",nan,nan,") != std::string::npos);  // count 1, mean, then std and stderr
+  const auto same = run_attnprobe("check " + base + " --baseline " + summary);
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  std::vector<SummaryRow> moved = summaries;
+  for (SummaryRow& s : moved)
+    if (s.key.estimator == "vmean" && s.metric == "spec_rel") s.mean *= 1.01;
+  const CheckReport report = check_regressions(summaries, moved, CheckOptions{});
+  CHECK(report.regressions == 1);
+}

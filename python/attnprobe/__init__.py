@@ -57,7 +57,7 @@ atexit.register(_core.stop_sweeps_at_exit)
 
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "EstimateWithReference", "Slice", "estimators", "load", "exact", "estimate", "reference",
-    "metrics", "sweep", "summarize", "compare", "check", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
+    "metrics", "sweep", "summarize", "compare", "check", "report", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
     "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump", "substitute", "Substitution",
     "loss_delta", "LossDelta",
 ]
@@ -928,6 +928,39 @@ def check(new, baseline, z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3,
     base_summary, base_rows = _rows(baseline)
     return CheckReport(_core.check(new_summary, new_rows, base_summary, base_rows, float(z), float(atol), float(rtol),
                                    names))
+
+
+def report(run, baseline=None, output: Union[None, str, os.PathLike] = None,
+           metrics: Union[None, str, Sequence[str]] = None, diagnostics: Union[None, str, os.PathLike] = None,
+           z: float = 4.0, atol: float = 1e-9, rtol: float = 1e-3) -> str:
+    """The HTML page of ``attnprobe report`` (docs/report.md): the run's tables, error against length and samples
+    with 95% intervals over slices, a layer x head map per setting, the fronts over keys read, bias against variance,
+    and with ``baseline`` the gate's verdict case by case (``z``, ``atol``, ``rtol`` as :func:`check`). One
+    self-contained file: no network is needed to view it.
+
+    ``run`` and ``baseline``: trial rows or summaries, as DataFrames or CSV paths (a path's ``run.json`` is shown).
+    ``metrics``: those to draw (default: those of spec_rel, angle, row_tv, mass_recall present, at most three).
+    ``diagnostics``: the CSV of ``attnprobe diagnose``, drawn beside the per-head maps. Returns the page's text and
+    writes it to ``output`` when given.
+
+        >>> df = attnprobe.sweep("model.h5", ["vmean", "performer"], lengths=[256, 1024], trials=4)
+        >>> attnprobe.report(df, output="report.html")
+    """
+    names = [] if metrics is None else [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) \
+        else list(metrics)
+    run_csv = os.fspath(run) if isinstance(run, (str, os.PathLike)) else ""
+    summary, rows = _rows(run)
+    base_summary, base_rows, base_name = False, [], ""
+    if baseline is not None:
+        base_name = os.fspath(baseline) if isinstance(baseline, (str, os.PathLike)) else "the baseline DataFrame"
+        base_summary, base_rows = _rows(baseline)
+    page = _core.report(summary, rows, run_csv, base_summary, base_rows, base_name,
+                        "" if diagnostics is None else os.fspath(diagnostics), names, float(z), float(atol),
+                        float(rtol))
+    if output is not None:
+        with open(output, "w", encoding="utf-8") as out:
+            out.write(page)
+    return page
 
 
 from .capture import CaptureError, LayerSpec, capture  # noqa: E402  (needs exact() above; torch only when called)

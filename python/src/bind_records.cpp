@@ -2,6 +2,7 @@
 // order, parsed and checked as the CSV readers do, then summarised or gated by the library.
 #include <pybind11/stl.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "attnprobe/records/schema.h"
 #include "attnprobe/report/check.h"
 #include "attnprobe/report/compare.h"
+#include "attnprobe/report/html/html_report.h"
+#include "attnprobe/report/run_info.h"
 #include "attnprobe/report/summary.h"
 #include "bindings.h"
 
@@ -89,6 +92,31 @@ std::string check(bool new_summary, const std::vector<std::vector<std::string>>&
   return check_report_json(report, options);
 }
 
+// `attnprobe report` (report/html/html_report.h) of rows handed over from pandas: the page's text. `run_csv` is the
+// CSV the rows were read from ("" for a DataFrame), whose run.json the page shows; `baseline_name` "" means no
+// baseline.
+std::string report(bool summary, const std::vector<std::vector<std::string>>& rows, const std::string& run_csv,
+                   bool base_summary, const std::vector<std::vector<std::string>>& base_rows,
+                   const std::string& baseline_name, const std::string& diagnostics,
+                   const std::vector<std::string>& metrics, double z, double atol, double rtol) {
+  ReportInputs inputs;
+  inputs.gate = CheckOptions{z, atol, rtol, {}};
+  py::gil_scoped_release release;
+  validate_check_options(inputs.gate);
+  inputs.run_path = run_csv.empty() ? "the DataFrame" : run_csv;
+  inputs.run = gate_rows(summary, rows, inputs.run_path, false);
+  if (!run_csv.empty() && std::filesystem::exists(existing_run_info_path(run_csv)))
+    inputs.run_info = read_run_info(existing_run_info_path(run_csv));
+  if (!baseline_name.empty()) {
+    inputs.baseline_path = baseline_name;
+    inputs.baseline = gate_rows(base_summary, base_rows, baseline_name, true);
+  }
+  if (!diagnostics.empty()) inputs.diagnostics = read_diagnostics_csv(diagnostics);
+  inputs.metrics = metrics;
+  inputs.generated_by = "attnprobe.report() (Python)";
+  return html_report(inputs);
+}
+
 std::vector<std::string> column_names(bool summary) {
   std::vector<std::string> names;
   if (summary)
@@ -105,6 +133,7 @@ void bind_records(py::module_& m) {
   m.def("summarize", &summarize);
   m.def("compare", &compare);
   m.def("check", &check);
+  m.def("report", &report);
   m.def("validate_rows", &validate_rows);
 }
 

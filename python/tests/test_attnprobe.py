@@ -9,6 +9,7 @@ import ast
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -663,6 +664,24 @@ def test_python_check_fails_closed_on_numbers(tmp_path):
         attnprobe.check(huge, rows)
     with pytest.raises(ValueError):
         attnprobe.check(rows, rows, z=1e308)
+
+
+def test_report_is_the_clis_page(tmp_path):
+    csv = tmp_path / "run.csv"
+    attnprobe.sweep(DUMP, ["softmax", "vmean", "performer(M=16)"], lengths=[48, 96], layers="0,1", trials=3, seed=1,
+                    output=str(csv))
+    page = attnprobe.report(str(csv), baseline=str(csv), output=tmp_path / "py.html")
+    assert (tmp_path / "py.html").read_text() == page
+    cli("report", str(csv), str(csv), "-o", str(tmp_path / "cli.html"))
+    # The same page but for the line naming its writer; run.json's command shows in both.
+    writer = re.compile(r"Written by [^<]*\.")
+    assert writer.sub("", page) == writer.sub("", (tmp_path / "cli.html").read_text())
+    assert '<p class="verdict passed">passed' in page and "attnprobe.report() (Python)" in page
+    # A DataFrame works too (no run.json to show); errors are the CLI's.
+    frame_page = attnprobe.report(attnprobe.read_csv(csv), metrics="angle")
+    assert "No run.json beside the CSV" in frame_page and "angle against n" in frame_page
+    with pytest.raises(ValueError, match="the run has no such metric"):
+        attnprobe.report(str(csv), metrics=["mass_recall"])
 
 
 def test_sweep_output_never_replaces_the_dump(tmp_path):

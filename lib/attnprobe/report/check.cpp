@@ -82,15 +82,18 @@ std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::strin
     require_input(s.count >= 1, "'{}' ({}): {} has count {}; a summary row needs at least one trial.", source, role,
                   what, s.count);
     require_possible_values(fmt::format("'{}' ({}): {}", source, role, what), s);
-    require_input(std::isnan(s.mean) || (s.std >= 0 && s.stderr_ >= 0),
-                  "'{}' ({}): {} has std {} and stderr {}; both must be >= 0.", source, role, what, format_real(s.std),
-                  format_real(s.stderr_));
-    require_input(std::isnan(s.mean) || s.stderr_ <= kLargestRelativeStderr * std::abs(s.mean),
+    // A single value's spread is NaN (none exists; older files wrote 0): held to zero (stderr_or_zero).
+    const bool single =
+        s.count == 1 && ((std::isnan(s.std) && std::isnan(s.stderr_)) || (s.std == 0 && s.stderr_ == 0));
+    require_input(std::isnan(s.mean) || single || (s.std >= 0 && s.stderr_ >= 0),
+                  "'{}' ({}): {} has std {} and stderr {}; both must be >= 0 (NaN only for a single value).", source,
+                  role, what, format_real(s.std), format_real(s.stderr_));
+    require_input(std::isnan(s.mean) || single || s.stderr_ <= kLargestRelativeStderr * std::abs(s.mean),
                   "'{}' ({}): {} has the mean {} ± {}, a standard error over {:g} times its mean: no change of the "
                   "mean could fail the gate. The file is damaged or its trials are not comparable.",
                   source, role, what, format_real(s.mean), format_real(s.stderr_), kLargestRelativeStderr);
     if (baseline)
-      require_input(std::isfinite(s.mean) && std::isfinite(s.stderr_),
+      require_input(std::isfinite(s.mean) && std::isfinite(stderr_or_zero(s)),
                     "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
                     "from a sound run.",
                     source, what, format_real(s.mean), format_real(s.stderr_));
@@ -153,7 +156,7 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
     c.key = base.key;
     c.metric = base.metric;
     c.base_mean = base.mean;
-    c.base_se = base.stderr_;
+    c.base_se = stderr_or_zero(base);
     seen[{base.key, base.metric}] = true;
     auto it = fresh.find({base.key, base.metric});
     if (it == fresh.end()) {
@@ -165,7 +168,7 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
     }
     ++report.compared;
     c.new_mean = it->second->mean;
-    c.new_se = it->second->stderr_;
+    c.new_se = stderr_or_zero(*it->second);
     const double se = std::hypot(c.base_se, c.new_se);  // inputs are < 1e150 (gate_input): cannot overflow
     // How much worse the new run is: larger is worse for every metric but topk_recall.
     const std::optional<Metric> metric = find_metric(base.metric);
@@ -193,7 +196,7 @@ CheckReport check_regressions(const std::vector<SummaryRow>& baseline, const std
       c.metric = s.metric;
       c.verdict = Verdict::kNew;
       c.new_mean = s.mean;
-      c.new_se = s.stderr_;
+      c.new_se = stderr_or_zero(s);
       ++report.added;
       report.comparisons.push_back(c);
     }

@@ -44,7 +44,8 @@ struct CheckReport {
 
 /// Reads a trial CSV (summarised here) or a summary CSV for the gate. Throws InputError naming the
 /// file and row when it has no rows, ends in a line without its newline, repeats a case (or a
-/// trial), has an unknown metric, a negative or −inf error, a count < 1 or a negative or NaN spread;
+/// trial), has an unknown metric, a negative or −inf error, a count < 1, a negative spread or a NaN one beside a count
+/// above 1;
 /// and, for the baseline (`baseline` true), a mean that is not finite (nothing to hold a run to).
 std::vector<SummaryRow> load_gate_input(const std::string& path, bool baseline);
 /// The same validation and summary of rows already parsed (the Python package's check() of DataFrames);

@@ -13,6 +13,7 @@
 #include "attnprobe/metrics/catalogue.h"
 #include "attnprobe/records/schema.h"
 #include "attnprobe/report/spec_text.h"
+#include "attnprobe/report/summary.h"
 #include "attnprobe/rng/random_stream.h"
 
 namespace attnprobe {
@@ -140,7 +141,7 @@ std::vector<ComparisonRow> compare_paired(const std::vector<SummaryRow>& per_cas
     if (!groups.count(group)) order.push_back(group);
     const SummaryRow& t = *other->second;
     groups[group][{s.key.dump, s.key.layer, s.key.head}].slices.push_back(
-        {s.mean, t.mean, s.stderr_ * s.stderr_ + t.stderr_ * t.stderr_});
+        {s.mean, t.mean, std::pow(stderr_or_zero(s), 2) + std::pow(stderr_or_zero(t), 2)});
   }
   if (order.empty())
     throw UsageError(fmt::format(

@@ -31,7 +31,9 @@ SummaryRow describe(const CaseKey& key, const std::string& metric, std::vector<d
   s.mean = scaled_mean * scale;
   double squares = 0;
   for (double v : values) squares += (v / scale - scaled_mean) * (v / scale - scaled_mean);
-  s.std = s.count > 1 ? std::sqrt(squares / (s.count - 1)) * scale : 0.0;
+  // One value has no spread to estimate: NaN, not 0 (a deterministic case is not known to ±0; stderr_or_zero
+  // is what the gate and --compare hold it to).
+  s.std = s.count > 1 ? std::sqrt(squares / (s.count - 1)) * scale : std::nan("");
   s.stderr_ = s.std / std::sqrt(static_cast<double>(s.count));
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
@@ -102,6 +104,8 @@ std::vector<SummaryRow> summarize_over(const std::vector<SummaryRow>& per_case, 
   }
   return aggregate(items);
 }
+
+double stderr_or_zero(const SummaryRow& s) { return s.count == 1 ? 0.0 : s.stderr_; }
 
 std::vector<SummaryRow> pool_over_slices(const std::vector<TrialRow>& rows) {
   return summarize_over(summarize_trials(rows), {"layer", "head", "batch", "n"});

@@ -8,12 +8,16 @@
 
 namespace attnprobe {
 
-/// Per (case, metric): count, mean, sample std (n−1; 0 for one value), stderr = std/√count,
+/// Per (case, metric): count, mean, sample std (n−1; NaN for one value: no spread to estimate), stderr = std/√count,
 /// median, min, max. Rows of all seeds and trials of a case are pooled. NaN values make the
 /// statistics NaN (never silently dropped). Output in first-appearance order. A trial given twice
 /// (same case, trial, seed and metric: two runs in one file) is an InputError, its message prefixed
 /// with `source` (e.g. the file) when given.
 std::vector<SummaryRow> summarize_trials(const std::vector<TrialRow>& rows, const std::string& source = "");
+
+/// The standard error a comparison holds a case to: its stderr, or 0 for a single value (a deterministic estimator's
+/// one run, or one trial), whose stderr is NaN — the gate's atol and rtol then allow rounding only.
+double stderr_or_zero(const SummaryRow& summary);
 
 /// "DUMP L0 H1 B0 n=256 SPEC vs REFERENCE, METRIC": a case and metric in messages.
 std::string case_label(const CaseKey& key, const std::string& metric);
