@@ -190,3 +190,26 @@ TEST_CASE("a single run's spread is NaN, not 0, and the gate holds it to roundin
   const CheckReport report = check_regressions(summaries, moved, CheckOptions{});
   CHECK(report.regressions == 1);
 }
+
+TEST_CASE("a selection sweep is its own baseline: its not-applicable NaNs are not a broken run", "[check]") {
+  // den_rel, num_rel, eps_cover and pilot are NaN for the oracle top-k (no weights: docs/metrics.md); the gate used
+  // to refuse every such baseline (exit 3), so no selection sweep with --metrics selection could be gated at all.
+  const std::string dump = write_synth("gate-selection.h5", synth_options(1, 2, 1, 128, 16, {0.2}));
+  const std::string run = temp_path("selection-gate.csv");
+  REQUIRE(run_attnprobe("sweep " + dump +
+                        " -e 'topk(k=16)' -e 'oracle_sample(b=16)' --mask causal --queries last:4 --lengths 128 "
+                        "--trials 3 --metrics spec_rel,selection -q -o " +
+                        run)
+              .exit_code == 0);
+  const auto same = run_attnprobe("check " + run + " --baseline " + run);
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  // A NaN of a metric that is not a selection one is still refused in a baseline.
+  std::vector<SummaryRow> broken = summarize_trials(read_csv(run).trials);
+  for (SummaryRow& s : broken)
+    if (s.metric == "spec_rel") s.mean = std::nan("");
+  CsvContents contents;
+  contents.summary = true;
+  contents.summaries = broken;
+  CHECK_THROWS_WITH(gate_input(contents, "broken", true), Catch::Contains("which no run can be held to"));
+}

@@ -97,7 +97,8 @@ Action add_check(CLI::App& app) {
       "Cases of the baseline missing from the new run fail; cases only in the new run are listed as new.\n"
       "Exit code 1 on a regression, a missing case or when nothing was compared; 3 when a file is empty, truncated "
       "or malformed (duplicated cases, negative errors, a statistic that is infinite, >= 1e150 or with a standard "
-      "error over 1e6 times its mean, a NaN baseline; a NaN in the new run is a regression, 1); 2 for bad options "
+      "error over 1e6 times its mean, a NaN baseline but for a selection metric where it does not apply; a NaN in the "
+      "new run is a regression, 1); 2 for bad options "
       "(--json naming an input included); 0 otherwise.");
   return [o] { return run_check(*o); };
 }

@@ -92,7 +92,12 @@ std::vector<SummaryRow> gate_input(const CsvContents& contents, const std::strin
                   "'{}' ({}): {} has the mean {} ± {}, a standard error over {:g} times its mean: no change of the "
                   "mean could fail the gate. The file is damaged or its trials are not comparable.",
                   source, role, what, format_real(s.mean), format_real(s.stderr_), kLargestRelativeStderr);
-    if (baseline)
+    // A selection metric is NaN by definition where it does not apply (den_rel of a deterministic selection, tail_mass
+    // of a sampler, pilot without a pilot: docs/metrics.md), so a sound selection sweep holds such NaNs; the gate
+    // then holds that case to nothing, and a number becoming NaN later is still a regression. Every other NaN or
+    // infinity in a baseline is a broken run.
+    const bool not_applicable = std::isnan(s.mean) && is_selection_metric(*find_metric(s.metric));
+    if (baseline && !not_applicable)
       require_input(std::isfinite(s.mean) && std::isfinite(stderr_or_zero(s)),
                     "'{}' (baseline): {} has the mean {} ± {}, which no run can be held to. Refresh the baseline "
                     "from a sound run.",
