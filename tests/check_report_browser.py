@@ -84,7 +84,7 @@ def main():
         charts = int(re.search(r'data-charts="(\d+)"', body.group(0)).group(1))
         if charts != expected_charts or charts < 10:
             sys.exit(f"FAILED: {name}: {charts} svg elements rendered, the page holds {expected_charts}")
-        for section in ("run", "gate", "numbers", "length", "samples", "heads", "cost", "bias"):
+        for section in ("run", "gate", "numbers", "ranking", "length", "samples", "heads", "cost", "bias"):
             if f'<section id="{section}">' not in dom.stdout:
                 sys.exit(f"FAILED: {name}: section {section} missing from the rendered page")
         print(f"{name}: {charts} svg elements rendered (charts, maps, legend swatches), no script errors")

@@ -102,7 +102,7 @@ TEST_CASE("report page: sections, intervals, maps of the hard head, escaping", "
   in.run_path = "run.csv";
   in.run = made_up_run("<script>alert(1)</script>.h5");
   const std::string page = html_report(in);
-  for (const std::string id : {"run", "numbers", "length", "samples", "heads", "cost", "bias"})
+  for (const std::string id : {"run", "numbers", "ranking", "length", "samples", "heads", "cost", "bias"})
     CHECK(page.find("<section id=\"" + id + "\">") != std::string::npos);
   CHECK(page.find("id=\"gate\"") == std::string::npos);  // no baseline, no gate
   // The dump's name is text, never markup.
@@ -116,6 +116,11 @@ TEST_CASE("report page: sections, intervals, maps of the hard head, escaping", "
   // A point's interval over the six slices at n = 64 for vmean: mean 0.51, se = sd/√6 of 0.50,0.51,0.52 twice
   // = 0.0036515; t(0.975, 5) = 2.5706 → ±0.009387.
   CHECK(page.find("vmean: spec_rel = 0.51 (n = 64; 95% interval 0.5006 .. 0.5194 over 6 slices)") != std::string::npos);
+  // The ranking at n = 128: performer (mean 0.4233: 0.328 on five heads, 0.9 on the hard one) above vmean (0.51),
+  // better on 5 of the 6 heads; sign test 2·(1 + 6)/2⁶ = 0.21875.
+  CHECK(page.find("<td>1</td><td>performer(M=16)</td>") != std::string::npos);
+  CHECK(page.find("<td>vmean</td><td>-0.08667 [") != std::string::npos);
+  CHECK(page.find("<td>5 of 6</td><td>0.2188</td>") != std::string::npos);
   // Sections without data say which sweep draws them.
   CHECK(page.find("--samples 16..256:x2") != std::string::npos);
   CHECK(page.find("--metrics all,selection") != std::string::npos);

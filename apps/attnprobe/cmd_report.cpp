@@ -69,10 +69,11 @@ Action add_report(CLI::App& app, const Globals& globals) {
       "  attnprobe report out/sweep.csv -o out/report.html --diagnostics out/diag.csv\n"
       "  attnprobe report out/new.csv base.csv -o out/gate.html     # with the gate's verdict\n\n"
       "One self-contained HTML file (no network needed to view it): the run's context from its run.json, a table\n"
-      "per metric, error against length and against the samples knob with 95% intervals over slices, a layer x head\n"
-      "map per setting (which heads are hard), error against keys read (with --metrics all,selection in the sweep),\n"
-      "bias against one trial's spread (with --metrics all,case), and with a baseline the gate of `attnprobe check`.\n"
-      "Sections the run has no data for say which sweep option draws them. Hover a point or a cell for its case;\n"
+      "per metric, the ranking (each step backed by the paired comparison over heads), error against length and\n"
+      "against the samples knob with 95% intervals over slices, a layer x head map per setting (which heads are\n"
+      "hard), error against keys read (with --metrics all,selection in the sweep), bias against one trial's spread\n"
+      "(with --metrics all,case), and with a baseline the gate of `attnprobe check`. Sections the run has no data\n"
+      "for say which sweep option draws them. Hover a point or a cell for its case;\n"
       "the checkboxes at the top hide estimators. docs/report.md explains each section.");
   return [o, &globals] { return run_report(*o, globals); };
 }

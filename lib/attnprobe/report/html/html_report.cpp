@@ -10,6 +10,7 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"
 #include "attnprobe/metrics/catalogue.h"
+#include "attnprobe/report/compare.h"
 #include "attnprobe/report/html/svg_chart.h"
 #include "attnprobe/report/pareto.h"
 #include "attnprobe/report/spec_text.h"
@@ -248,6 +249,75 @@ std::map<Panel, Coordinate> largest_lengths(const std::vector<SummaryRow>& rows)
     if (!fresh && it->second < r.key.n) it->second = r.key.n;
   }
   return largest;
+}
+
+// Settings ranked by their mean at each panel's largest length, each step down the ranking backed by the paired
+// comparison over heads (report/compare.h): a ranking the heads do not support says so.
+void ranking_section(Page& page, const std::vector<SummaryRow>& per_case, const std::vector<SummaryRow>& pooled,
+                     const std::string& metric) {
+  page.section("ranking", "Ranking",
+               fmt::format("The settings by their mean {} at each panel's largest length, best first, among those "
+                           "measured against the same reference. Each step down is the paired comparison over heads "
+                           "of <code>attnprobe summarize --compare</code>: the mean difference over heads with its 95% "
+                           "bootstrap interval, on how many heads the higher-ranked setting is better, and the exact "
+                           "sign test. A step whose interval holds 0 is not supported by this model's heads.",
+                           html_escape(metric)));
+  for (const SummaryRow& r : per_case)
+    if (r.key.layer.is_all() || r.key.head.is_all()) {
+      page.note("The input is already pooled over layers or heads: the paired comparison needs per-slice rows.");
+      return;
+    }
+  const std::optional<Metric> known = find_metric(metric);
+  const bool larger_better = known && larger_is_better(*known);
+  bool drew = false;
+  for (const auto& [panel, n] : largest_lengths(per_case)) {
+    std::map<std::string, std::vector<const SummaryRow*>> by_reference;
+    for (const SummaryRow& r : pooled)
+      if (r.metric == metric && panel_of(r.key) == panel && r.key.n == n && !is_floor(r.key))
+        by_reference[r.key.reference].push_back(&r);
+    std::vector<SummaryRow> slices;  // the per-slice rows the comparisons pair (this metric only: fast)
+    for (const SummaryRow& r : per_case)
+      if (r.metric == metric && panel_of(r.key) == panel && r.key.n == n) slices.push_back(r);
+    for (auto& [reference, settings] : by_reference) {
+      if (settings.size() < 2) continue;
+      std::stable_sort(settings.begin(), settings.end(), [&](const SummaryRow* a, const SummaryRow* b) {
+        return larger_better ? a->mean > b->mean : a->mean < b->mean;
+      });
+      std::vector<std::vector<std::string>> table = {
+          {"rank", "setting", fmt::format("{} (mean ± se over slices)", metric), "vs the next",
+           "difference over heads [95% interval]", "better on heads", "sign test p"}};
+      std::vector<std::string> estimators;
+      for (size_t i = 0; i < settings.size(); ++i) {
+        const SummaryRow& a = *settings[i];
+        std::vector<std::string> row = {std::to_string(i + 1), setting_label(a.key),
+                                        fmt::format("{} ± {}", number(a.mean), number(a.stderr_))};
+        if (i + 1 < settings.size()) {
+          const SummaryRow& b = *settings[i + 1];
+          row.push_back(brief_spec(b.key.spec));
+          try {
+            const std::vector<ComparisonRow> paired = compare_paired(slices, a.key.spec, b.key.spec);
+            const auto it = std::find_if(paired.begin(), paired.end(),
+                                         [&](const ComparisonRow& c) { return c.key.reference == reference; });
+            if (it == paired.end()) throw UsageError("no common slice");
+            row.push_back(fmt::format("{} [{}, {}]", number(it->diff), number(it->ci_low), number(it->ci_high)));
+            row.push_back(fmt::format("{} of {}", it->a_better, it->heads));
+            row.push_back(number(it->sign_p));
+          } catch (const UsageError&) {
+            row.insert(row.end(), {"no slice has both", "", ""});
+          }
+        } else {
+          row.insert(row.end(), {"", "", "", ""});
+        }
+        table.push_back(row);
+        estimators.push_back(a.key.estimator);
+      }
+      page.body += fmt::format("<h3>{}, n = {}{}</h3>", html_escape(panel_text(panel)), n.text(),
+                               reference == "softmax" ? "" : ", against " + html_escape(brief_spec(reference)));
+      page.body += table_html(table, estimators);
+      drew = true;
+    }
+  }
+  if (!drew) page.note("Fewer than two settings share a reference: nothing to rank.");
 }
 
 void samples_section(Page& page, const std::vector<SummaryRow>& pooled, const std::vector<std::string>& metrics) {
@@ -603,6 +673,7 @@ std::string html_report(const ReportInputs& in) {
   context_section(page, in, in.run);
   if (!in.baseline_path.empty()) gate_section(page, in);
   tables_section(page, pooled, metrics);
+  ranking_section(page, in.run, pooled, metrics.front());
   length_section(page, pooled, metrics);
   samples_section(page, pooled, metrics);
   heads_section(page, in, in.run, metrics.front());

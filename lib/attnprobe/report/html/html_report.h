@@ -1,9 +1,9 @@
 #pragma once
 // `attnprobe report` (docs/report.md): one self-contained HTML page of a run — what produced it, the numbers per
-// setting, error against length and against samples with 95% intervals over heads, which heads are hard (a layer ×
-// head map per setting), error against cost (the fronts over keys read), bias against variance, and with a baseline
-// the regression gate's verdict case by case. No network at view time: the charts are inline SVG (svg_chart.h) and
-// the little script only filters by estimator.
+// setting, their ranking with the paired comparison over heads behind each step, error against length and against
+// samples with 95% intervals over heads, which heads are hard (a layer × head map per setting), error against cost (the
+// fronts over keys read), bias against variance, and with a baseline the regression gate's verdict case by case. No
+// network at view time: the charts are inline SVG (svg_chart.h) and the little script only filters by estimator.
 #include <optional>
 #include <string>
 #include <vector>
