@@ -188,6 +188,17 @@ void dash_settings(std::vector<ChartSeries>& series) {
   for (ChartSeries& s : series) s.dash = kDashes[seen[s.estimator]++ % kDashes.size()];
 }
 
+// A chart of settings: each series' points in ascending x, in the map's order (estimator, then knob), dashed apart.
+template <class Key>
+std::string settings_chart(LineChart chart, std::map<Key, ChartSeries>& series) {
+  for (auto& [key, s] : series) {
+    std::sort(s.points.begin(), s.points.end(), [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
+    chart.series.push_back(std::move(s));
+  }
+  dash_settings(chart.series);
+  return line_chart_svg(chart);
+}
+
 bool log_worthy(const std::vector<double>& values) {
   double low = INFINITY, high = 0;
   for (const double v : values) {
@@ -229,12 +240,7 @@ void length_section(Page& page, const std::vector<SummaryRow>& pooled, const std
                       .series = {}};
       if (ns.size() <= 12)
         for (const int64_t n : ns) chart.x.ticks.push_back(static_cast<double>(n));
-      for (auto& [key, s] : series) {
-        std::sort(s.points.begin(), s.points.end(), [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
-        chart.series.push_back(std::move(s));
-      }
-      dash_settings(chart.series);
-      page.body += line_chart_svg(chart);
+      page.body += settings_chart(std::move(chart), series);
       drew = true;
     }
   }
@@ -347,12 +353,7 @@ void samples_section(Page& page, const std::vector<SummaryRow>& pooled, const st
                       .x = {.label = "samples knob", .log = log_worthy(xs), .ticks = {}},
                       .y = {.label = metric, .log = log_worthy(ys), .ticks = {}},
                       .series = {}};
-      for (auto& [key, s] : series) {
-        std::sort(s.points.begin(), s.points.end(), [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
-        chart.series.push_back(std::move(s));
-      }
-      dash_settings(chart.series);
-      page.body += line_chart_svg(chart);
+      page.body += settings_chart(std::move(chart), series);
       drew = true;
     }
   if (!drew)
