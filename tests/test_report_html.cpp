@@ -118,7 +118,9 @@ TEST_CASE("report page: sections, intervals, maps of the hard head, escaping", "
   CHECK(page.find("vmean: spec_rel = 0.51 (n = 64; 95% interval 0.5006 .. 0.5194 over 6 slices)") != std::string::npos);
   // The ranking at n = 128: performer (mean 0.4233: 0.328 on five heads, 0.9 on the hard one) above vmean (0.51),
   // better on 5 of the 6 heads; sign test 2·(1 + 6)/2⁶ = 0.21875.
-  CHECK(page.find("<td>1</td><td>performer(M=16)</td>") != std::string::npos);
+  // Its Monte-Carlo se: the six slices' trial se (1% of each mean) in quadrature over 6:
+  // √(5·0.00328² + 0.009²)/6 = 0.001935; the spread over slices sd/√6 = 0.09533.
+  CHECK(page.find("<td>1</td><td>performer(M=16)</td><td>0.4233 ± 0.09533</td><td>0.001935</td>") != std::string::npos);
   CHECK(page.find("<td>vmean</td><td>-0.08667 [") != std::string::npos);
   CHECK(page.find("<td>5 of 6</td><td>0.2188</td>") != std::string::npos);
   // Sections without data say which sweep draws them.

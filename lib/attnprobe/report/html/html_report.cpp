@@ -261,13 +261,16 @@ std::map<Panel, Coordinate> largest_lengths(const std::vector<SummaryRow>& rows)
 // comparison over heads (report/compare.h): a ranking the heads do not support says so.
 void ranking_section(Page& page, const std::vector<SummaryRow>& per_case, const std::vector<SummaryRow>& pooled,
                      const std::string& metric) {
-  page.section("ranking", "Ranking",
-               fmt::format("The settings by their mean {} at each panel's largest length, best first, among those "
-                           "measured against the same reference. Each step down is the paired comparison over heads "
-                           "of <code>attnprobe summarize --compare</code>: the mean difference over heads with its 95% "
-                           "bootstrap interval, on how many heads the higher-ranked setting is better, and the exact "
-                           "sign test. A step whose interval holds 0 is not supported by this model's heads.",
-                           html_escape(metric)));
+  page.section(
+      "ranking", "Ranking",
+      fmt::format("The settings by their mean {} at each panel's largest length, best first, among those "
+                  "measured against the same reference. Each step down is the paired comparison over heads "
+                  "of <code>attnprobe summarize --compare</code>: the mean difference over heads with its 95% "
+                  "bootstrap interval, on how many heads the higher-ranked setting is better, and the exact "
+                  "sign test. A step whose interval holds 0 is not supported by this model's heads. The "
+                  "Monte-Carlo se is the trials' share of the uncertainty: where it is small beside the spread "
+                  "over slices, more trials would not change the ranking, more heads might.",
+                  html_escape(metric)));
   for (const SummaryRow& r : per_case)
     if (r.key.layer.is_all() || r.key.head.is_all()) {
       page.note("The input is already pooled over layers or heads: the paired comparison needs per-slice rows.");
@@ -282,21 +285,32 @@ void ranking_section(Page& page, const std::vector<SummaryRow>& per_case, const 
       if (r.metric == metric && panel_of(r.key) == panel && r.key.n == n && !is_floor(r.key))
         by_reference[r.key.reference].push_back(&r);
     std::vector<SummaryRow> slices;  // the per-slice rows the comparisons pair (this metric only: fast)
+    // The Monte-Carlo standard error of each setting's mean over slices, √(Σ se_i²)/k from its slices' trial
+    // standard errors (a single run counts 0): beside the spread over slices, it says whether more trials or more
+    // heads would move the ranking.
+    std::map<std::pair<std::string, std::string>, std::pair<double, int64_t>> monte_carlo;
     for (const SummaryRow& r : per_case)
-      if (r.metric == metric && panel_of(r.key) == panel && r.key.n == n) slices.push_back(r);
+      if (r.metric == metric && panel_of(r.key) == panel && r.key.n == n) {
+        slices.push_back(r);
+        auto& [squares, count] = monte_carlo[{r.key.spec, r.key.reference}];
+        squares += std::pow(stderr_or_zero(r), 2);
+        ++count;
+      }
     for (auto& [reference, settings] : by_reference) {
       if (settings.size() < 2) continue;
       std::stable_sort(settings.begin(), settings.end(), [&](const SummaryRow* a, const SummaryRow* b) {
         return larger_better ? a->mean > b->mean : a->mean < b->mean;
       });
       std::vector<std::vector<std::string>> table = {
-          {"rank", "setting", fmt::format("{} (mean ± se over slices)", metric), "vs the next",
+          {"rank", "setting", fmt::format("{} (mean ± se over slices)", metric), "Monte-Carlo se", "vs the next",
            "difference over heads [95% interval]", "better on heads", "sign test p"}};
       std::vector<std::string> estimators;
       for (size_t i = 0; i < settings.size(); ++i) {
         const SummaryRow& a = *settings[i];
+        const auto [squares, count] = monte_carlo[{a.key.spec, a.key.reference}];
         std::vector<std::string> row = {std::to_string(i + 1), setting_label(a.key),
-                                        fmt::format("{} ± {}", number(a.mean), number(a.stderr_))};
+                                        fmt::format("{} ± {}", number(a.mean), number(a.stderr_)),
+                                        number(std::sqrt(squares) / static_cast<double>(count))};
         if (i + 1 < settings.size()) {
           const SummaryRow& b = *settings[i + 1];
           row.push_back(brief_spec(b.key.spec));
