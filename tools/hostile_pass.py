@@ -96,8 +96,10 @@ def structured_dumps(work):
     add("values-1e200", dtype="f8", value=1e200)
     add("values-1e30-f8", dtype="f8", value=1e30)
     add("layer-huge", group="layer_99999999999")
-    for n, p in ((1, 1), (2, 1)):
-        add(f"tiny-n{n}-p{p}", expected=(0,), n=n, p=p)
+    # One token of two heads reads as more heads than tokens (a [B, N, H, P] file under the default layout?): refused
+    # with the fix; two tokens of two heads are plausible.
+    for n, p, expected in ((1, 1, (3,)), (2, 1, (0,))):
+        add(f"tiny-n{n}-p{p}", expected=expected, n=n, p=p)
     # Two groups that name one layer.
     path = os.path.join(d, "layer-twice.h5")
     write_qkv(path)
@@ -303,9 +305,14 @@ def check_cases(exe, dump, work):
         path = file("s-" + name + ".csv", lines)
         exp = (0,) if name in ok_as_new_only else (3,)
         cases.append((f"baseline {name}", [exe, "check", good, "--baseline", path], exp))
-        if name in ("mean-nan", "mean-inf"):
-            exp = (1,)  # a new mean that became NaN or +inf is a regression (exit 1), by design
+        if name == "mean-nan":
+            exp = (1,)  # a new mean that became NaN is a regression (exit 1), by design; an infinite one is refused
         cases.append((f"new {name}", [exe, "check", path, "--baseline", summ], exp))
+        # `report` reads its run and baseline as the gate does: a page of a NaN or +inf mean is drawn (exit 0).
+        page = os.path.join(d, "report.html")
+        cases.append((f"report baseline {name}", [exe, "report", good, path, "-o", page],
+                      (0,) if name in ok_as_new_only else (3,)))
+        cases.append((f"report run {name}", [exe, "report", path, "-o", page], (0,) if exp != (3,) else (3,)))
     bad_trials = {
         "value-neg": [tlines[0], trow(1, value="-1")] + tlines[2:],
         "value-neginf": [tlines[0], trow(1, value="-inf")] + tlines[2:],
@@ -319,6 +326,7 @@ def check_cases(exe, dump, work):
         path = file("t-" + name + ".csv", lines)
         cases.append((f"trials new {name}", [exe, "check", path, "--baseline", good], (3,)))
         cases.append((f"trials baseline {name}", [exe, "check", good, "--baseline", path], (3,)))
+        cases.append((f"report trials {name}", [exe, "report", path, "-o", os.path.join(d, "report.html")], (3,)))
     worse = file("worse.csv", [tlines[0]] + [trow(i, value=lambda v: repr(float(v) * 1.5 + 1e-3))
                                            for i in range(1, len(tlines))])
     cases.append(("1.5x worse", [exe, "check", worse, "--baseline", good], (1,)))
