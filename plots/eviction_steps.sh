@@ -7,7 +7,7 @@
 # budgets B (h2o: B/2 heavy + B/2 window; tova: B - 1 cached + the step's own key; streaming: 4 + B - 4; topk: B).
 # Reduced to plots/data/eviction-steps.csv and drawn as plots/figures/eviction-steps.png; the paired comparisons
 # of plots/README.md ("Evicting caches over decode steps") are `attnprobe summarize --compare` on these sweeps,
-# kept in plots/data/eviction-steps-compare.csv. About 20 s on one core.
+# kept in plots/data/eviction-steps-compare.csv. About 40 s on two shared cores.
 #   ATTNPROBE=build/attnprobe plots/eviction_steps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,7 +8,7 @@
 # uses its own eps; --eps sets the same for any other metric reader). Reduced to plots/data/vattention-cover.csv and
 # drawn as plots/figures/vattention-cover.png; the paired comparisons of plots/README.md ("vAttention's promise")
 # are `attnprobe summarize --compare` on these sweeps, kept in plots/data/vattention-cover-compare.csv.
-# About a minute on one core.
+# About 3.5 minutes on two shared cores.
 #   ATTNPROBE=build/attnprobe plots/vattention_cover.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
