@@ -3,7 +3,7 @@
 # CSV, and a merge job that starts when every task has succeeded (--dependency=afterok) and joins
 # them into the CSV a single-process run would write. Any job-array engine can do the same: run
 # `attnprobe sweep ARGS --shard $INDEX/$COUNT --resume -o DIR/shard-$INDEX.csv` for INDEX = 0..COUNT-1,
-# then `attnprobe merge -o DIR/sweep.csv DIR/shard-*.csv` (README.md, "Beyond one machine").
+# then `attnprobe merge -o DIR/sweep.csv DIR/shard-*.csv` (docs/cli.md, "Beyond one machine").
 #
 # Usage (on the login node, from a shared file system):
 #   tools/slurm_sweep.sh submit COUNT DIR [SBATCH_OPTION...] -- DUMP SWEEP_OPTION...
