@@ -2,7 +2,7 @@
 """Dump the per-head queries, keys and values of this project's character models (tools/train_charlm.py) as an
 attnprobe dump: a thin command line over the Python package's capture (attnprobe.capture, validated against the
 model's own attention output) and writers (attnprobe.write_dump). Your own model needs no script: see
-docs/python.md and the README's "Your torch model in five minutes":
+docs/python.md and the README's "Your own model in five minutes":
 
     import attnprobe
     layers = attnprobe.capture(model.eval(), batch)      # SDPA calls and nn.MultiheadAttention, validated
