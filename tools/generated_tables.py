@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Keeps the Markdown tables that `attnprobe list --markdown NAME` prints in step with the registry.
 
-README.md and docs/*.md hold each generated table between two markers:
+docs/*.md (and any Markdown file given) hold each generated table between two markers:
 
     <!-- generated: attnprobe list --markdown estimators -->
     | estimator | ... |
     <!-- end generated -->
 
 Check (the CTest `generated_tables`; exit 1 naming every stale block):
-    tools/generated_tables.py build/attnprobe README.md docs/*.md
+    tools/generated_tables.py build/attnprobe docs/*.md
 Rewrite the blocks after registering or changing an estimator:
-    tools/generated_tables.py build/attnprobe --write README.md docs/*.md
+    tools/generated_tables.py build/attnprobe --write docs/*.md
 """
 import argparse
 import re
@@ -57,7 +57,7 @@ def main() -> int:
         return 0
     if stale:
         print("generated_tables: stale generated blocks (the registry changed):\n  " + "\n  ".join(stale) +
-              "\nrun: tools/generated_tables.py build/attnprobe --write README.md docs/*.md", file=sys.stderr)
+              "\nrun: tools/generated_tables.py build/attnprobe --write docs/*.md", file=sys.stderr)
         return 1
     if blocks == 0:
         print("generated_tables: no generated blocks found in " + ", ".join(args.files), file=sys.stderr)

@@ -62,7 +62,7 @@ Action add_list(CLI::App& app) {
                "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");
   app.add_option("--markdown", *markdown,
                  "print a generated Markdown table: estimators (capabilities per estimator) or devices (device "
-                 "versions, masks and parity tolerances); README.md and docs/ hold them between markers")
+                 "versions, masks and parity tolerances); docs/specs.md holds them between markers")
       ->check(CLI::IsMember(markdown_table_names()));
   app.footer(
       "Example:\n  attnprobe list\n  attnprobe list performer\n  attnprobe list --variants\n  attnprobe list --causal\n"

@@ -1,7 +1,7 @@
 #pragma once
 // Every estimator described from its registration, in the forms people and tools read: the one-line
 // domain of a key (spec errors, `list`), one record per estimator (`list`), JSON (`list --json`,
-// Python's estimators()) and the Markdown tables that README.md and docs/ hold between generated
+// Python's estimators()) and the Markdown tables that docs/ holds between generated
 // markers (`list --markdown`, checked by a CTest). Nothing here knows an estimator by name.
 #include <string>
 #include <vector>

@@ -7,8 +7,8 @@
 //
 // The registry is the one place that knows an estimator: its parameters, samples knob, target,
 // capabilities (randomness, forms per mask, weights, backward) and its device versions with their
-// parity tolerances. `list`, Python's estimators(), the help texts, the generated tables of README.md
-// and docs/, the plan's refusals and the conformance harness read it; nothing else keeps a list of
+// parity tolerances. `list`, Python's estimators(), the help texts, the generated tables of
+// docs/, the plan's refusals and the conformance harness read it; nothing else keeps a list of
 // estimators. Each estimator folder registers itself at static-initialisation time, once, from its
 // CPU file (the library is built so that the linker keeps those objects):
 //   [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<VMeanParams>{...});
