@@ -41,16 +41,31 @@ struct Gradients {
 
 /// The keys a query row reads, for methods that choose part of the cache (docs/estimators/selection.md): absolute
 /// key indices, ascending and distinct, inside the keys the row sees, with their log-weights (empty: every
-/// weight 1, a selection), and how many p-dimensional vectors were dotted with the query to choose them
+/// weight 1, a selection), optional completion terms (Completion), and how many p-dimensional vectors were dotted with
+/// the query to choose them
 /// (`keys_scored`: keys or metadata). A sampling method states its log-weights on every row (zeros on the keys it
 /// reads exactly), so the sampling metrics know it for a sampler; `pilot` and `eps` are what a method with a pilot
 /// sample and an (ε, δ) promise reports (vattention: the pilot's draws, its ε), NaN for the others.
+/// A completion term of a kept set: mass standing in for keys the row does not read one by one (a value mean, a
+/// cluster), with a log-mass λ_c and a value u_c (pv wide) that join the kept keys' softmax:
+/// ô = (Σ_S e^{ℓ_j + ω_j}·v_j + Σ_c e^{λ_c}·u_c) / (Σ_S e^{ℓ_j + ω_j} + Σ_c e^{λ_c}). `relative`: λ_c is stated
+/// over the kept keys' own mass, e^{λ_c} = e^{log_mass}·Σ_S e^{ℓ + ω}, so its share of the output is fixed whatever
+/// precision the logits are computed in (sparq's (1 − α)/α; it needs a non-empty kept set). In the implied weights
+/// Â its mass is spread uniformly over the keys it summarises.
+struct Completion {
+  double log_mass = 0;
+  bool relative = false;
+  RowVectorD value;
+  std::vector<int64_t> summarises;  ///< ascending absolute key indices; empty: every key the row sees (V_t)
+};
+
 struct KeptKeys {
   std::vector<int64_t> keys;
   std::vector<double> log_weights;
   double scored = 0;
   double pilot = std::numeric_limits<double>::quiet_NaN();  ///< the pilot draws behind this row's budget
   double eps = std::numeric_limits<double>::quiet_NaN();  ///< the ε of the method's own ‖ô − o‖ ≤ ε‖o‖ promise
+  std::vector<Completion> completions;                    ///< none for every method but sparq
 };
 
 class Estimator {

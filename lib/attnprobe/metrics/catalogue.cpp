@@ -30,7 +30,8 @@ const std::vector<Metric>& selection_metrics() {
   static const std::vector<Metric> kSelection = {
       Metric::kKeysAttended,  Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
       Metric::kTailMass,      Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
-      Metric::kTopkRecallAtK, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot};
+      Metric::kTopkRecallAtK, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot,
+      Metric::kRepsAttended};  // last, so the others keep their places
   return kSelection;
 }
 
@@ -72,6 +73,8 @@ const char* metric_name(Metric metric) {
       return "keys_attended";
     case Metric::kKeysScored:
       return "keys_scored";
+    case Metric::kRepsAttended:
+      return "reps_attended";
     case Metric::kDensity:
       return "density";
     case Metric::kDensityScored:

@@ -32,6 +32,7 @@ enum class Metric {
   kTopkRecall,    // per trial, from the implied attention weights (O(n²): asked for by name)
   kKeysAttended,  // per trial, from the keys a selection estimator reads (asked for by name or `selection`)
   kKeysScored,
+  kRepsAttended,  // completion terms a row attends beside its keys (sparq's value mean)
   kDensity,
   kDensityScored,
   kMassRecall,

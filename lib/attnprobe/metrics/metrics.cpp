@@ -125,6 +125,7 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kTopkRecall:
       case Metric::kKeysAttended:
       case Metric::kKeysScored:
+      case Metric::kRepsAttended:
       case Metric::kDensity:
       case Metric::kDensityScored:
       case Metric::kMassRecall:

@@ -39,9 +39,18 @@ int64_t common(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
 
 // Per-row values, summed over the rows for their means.
 struct Sums {
-  double attended = 0, scored = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
+  double attended = 0, scored = 0, reps = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
          tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0, den_rel = 0, num_rel = 0, covered = 0, pilot = 0;
 };
+
+// log D = log Σ_{V_t} e^{ℓ_j} of a row, from its float64 logits (shifted by their maximum).
+double row_log_normaliser(const HeadView& view, int64_t row) {
+  const KeyRange seen = view.visible(row);
+  const RowVectorD logits =
+      view.scale * (view.k.middleRows(seen.begin, seen.size()) * view.q.row(row).transpose()).transpose();
+  const double top = logits.maxCoeff();
+  return top + std::log((logits.array() - top).exp().sum());
+}
 
 }  // namespace
 
@@ -51,7 +60,9 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
   const int64_t n = view.n();
   Sums sums;
-  bool weighted = false;  // some row's keys carry weights: the tail decomposition does not apply
+  // Some row is not a renormalised selection — its keys carry weights or it has completion terms — so the tail
+  // decomposition does not apply and the estimate diagnostics (den_rel, num_rel, eps_cover) do.
+  bool weighted = false;
   const bool wants_overlap = std::find(which.begin(), which.end(), Metric::kKeptOverlap) != which.end();
   const bool wants_recall = std::find(which.begin(), which.end(), Metric::kTopkRecallAtK) != which.end();
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
@@ -60,7 +71,8 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
     for (int64_t r = 0; r < rows; ++r) {
       const KeptKeys row = kept(r0 + r);
       const KeyRange seen = view.visible(r0 + r);
-      weighted = weighted || !row.log_weights.empty();
+      const bool estimated = !row.log_weights.empty() || !row.completions.empty();
+      weighted = weighted || estimated;
       double m = 0, tail = 0;  // the kept and the dropped mass, each summed (1 − m would cancel when m ≈ 1)
       RowVectorD kept_sum = RowVectorD::Zero(view.pv()), tail_sum = RowVectorD::Zero(view.pv());
       // The sampling estimate over D: D̂/D = Σ_S a_j·w_j and N̂/D = Σ_S a_j·w_j·v_j (a_j·w_j as e^{log a_j + ω_j}:
@@ -71,8 +83,9 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       for (int64_t j = seen.begin; j < seen.end; ++j) {
         const bool in = next < row.keys.size() && row.keys[next] == j;
         if (in) {
-          if (!row.log_weights.empty() && a(r, j) > 0) {
-            const double share = std::exp(std::log(a(r, j)) + row.log_weights[next]);
+          if (estimated && a(r, j) > 0) {
+            const double share =
+                row.log_weights.empty() ? a(r, j) : std::exp(std::log(a(r, j)) + row.log_weights[next]);
             den += share;
             num += share * view.v.row(j);
           }
@@ -84,6 +97,18 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
           tail_sum += a(r, j) * view.v.row(j);
         }
       }
+      // Completion terms over D: a relative one's mass is e^{λ}·Σ_S e^{ℓ + ω}, so over D it is e^{λ}·(D̂_S/D); an
+      // absolute one's is e^{λ − log D}, log D from the row's float64 logits.
+      if (!row.completions.empty()) {
+        const double kept_den = den;
+        double log_d = std::numeric_limits<double>::quiet_NaN();
+        for (const Completion& c : row.completions) {
+          if (!c.relative && std::isnan(log_d)) log_d = row_log_normaliser(view, r0 + r);
+          const double share = c.relative ? std::exp(c.log_mass) * kept_den : std::exp(c.log_mass - log_d);
+          den += share;
+          num += share * c.value;
+        }
+      }
       const double visible = static_cast<double>(seen.size()), attended = static_cast<double>(row.keys.size());
       // μ_T − μ_S; a row that keeps everything (m = 1, no tail) has no gap, one that keeps nothing no μ_S.
       const RowVectorD mu_s = m > 0 ? RowVectorD(kept_sum / m) : RowVectorD::Zero(view.pv());
@@ -91,6 +116,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       const double gap = next == static_cast<size_t>(seen.size()) ? 0.0 : (mu_t - mu_s).norm();
       sums.attended += attended;
       sums.scored += row.scored;
+      sums.reps += static_cast<double>(row.completions.size());
       sums.density += attended / visible;
       sums.density_scored += row.scored / visible;
       sums.mass += m;
@@ -98,7 +124,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       sums.tail_gap += gap;
       sums.tail_pred += tail * gap;
       sums.kl_rev += m > 0 ? -std::log1p(-tail) : std::numeric_limits<double>::infinity();
-      if (!row.log_weights.empty()) {
+      if (estimated) {
         const RowVectorD exact = kept_sum + tail_sum;  // o_t = N/D
         const double o_norm = exact.norm(), limit = std::isnan(row.eps) ? eps : row.eps;
         sums.den_rel += std::abs(den - 1);
@@ -137,6 +163,9 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         break;
       case Metric::kKeysScored:
         out.push_back(sums.scored / rows);
+        break;
+      case Metric::kRepsAttended:
+        out.push_back(sums.reps / rows);
         break;
       case Metric::kDensity:
         out.push_back(sums.density / rows);

@@ -9,12 +9,13 @@
 
 namespace attnprobe {
 
-/// keys_attended = |S_t|; keys_scored (the method's count); density = |S_t| / |V_t|; density_scored =
-/// keys_scored / |V_t|; mass_recall m = Σ_{S_t} a_j; for a selection (no log-weights): tail_mass = 1 − m,
-/// tail_gap = ‖μ_T − μ_S‖ (μ_S = Σ_S a_j v_j / m, μ_T = Σ_{V_t∖S} a_j v_j / (1 − m), 0 when m = 1), tail_pred =
-/// (1 − m)·tail_gap (= ‖o_t − ô_t‖) and row_kl_rev = −log m (= KL(Â‖A)); NaN for sampled keys with weights.
-/// For those (a method whose rows carry log-weights ω_j, Horvitz–Thompson or Hansen–Hurwitz corrections) instead:
-/// den_rel = |D̂/D − 1| with D̂/D = Σ_S a_j·e^{ω_j}, num_rel = ‖N̂ − N‖/‖N‖ with N̂/D = Σ_S a_j·e^{ω_j}·v_j,
+/// keys_attended = |S_t|; keys_scored (the method's count); reps_attended = the row's completion terms; density = |S_t|
+/// / |V_t|; density_scored = keys_scored / |V_t|; mass_recall m = Σ_{S_t} a_j; for a selection (no log-weights):
+/// tail_mass = 1 − m, tail_gap = ‖μ_T − μ_S‖ (μ_S = Σ_S a_j v_j / m, μ_T = Σ_{V_t∖S} a_j v_j / (1 − m), 0 when m = 1),
+/// tail_pred = (1 − m)·tail_gap (= ‖o_t − ô_t‖) and row_kl_rev = −log m (= KL(Â‖A)); NaN for sampled keys with weights.
+/// For those (a method whose rows carry log-weights ω_j, Horvitz–Thompson or Hansen–Hurwitz corrections, or
+/// completion terms: no renormalised selection) instead: den_rel = |D̂/D − 1| with
+/// D̂/D = Σ_S a_j·e^{ω_j} + Σ_c e^{λ_c}/D, num_rel = ‖N̂ − N‖/‖N‖ with N̂/D = Σ_S a_j·e^{ω_j}·v_j + Σ_c (e^{λ_c}/D)·u_c,
 /// eps_cover = the fraction of rows with ‖ô − o‖ ≤ ε‖o‖ (ô = N̂/D̂; ε = the row's own KeptKeys::eps when the method
 /// states one, else `eps`, the --eps option) and pilot = the mean of KeptKeys::pilot; NaN for a selection.
 /// kept_overlap = |S_t ∩ O_t| / |S_t ∪ O_t| with O_t the |S_t| heaviest keys (the size-matched oracle), or, given

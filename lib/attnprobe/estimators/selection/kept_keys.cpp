@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "attnprobe/common/error.h"
 
@@ -10,20 +11,52 @@ namespace {
 
 constexpr int64_t kRowBlock = 32;  ///< rows per task on the pool
 
-// The stable softmax of a kept set (§ the header): weights e^{β − max β}, β = ℓ + ω, and their sum, in T.
+// The stable softmax of a kept set and its completion terms (§ the header), in T: the kept keys' weights
+// e^{β − top} with β = ℓ + ω and top = max β, then each completion's e^{λ_c − top} (a relative one's
+// e^{log_mass}·Σ_S e^{β − top}); when a completion outweighs every key, all are shifted by its excess so the largest
+// term is 1. Without completions this is the kept keys' softmax exactly as before they existed.
+template <class T>
+struct RowTerms {
+  std::vector<T> keys;         ///< per kept key
+  std::vector<T> completions;  ///< per completion term
+  T total = 0;                 ///< the sum of both
+};
+
 template <class T, class Q, class K>
-std::vector<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKeys& kept, T& total) {
+RowTerms<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKeys& kept) {
   const size_t count = kept.keys.size();
-  std::vector<T> beta(count);
+  RowTerms<T> terms;
+  std::vector<T>& beta = terms.keys;
+  beta.resize(count);
   T top = -INFINITY;
   for (size_t r = 0; r < count; ++r) {
     beta[r] = scale * q_row.dot(k.row(kept.keys[r]));
     if (!kept.log_weights.empty()) beta[r] += static_cast<T>(kept.log_weights[r]);
     top = std::max(top, beta[r]);
   }
+  T& total = terms.total;
   total = 0;
   for (T& b : beta) total += b = std::exp(b - top);
-  return beta;
+  if (kept.completions.empty()) return terms;
+  // Completion log-masses relative to top (to 0 when no key is kept: the completions alone), in float64.
+  const double kept_total = static_cast<double>(total);
+  std::vector<double> relative;
+  double shift = count > 0 ? 0.0 : -INFINITY;
+  for (const Completion& c : kept.completions) {
+    if (c.relative && count == 0) throw std::logic_error("a relative completion term needs kept keys");
+    relative.push_back(c.relative ? std::log(kept_total) + c.log_mass
+                                  : c.log_mass - (count > 0 ? static_cast<double>(top) : 0.0));
+    shift = std::max(shift, relative.back());
+  }
+  if (shift > 0 && count > 0) {
+    const T factor = static_cast<T>(std::exp(-shift));
+    total = 0;
+    for (T& b : beta) total += b *= factor;
+  } else if (count > 0) {
+    shift = 0;
+  }
+  for (double r : relative) total += terms.completions.emplace_back(static_cast<T>(std::exp(r - shift)));
+  return terms;
 }
 
 template <class T, class M, class Out>
@@ -34,12 +67,13 @@ void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const
   for_each_index(pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
     for (int64_t i = block * kRowBlock; i < std::min(n, (block + 1) * kRowBlock); ++i) {
       const KeptKeys kept = keep(i);
-      if (kept.keys.empty()) continue;  // the zero row
-      T total = 0;
-      const std::vector<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept, total);
+      if (kept.keys.empty() && kept.completions.empty()) continue;  // the zero row
+      const RowTerms<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept);
       auto row = out.row(i);
-      for (size_t r = 0; r < w.size(); ++r) row += w[r] * v.row(kept.keys[r]);
-      row /= total;
+      for (size_t r = 0; r < w.keys.size(); ++r) row += w.keys[r] * v.row(kept.keys[r]);
+      for (size_t c = 0; c < w.completions.size(); ++c)
+        row += w.completions[c] * kept.completions[c].value.template cast<T>();
+      row /= w.total;
     }
   });
 }
@@ -61,10 +95,22 @@ Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows kee
     MatrixD w = MatrixD::Zero(rows, view.keys());
     for (int64_t i = 0; i < rows; ++i) {
       const KeptKeys kept = keep(r0 + i);
-      if (kept.keys.empty()) continue;
-      double total = 0;
-      const std::vector<double> e = kept_exponentials<double>(view.q.row(r0 + i), view.k, view.scale, kept, total);
-      for (size_t r = 0; r < e.size(); ++r) w(i, kept.keys[r]) = e[r] / total;
+      if (kept.keys.empty() && kept.completions.empty()) continue;
+      const RowTerms<double> e = kept_exponentials<double>(view.q.row(r0 + i), view.k, view.scale, kept);
+      for (size_t r = 0; r < e.keys.size(); ++r) w(i, kept.keys[r]) = e.keys[r] / e.total;
+      // A completion's weight, spread evenly over the keys it stands for, so that Â·V gives its e^{λ}·u_c when u_c
+      // is their mean value (sparq's v̄ over V_t).
+      for (size_t c = 0; c < e.completions.size(); ++c) {
+        const std::vector<int64_t>& over = kept.completions[c].summarises;
+        const KeyRange seen = view.visible(r0 + i);
+        const double count = over.empty() ? static_cast<double>(seen.size()) : static_cast<double>(over.size());
+        const double share = e.completions[c] / e.total / count;
+        if (over.empty()) {
+          for (int64_t j = seen.begin; j < seen.end; ++j) w(i, j) += share;
+        } else {
+          for (int64_t j : over) w(i, j) += share;
+        }
+      }
     }
     return w;
   };

@@ -4,7 +4,10 @@
 // with optional log-weights ω_j (Horvitz–Thompson or Hansen–Hurwitz corrections of sampling methods; none for a
 // selection, w = 1). One routine turns that into the output, ô_t = Σ_S e^{ℓ_j + ω_j}·v_j / Σ_S e^{ℓ_j + ω_j} with
 // ℓ_j = s·q_t·k_j (float32, logits shifted by their maximum; an empty S_t gives the zero row), and another into
-// the implied weights Â (float64), so every method states its weights by construction.
+// the implied weights Â (float64), so every method states its weights by construction. A row may add completion
+// terms (KeptKeys::completions, sparq's value mean): each log-mass λ_c and value u_c joins the same softmax,
+// ô_t = (Σ_S e^{ℓ_j + ω_j}·v_j + Σ_c e^{λ_c}·u_c) / (Σ_S e^{ℓ_j + ω_j} + Σ_c e^{λ_c}), shifted by one maximum over
+// both; a row without them computes exactly what it did before they existed.
 // Selection scores are float64 sums of the float32 inputs (what every device holds, so a device can choose the same
 // keys; score_visible), each one a dot product summed in a fixed order, so a near-tie resolves the same way whichever
 // rows are evaluated together (the decode rows' bits). Rankings order by
@@ -19,14 +22,15 @@
 
 namespace attnprobe {
 
-/// out (n × pv): each row's softmax over its kept keys (logits ℓ_j + ω_j) applied to V, float32 like the exact
-/// kernel; rows in parallel on `pool`.
+/// out (n × pv): each row's softmax over its kept keys (logits ℓ_j + ω_j) and completion terms applied to V and
+/// the completions' values, float32 like the exact kernel; rows in parallel on `pool`. Nothing kept: the zero row.
 void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out);
 
 /// The same in float64 (the tests' route to the tail identity; not a reference of any estimator).
 MatrixD attend_kept_f64(const HeadView& view, const Estimator::KeptRows& keep);
 
-/// Â rows [r0, r0 + rows) × keys, float64: e^{ℓ_j + ω_j} / Σ_S e^{ℓ + ω} on S_t, 0 elsewhere.
+/// Â rows [r0, r0 + rows) × keys, float64: e^{ℓ_j + ω_j} / D̂ on S_t, plus each completion's e^{λ_c} / D̂ spread
+/// evenly over the keys it summarises (Completion::summarises; all of V_t when empty), 0 elsewhere.
 Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows keep);
 
 /// An estimator whose rows attend kept keys: its estimate and its weights come from one keep_rows().
