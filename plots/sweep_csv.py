@@ -9,12 +9,16 @@ import csv
 import gzip
 import io
 import math
+import os
 import sys
 from collections import defaultdict
 
 
 def open_csv(path):
     """A CSV file for reading as text; a name ending in .gz is gzip-compressed (plots/data/*.csv.gz)."""
+    if not os.path.exists(path):
+        sys.exit(f"{path}: no such file (plots/data/ holds each figure's committed data; rerun the figure's script "
+                 "without --from-data to regenerate it, plots/README.md names the script)")
     if str(path).endswith(".gz"):
         return gzip.open(path, "rt", newline="")
     return open(path, newline="")
@@ -107,9 +111,18 @@ def draw_samples_lines(ax, rows):
 DROPPED = ("p", "mask", "seed")
 
 
+def short_value(text):
+    """A value to 6 significant digits: far below what a figure resolves (and below the trials' spread), and the
+    digits past it are noise that gzip cannot compress (a 17-digit value costs ~8 bytes compressed, 6 digits ~3)."""
+    try:
+        return f"{float(text):.6g}"
+    except ValueError:
+        return text
+
+
 def reduce_rows(paths, output, metrics):
     """Concatenate trial CSVs into `output`, keeping the rows of `metrics` (all if empty) and the columns the figures
-    read. `output` ending in .gz is written gzip-compressed with a zero header time, so that rerunning a sweep whose
+    read, values to 6 significant digits (short_value). `output` ending in .gz is written gzip-compressed with a zero header time, so that rerunning a sweep whose
     rows did not change leaves the committed file byte for byte the same."""
     writer, kept, fields = None, 0, None
     raw = gzip.GzipFile(output, mode="wb", mtime=0) if output.endswith(".gz") else open(output, "wb")
@@ -128,6 +141,7 @@ def reduce_rows(paths, output, metrics):
                     sys.exit(f"{path}: columns {names} differ from the first input's {fields}; reduce them apart")
                 for row in reader:
                     if not metrics or row["metric"] in metrics:
+                        row["value"] = short_value(row["value"])
                         writer.writerow(row)
                         kept += 1
     if kept == 0:
