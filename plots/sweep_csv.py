@@ -17,8 +17,10 @@ from collections import defaultdict
 def open_csv(path):
     """A CSV file for reading as text; a name ending in .gz is gzip-compressed (plots/data/*.csv.gz)."""
     if not os.path.exists(path):
-        sys.exit(f"{path}: no such file (plots/data/ holds each figure's committed data; rerun the figure's script "
-                 "without --from-data to regenerate it, plots/README.md names the script)")
+        # Exit 3, the CLI's code for an input error (docs/cli.md).
+        print(f"{path}: no such file (plots/data/ holds each figure's committed data; rerun the figure's script "
+              "without --from-data to regenerate it, plots/README.md names the script)", file=sys.stderr)
+        sys.exit(3)
     if str(path).endswith(".gz"):
         return gzip.open(path, "rt", newline="")
     return open(path, newline="")
