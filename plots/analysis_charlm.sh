@@ -4,15 +4,28 @@
 # against error. Sweeps into out/analysis/, figures into plots/figures/analysis-*.png; plots/README.md
 # ("Issue 18: bias, variance, weights, cost, hard heads") reads them. Small on purpose (one slice for the
 # per-estimator figures, few trials): about 2 minutes on 2 shared cores (2 min 3 s here, load average 12).
+# The sweeps are reduced to the metrics the figures draw in plots/data/analysis-*.csv.gz (bench and diagnose CSVs
+# copied as they are), and the figures are drawn from that committed data only.
 #
-#   plots/analysis_charlm.sh
+#   plots/analysis_charlm.sh               # rerun the sweeps, rewrite plots/data/analysis-*, draw
+#   plots/analysis_charlm.sh --from-data   # draw from plots/data/ alone (FIGURES=DIR draws elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ATTNPROBE:-build/attnprobe}
 dump=data/charlm-hd32.h5
 out=out/analysis
+data=plots/data
+figures=${FIGURES:-plots/figures}
 py=/usr/bin/python3
-mkdir -p "$out" plots/figures
+mkdir -p "$figures"
+draw_only=0
+case ${1:-} in
+  --from-data) draw_only=1 ;;
+  "") ;;
+  *) echo "analysis_charlm.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+if [ "$draw_only" = 0 ]; then
+mkdir -p "$out"
 
 # Random estimators at n = 1024 on one slice (layer 1, head 0, item 0), 8 trials, the samples knob
 # 8..256: errors, the case rows (bias/variance) and the weight metrics, all against softmax (yoso too, not its
@@ -45,18 +58,32 @@ pareto_estimators=(-e performer -e favorpp -e lara -e yoso -e 'hyper(b=512)' -e 
 "$bin" sweep "$dump" -e 'performer(M=64)' -e 'yoso(m=32)' -e 'scatterbrain(w=128)' -e 'hyper(b=128)' --lengths 1024 \
   --trials 2 --reference softmax --metrics spec_rel --overwrite -q -o "$out/heads-1024.csv"
 
-$py plots/bias_variance.py "$out/main-1024.csv" "$out/ra-1024.csv" \
-  --title "charlm-hd32, n = 1024, layer 1 head 0: bias² vs variance of one trial (8 trials)" \
-  -o plots/figures/analysis-bias-variance.png
-$py plots/weight_metrics.py "$out/main-1024.csv" "$out/ra-1024.csv" "$out/det-1024.csv" \
-  --title "charlm-hd32, n = 1024, layer 1 head 0: attention-weight errors" -o plots/figures/analysis-weights.png
-$py plots/pareto.py "$out/main-1024.csv" "$out/det-1024.csv" "$out/bench-1024.csv" --n 1024 \
-  --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, shared machine)" \
-  -o plots/figures/analysis-pareto-1024.png
-$py plots/pareto.py "$out/pareto-4096.csv" "$out/bench-4096.csv" --n 4096 \
-  --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, shared machine)" \
-  -o plots/figures/analysis-pareto-4096.png
-$py plots/diagnostics_vs_error.py "$out/diagnose-1024.csv" "$out/heads-1024.csv" \
-  -o plots/figures/analysis-diagnostics.png
 cat "$out/slopes-1024.txt"
-ls plots/figures/analysis-*.png
+# The committed data: the metrics the figures draw (bias/variance: bias_fro_rel, var_fro_rel; weights: row_tv,
+# row_kl, topk_recall; Pareto and diagnostics: spec_rel), the bench timings and head diagnostics as they are.
+$py plots/sweep_csv.py reduce "$out/main-1024.csv" "$out/det-1024.csv" \
+  --metrics bias_fro_rel,var_fro_rel,row_tv,row_kl,topk_recall,spec_rel -o "$data/analysis-1024.csv.gz"
+# RA apart: it has no bench time, so the Pareto figure does not read it.
+$py plots/sweep_csv.py reduce "$out/ra-1024.csv" --metrics bias_fro_rel,var_fro_rel,row_tv,row_kl,topk_recall \
+  -o "$data/analysis-ra-1024.csv.gz"
+$py plots/sweep_csv.py reduce "$out/pareto-4096.csv" --metrics spec_rel -o "$data/analysis-pareto-4096.csv.gz"
+$py plots/sweep_csv.py reduce "$out/heads-1024.csv" --metrics spec_rel -o "$data/analysis-heads-1024.csv.gz"
+cp "$out/bench-1024.csv" "$data/analysis-bench-1024.csv"
+cp "$out/bench-4096.csv" "$data/analysis-bench-4096.csv"
+cp "$out/diagnose-1024.csv" "$data/analysis-diagnose-1024.csv"
+fi
+
+$py plots/bias_variance.py "$data/analysis-1024.csv.gz" "$data/analysis-ra-1024.csv.gz" \
+  --title "charlm-hd32, n = 1024, layer 1 head 0: bias² vs variance of one trial (8 trials)" \
+  -o "$figures"/analysis-bias-variance.png
+$py plots/weight_metrics.py "$data/analysis-1024.csv.gz" "$data/analysis-ra-1024.csv.gz" \
+  --title "charlm-hd32, n = 1024, layer 1 head 0: attention-weight errors" -o "$figures"/analysis-weights.png
+$py plots/pareto.py "$data/analysis-1024.csv.gz" "$data/analysis-bench-1024.csv" --n 1024 \
+  --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, shared machine)" \
+  -o "$figures"/analysis-pareto-1024.png
+$py plots/pareto.py "$data/analysis-pareto-4096.csv.gz" "$data/analysis-bench-4096.csv" --n 4096 \
+  --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, shared machine)" \
+  -o "$figures"/analysis-pareto-4096.png
+$py plots/diagnostics_vs_error.py "$data/analysis-diagnose-1024.csv" "$data/analysis-heads-1024.csv.gz" \
+  -o "$figures"/analysis-diagnostics.png
+ls "$figures"/analysis-*.png

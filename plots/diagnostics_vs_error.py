@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import method_label, read_rows  # noqa: E402
+from sweep_csv import open_csv, method_label, read_rows  # noqa: E402
 
 PANELS = ["entropy", "effective_support", "max_logit", "stable_rank", "mean_distance", "k_norm_cv"]
 
@@ -40,7 +40,7 @@ def main():
     args = parser.parse_args()
 
     diagnostics = defaultdict(dict)
-    with open(args.diagnose, newline="") as f:
+    with open_csv(args.diagnose) as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or "diagnostic" not in reader.fieldnames:
             sys.exit(f"{args.diagnose} is not an attnprobe diagnose CSV (no 'diagnostic' column)")

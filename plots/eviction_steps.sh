@@ -9,8 +9,17 @@
 # of plots/README.md ("Evicting caches over decode steps") are `attnprobe summarize --compare` on these sweeps,
 # kept in plots/data/eviction-steps-compare.csv. About 40 s on two shared cores.
 #   ATTNPROBE=build/attnprobe plots/eviction_steps.sh
+#   plots/eviction_steps.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+from_data=0
+case ${1:-} in
+  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
+  "") ;;
+  *) echo "eviction_steps.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+compare=plots/data/eviction-steps-compare.csv
+if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
 work=${WORK:-out/eviction}
 threads=${THREADS:-1}
@@ -38,7 +47,6 @@ if [ -f ../shared/data/stories260K.h5 ]; then
 fi
 /usr/bin/python3 plots/eviction_steps.py reduce "$work"/*-steps*.csv -o plots/data/eviction-steps.csv
 # Paired over heads at each number of steps: each cache against the window and the oracle, and TOVA against H2O.
-compare=plots/data/eviction-steps-compare.csv
 rm -f "$compare"
 for name in charlm-causal stories260K; do
   [ -f "$work/$name-steps0.csv" ] || continue
@@ -55,5 +63,6 @@ for name in charlm-causal stories260K; do
   done
 done
 rm -f "$work/compare.tmp"
+fi
 /usr/bin/python3 plots/eviction_steps.py draw plots/data/eviction-steps.csv --compare "$compare" \
-  -o plots/figures/eviction-steps.png
+  -o "${FIGURES:-plots/figures}/eviction-steps.png"

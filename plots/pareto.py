@@ -26,13 +26,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, method_label, read_rows  # noqa: E402
+from sweep_csv import open_csv, aggregate, method_label, read_rows  # noqa: E402
 
 
 def read_bench(path, n):
     """{canonical spec: milliseconds per call} at length n (the median of bench's repeats)."""
     times = {}
-    with open(path, newline="") as f:
+    with open_csv(path) as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or "seconds_median" not in reader.fieldnames:
             sys.exit(f"{path} is not an attnprobe bench CSV (no 'seconds_median' column)")

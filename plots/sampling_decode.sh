@@ -6,8 +6,16 @@
 # Reduced to plots/data/sampling-density.csv and drawn as plots/figures/sampling-density.png; the paired table of
 # plots/README.md ("Sampling at decode") comes from `attnprobe summarize --compare` on the sweeps.
 #   ATTNPROBE=build/attnprobe plots/sampling_decode.sh
+#   plots/sampling_decode.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+from_data=0
+case ${1:-} in
+  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
+  "") ;;
+  *) echo "sampling_decode.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
 work=${WORK:-out/sampling}
 mkdir -p "$work"
@@ -29,4 +37,5 @@ if [ -f ../shared/data/stories260K.h5 ]; then
   inputs+=("$work/stories260K.csv")
 fi
 /usr/bin/python3 plots/sampling_density.py reduce "${inputs[@]}" -o plots/data/sampling-density.csv
-/usr/bin/python3 plots/sampling_density.py draw plots/data/sampling-density.csv -o plots/figures/sampling-density.png
+fi
+/usr/bin/python3 plots/sampling_density.py draw plots/data/sampling-density.csv -o "${FIGURES:-plots/figures}/sampling-density.png"

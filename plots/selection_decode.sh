@@ -4,8 +4,16 @@
 # selections, prompt compressions, replayed caches, and the kv-group shared forms — at five (four) key budgets, reduced to plots/data/selection-density.csv and drawn as plots/figures/selection-density.png
 # with the paired table of plots/README.md ("Selection at decode"). Takes about a minute.
 #   ATTNPROBE=build/attnprobe plots/selection_decode.sh
+#   plots/selection_decode.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+from_data=0
+case ${1:-} in
+  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
+  "") ;;
+  *) echo "selection_decode.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
 work=${WORK:-out/selection}
 mkdir -p "$work"
@@ -31,5 +39,6 @@ if [ -f ../shared/data/stories260K.h5 ]; then
   inputs+=("$work/stories260K.csv")
 fi
 /usr/bin/python3 plots/selection_density.py reduce "${inputs[@]}" -o plots/data/selection-density.csv
-/usr/bin/python3 plots/selection_density.py draw plots/data/selection-density.csv -o plots/figures/selection-density.png \
+fi
+/usr/bin/python3 plots/selection_density.py draw plots/data/selection-density.csv -o "${FIGURES:-plots/figures}/selection-density.png" \
   --budget charlm-causal.safetensors=256 --budget stories260K.h5=64

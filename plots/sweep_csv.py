@@ -4,17 +4,33 @@ The aggregation every figure uses: per slice (dump, layer, head, batch item) the
 averaged first; a point is the mean over slices and its error bar the standard error over slices,
 so slices are the replicates. With a single slice, the trials are the replicates.
 """
+import argparse
 import csv
+import gzip
+import io
 import math
+import os
 import sys
 from collections import defaultdict
+
+
+def open_csv(path):
+    """A CSV file for reading as text; a name ending in .gz is gzip-compressed (plots/data/*.csv.gz)."""
+    if not os.path.exists(path):
+        # Exit 3, the CLI's code for an input error (docs/cli.md).
+        print(f"{path}: no such file (plots/data/ holds each figure's committed data; rerun the figure's script "
+              "without --from-data to regenerate it, plots/README.md names the script)", file=sys.stderr)
+        sys.exit(3)
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", newline="")
+    return open(path, newline="")
 
 
 def read_rows(paths, **filters):
     """All rows of the CSVs whose columns equal the given values (a callable filter is applied)."""
     rows = []
     for path in paths:
-        with open(path, newline="") as f:
+        with open_csv(path) as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None or "value" not in reader.fieldnames:
                 sys.exit(f"{path} is not an attnprobe trial CSV (no 'value' column)")
@@ -90,3 +106,63 @@ def draw_samples_lines(ax, rows):
         _, y, se = points[0]
         ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color="gray", label=label)
         ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, color="gray", alpha=0.15)
+
+
+# Columns of the trial CSV that no figure reads: dropped from the committed data (p and mask are fixed per dump and
+# sweep, the seed is recorded in the sweep's .run.json).
+DROPPED = ("p", "mask", "seed")
+
+
+def short_value(text):
+    """A value to 6 significant digits: far below what a figure resolves (and below the trials' spread), and the
+    digits past it are noise that gzip cannot compress (a 17-digit value costs ~8 bytes compressed, 6 digits ~3)."""
+    try:
+        return f"{float(text):.6g}"
+    except ValueError:
+        return text
+
+
+def reduce_rows(paths, output, metrics):
+    """Concatenate trial CSVs into `output`, keeping the rows of `metrics` (all if empty) and the columns the figures
+    read, values to 6 significant digits (short_value). `output` ending in .gz is written gzip-compressed with a zero header time, so that rerunning a sweep whose
+    rows did not change leaves the committed file byte for byte the same."""
+    writer, kept, fields = None, 0, None
+    raw = gzip.GzipFile(output, mode="wb", mtime=0) if output.endswith(".gz") else open(output, "wb")
+    with raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
+        for path in paths:
+            with open_csv(path) as f:
+                reader = csv.DictReader(f)
+                if reader.fieldnames is None or "value" not in reader.fieldnames:
+                    sys.exit(f"{path} is not an attnprobe trial CSV (no 'value' column)")
+                names = [c for c in reader.fieldnames if c not in DROPPED]
+                if writer is None:
+                    fields = names
+                    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+                    writer.writeheader()
+                elif names != fields:
+                    sys.exit(f"{path}: columns {names} differ from the first input's {fields}; reduce them apart")
+                for row in reader:
+                    if not metrics or row["metric"] in metrics:
+                        row["value"] = short_value(row["value"])
+                        writer.writerow(row)
+                        kept += 1
+    if kept == 0:
+        sys.exit(f"no rows of metrics {sorted(metrics)} in {', '.join(paths)}: check the sweep's --metrics")
+    return kept
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Reduce trial CSVs to the committed data of a figure.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    red = sub.add_parser("reduce", help="keep only the metrics a figure draws, concatenated, .gz-compressed if -o says")
+    red.add_argument("csv", nargs="+", help="trial CSVs from attnprobe sweep")
+    red.add_argument("--metrics", default="", help="comma-separated metrics to keep (default: all)")
+    red.add_argument("-o", "--output", required=True, help="reduced CSV (.csv or .csv.gz)")
+    args = parser.parse_args()
+    metrics = {m for m in args.metrics.split(",") if m}
+    kept = reduce_rows(args.csv, args.output, metrics)
+    print(f"{args.output}: {kept} rows")
+
+
+if __name__ == "__main__":
+    main()

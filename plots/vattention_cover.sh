@@ -10,8 +10,17 @@
 # are `attnprobe summarize --compare` on these sweeps, kept in plots/data/vattention-cover-compare.csv.
 # About 3.5 minutes on two shared cores.
 #   ATTNPROBE=build/attnprobe plots/vattention_cover.sh
+#   plots/vattention_cover.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+from_data=0
+case ${1:-} in
+  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
+  "") ;;
+  *) echo "vattention_cover.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+compare=plots/data/vattention-cover-compare.csv
+if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
 work=${WORK:-out/vattention}
 threads=${THREADS:-1}
@@ -46,7 +55,6 @@ fi
 /usr/bin/python3 plots/vattention_cover.py reduce "$work"/*-eps*.csv -o plots/data/vattention-cover.csv
 # Paired over heads: each variant against its pair's default (draw=hh, base=0.05), and a smaller delta against a
 # larger one at each eps.
-compare=plots/data/vattention-cover-compare.csv
 rm -f "$compare"
 for name in "${names[@]}"; do
   pairs=()
@@ -63,5 +71,6 @@ for name in "${names[@]}"; do
   done
 done
 rm -f "$work/compare.tmp"
+fi
 /usr/bin/python3 plots/vattention_cover.py draw plots/data/vattention-cover.csv --compare "$compare" \
-  -o plots/figures/vattention-cover.png
+  -o "${FIGURES:-plots/figures}/vattention-cover.png"
