@@ -28,7 +28,7 @@ compare() {  # name dump length block [slice selection...]: sweep (unless --from
   shift 4
   # Drawn from the committed data alone with --from-data, for a shared dump with --bundled-only, or when the dump
   # is not here (../shared/data absent).
-  if [ "$mode" = --from-data ] || [ ! -f "$dump" ] || { [ "$mode" = --bundled-only ] && [ "${dump#../shared/}" != "$dump" ]; }; then
+  if [ "$mode" = --from-data ] || [ ! -f "$dump" ] || { [ "$mode" = --bundled-only ] && [ "${dump#../shared/data/}" != "$dump" ]; }; then
     $py plots/beyond_compare.py "$data/beyond-$name.csv.gz" -o "$figures/beyond-$name.png"
     return
   fi

@@ -245,7 +245,7 @@ TEST_CASE("sparq's weights, keys read and metrics", "[selection][sparq]") {
   }
 }
 
-TEST_CASE("sparq: a group of one is share=head bit for bit; bad settings are refused", "[selection][sparq]") {
+TEST_CASE("sparq: a group of one is share=head bit for bit, and bad settings are refused", "[selection][sparq]") {
   const HeadView view = group_view(80, 16, 1, 8, 2);
   CHECK(run_estimator("sparq(r=4,k=20,window=4,share=group,agg=mean)", view) ==
         run_estimator("sparq(r=4,k=20,window=4,share=head)", view));
