@@ -59,31 +59,34 @@ pareto_estimators=(-e performer -e favorpp -e lara -e yoso -e 'hyper(b=512)' -e 
   --trials 2 --reference softmax --metrics spec_rel --overwrite -q -o "$out/heads-1024.csv"
 
 cat "$out/slopes-1024.txt"
-# The committed data: the metrics the figures draw (bias/variance: bias_fro_rel, var_fro_rel; weights: row_tv,
-# row_kl, topk_recall; Pareto and diagnostics: spec_rel), the bench timings and head diagnostics as they are.
-$py plots/sweep_csv.py reduce "$out/main-1024.csv" "$out/det-1024.csv" \
-  --metrics bias_fro_rel,var_fro_rel,row_tv,row_kl,topk_recall,spec_rel -o "$data/analysis-1024.csv.gz"
-# RA apart: it has no bench time, so the Pareto figure does not read it.
-$py plots/sweep_csv.py reduce "$out/ra-1024.csv" --metrics bias_fro_rel,var_fro_rel,row_tv,row_kl,topk_recall \
-  -o "$data/analysis-ra-1024.csv.gz"
-$py plots/sweep_csv.py reduce "$out/pareto-4096.csv" --metrics spec_rel -o "$data/analysis-pareto-4096.csv.gz"
-$py plots/sweep_csv.py reduce "$out/heads-1024.csv" --metrics spec_rel -o "$data/analysis-heads-1024.csv.gz"
-cp "$out/bench-1024.csv" "$data/analysis-bench-1024.csv"
-cp "$out/bench-4096.csv" "$data/analysis-bench-4096.csv"
-cp "$out/diagnose-1024.csv" "$data/analysis-diagnose-1024.csv"
+# The committed data, one set of files per figure (plots/data/FIGURE*.csv[.gz]): the metrics each draws
+# (bias/variance: bias_fro_rel, var_fro_rel; weights: row_tv, row_kl, topk_recall; Pareto and diagnostics: spec_rel),
+# RA apart (it has no bench time, so the Pareto figure does not read it), the bench timings and head diagnostics as
+# they are.
+reduce() { $py plots/sweep_csv.py reduce "$@"; }
+reduce "$out/main-1024.csv" "$out/det-1024.csv" --metrics bias_fro_rel,var_fro_rel -o "$data/analysis-bias-variance.csv.gz"
+reduce "$out/ra-1024.csv" --metrics bias_fro_rel,var_fro_rel -o "$data/analysis-bias-variance-ra.csv.gz"
+reduce "$out/main-1024.csv" "$out/det-1024.csv" --metrics row_tv,row_kl,topk_recall -o "$data/analysis-weights.csv.gz"
+reduce "$out/ra-1024.csv" --metrics row_tv,row_kl,topk_recall -o "$data/analysis-weights-ra.csv.gz"
+reduce "$out/main-1024.csv" "$out/det-1024.csv" --metrics spec_rel -o "$data/analysis-pareto-1024.csv.gz"
+reduce "$out/pareto-4096.csv" --metrics spec_rel -o "$data/analysis-pareto-4096.csv.gz"
+reduce "$out/heads-1024.csv" --metrics spec_rel -o "$data/analysis-diagnostics-heads.csv.gz"
+cp "$out/bench-1024.csv" "$data/analysis-pareto-1024-bench.csv"
+cp "$out/bench-4096.csv" "$data/analysis-pareto-4096-bench.csv"
+cp "$out/diagnose-1024.csv" "$data/analysis-diagnostics.csv"
 fi
 
-$py plots/bias_variance.py "$data/analysis-1024.csv.gz" "$data/analysis-ra-1024.csv.gz" \
+$py plots/bias_variance.py "$data/analysis-bias-variance.csv.gz" "$data/analysis-bias-variance-ra.csv.gz" \
   --title "charlm-hd32, n = 1024, layer 1 head 0: bias² vs variance of one trial (8 trials)" \
   -o "$figures"/analysis-bias-variance.png
-$py plots/weight_metrics.py "$data/analysis-1024.csv.gz" "$data/analysis-ra-1024.csv.gz" \
+$py plots/weight_metrics.py "$data/analysis-weights.csv.gz" "$data/analysis-weights-ra.csv.gz" \
   --title "charlm-hd32, n = 1024, layer 1 head 0: attention-weight errors" -o "$figures"/analysis-weights.png
-$py plots/pareto.py "$data/analysis-1024.csv.gz" "$data/analysis-bench-1024.csv" --n 1024 \
+$py plots/pareto.py "$data/analysis-pareto-1024.csv.gz" "$data/analysis-pareto-1024-bench.csv" --n 1024 \
   --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, shared machine)" \
   -o "$figures"/analysis-pareto-1024.png
-$py plots/pareto.py "$data/analysis-pareto-4096.csv.gz" "$data/analysis-bench-4096.csv" --n 4096 \
+$py plots/pareto.py "$data/analysis-pareto-4096.csv.gz" "$data/analysis-pareto-4096-bench.csv" --n 4096 \
   --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, shared machine)" \
   -o "$figures"/analysis-pareto-4096.png
-$py plots/diagnostics_vs_error.py "$data/analysis-diagnose-1024.csv" "$data/analysis-heads-1024.csv.gz" \
+$py plots/diagnostics_vs_error.py "$data/analysis-diagnostics.csv" "$data/analysis-diagnostics-heads.csv.gz" \
   -o "$figures"/analysis-diagnostics.png
 ls "$figures"/analysis-*.png

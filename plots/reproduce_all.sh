@@ -66,24 +66,24 @@ paper() {  # paper NAME DUMP YOSO-LENGTHS SKETCH-LENGTHS SKETCH-SAMPLES LARA-LEN
       echo "== $name: YOSO Fig. 8"
       "$bin" sweep "$dump" --mask full -e yoso --samples 8..128:x2 ${yoso_lengths:+--lengths $yoso_lengths} --trials 8 \
         --metrics angle,zero_rows --overwrite -q -o "$work/yoso-$name.csv"
-      reduce "$work/yoso-$name.csv" --metrics angle,zero_rows -o "$data/yoso-$name.csv.gz"
+      reduce "$work/yoso-$name.csv" --metrics angle,zero_rows -o "$data/yoso-fig8-$name.csv.gz"
     fi
     echo "== $name: Skeinformer Fig. 1"
     "$bin" sweep "$dump" --mask full -e vmean -e informer -e linformer -e nystrom -e skeinformer -e 'skeinformer(colsample=uniform)' \
       -e 'skeinformer(rownorm=simple)' -e 'skeinformer(pilot_reuse=0)' --samples "$sketch_samples" \
       ${sketch_lengths:+--lengths $sketch_lengths} --trials 8 --metrics spec,spec_rel --overwrite -q \
       -o "$work/sketch-$name.csv"
-    reduce "$work/sketch-$name.csv" --metrics spec,spec_rel -o "$data/sketch-$name.csv.gz"
+    reduce "$work/sketch-$name.csv" --metrics spec,spec_rel -o "$data/skeinformer-fig1-$name.csv.gz"
     echo "== $name: LARA Fig. 1"
     "$bin" sweep "$dump" --mask full -e performer -e lara --samples "$lara_samples" ${lara_lengths:+--lengths $lara_lengths} \
       --trials 8 --metrics mse --overwrite -q -o "$work/lara-$name.csv"
     "$bin" sweep "$dump" --mask full -e ra -e vmean --samples 1,2,4 ${lara_lengths:+--lengths $lara_lengths} --trials 8 \
       --metrics mse --overwrite -q -o "$work/lara-ra-$name.csv"
-    reduce "$work/lara-$name.csv" "$work/lara-ra-$name.csv" --metrics mse -o "$data/lara-$name.csv.gz"
+    reduce "$work/lara-$name.csv" "$work/lara-ra-$name.csv" --metrics mse -o "$data/lara-fig1-$name.csv.gz"
   fi
-  [ "$yoso" = 1 ] && $py plots/yoso_fig8.py "$data/yoso-$name.csv.gz" -o "$FIGURES/yoso-fig8-$name.png"
-  $py plots/skeinformer_fig1.py "$data/sketch-$name.csv.gz" -o "$FIGURES/skeinformer-fig1-$name.png"
-  $py plots/lara_fig1.py "$data/lara-$name.csv.gz" -o "$FIGURES/lara-fig1-$name.png"
+  [ "$yoso" = 1 ] && $py plots/yoso_fig8.py "$data/yoso-fig8-$name.csv.gz" -o "$FIGURES/yoso-fig8-$name.png"
+  $py plots/skeinformer_fig1.py "$data/skeinformer-fig1-$name.csv.gz" -o "$FIGURES/skeinformer-fig1-$name.png"
+  $py plots/lara_fig1.py "$data/lara-fig1-$name.csv.gz" -o "$FIGURES/lara-fig1-$name.png"
 }
 
 # The shared dumps rerun with --shared (and when present); otherwise their figures come from the committed data.
@@ -118,9 +118,9 @@ if want yoso-grad-fig8-charlm-hd64; then
     "$bin" sweep data/charlm-hd64.h5 -e 'yoso-e(grad=lower)' --reference yoso-e --lengths 256,1024 --batch 0 \
       --metrics grad_q_fro_rel,grad_q_angle,grad_v_fro_rel --overwrite -q -o "$work/yoso-bound-charlm-hd64.csv"
     reduce "$work/yoso-grad-charlm-hd64.csv" "$work/yoso-bound-charlm-hd64.csv" --metrics $grad_metrics \
-      -o "$data/yoso-grad-charlm-hd64.csv.gz"
+      -o "$data/yoso-grad-fig8-charlm-hd64.csv.gz"
   fi
-  $py plots/yoso_grad_fig8.py "$data/yoso-grad-charlm-hd64.csv.gz" -o "$FIGURES/yoso-grad-fig8-charlm-hd64.png"
+  $py plots/yoso_grad_fig8.py "$data/yoso-grad-fig8-charlm-hd64.csv.gz" -o "$FIGURES/yoso-grad-fig8-charlm-hd64.png"
 fi
 
 # The causal case (issue 14): the six estimators that had a causal form then (softmax, vmean, ra, performer, yoso,
