@@ -17,7 +17,6 @@ Two steps, so that the figure is redrawn from data committed beside it:
 A method's budget B is the keys a row reads: h2o heavy + window, tova budget + 1 (the step's own key), streaming
 sink + window, topk k. Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
-import argparse
 import csv
 import re
 import sys
@@ -25,7 +24,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from sweep_csv import read_rows
+from sweep_csv import read_rows, reduce_draw_main
 
 METRICS = ["spec_rel", "mass_recall", "density", "keys_attended"]
 ORDER = ["h2o", "tova", "streaming", "topk"]
@@ -151,22 +150,5 @@ def print_compare(path):
               f"{interval:>30}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("reduce")
-    r.add_argument("trials", nargs="+")
-    r.add_argument("-o", "--output", required=True)
-    d = sub.add_parser("draw")
-    d.add_argument("data")
-    d.add_argument("-o", "--output", required=True)
-    d.add_argument("--compare", help="the CSV of `attnprobe summarize --compare` runs to print")
-    args = parser.parse_args()
-    if args.step == "reduce":
-        reduce_trials(args.trials, args.output)
-    else:
-        draw(args.data, args.output, args.compare)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(reduce_draw_main(__doc__, reduce_trials, draw, compare=True))

@@ -13,14 +13,13 @@ Methods are named from the spec: topk (the oracle selection), streaming (4 sinks
 vattention (over its pilot fraction `base`). density is keys attended over keys visible, averaged over rows.
 Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
-import argparse
 import csv
 import sys
 from collections import defaultdict
 
 import numpy as np
 
-from sweep_csv import read_rows
+from sweep_csv import read_rows, reduce_draw_main
 
 METRICS = ["density", "spec_rel", "mass_recall", "eps_cover"]
 ORDER = ["topk", "streaming", "oracle_sample", "magicpig", "vattention"]
@@ -79,21 +78,5 @@ def draw(data, out):
     print(f"wrote {out}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("reduce")
-    r.add_argument("trials", nargs="+")
-    r.add_argument("-o", "--output", required=True)
-    d = sub.add_parser("draw")
-    d.add_argument("data")
-    d.add_argument("-o", "--output", required=True)
-    args = parser.parse_args()
-    if args.step == "reduce":
-        reduce_trials(args.trials, args.output)
-    else:
-        draw(args.data, args.output)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(reduce_draw_main(__doc__, reduce_trials, draw, compare=False))

@@ -7,12 +7,8 @@
 #   plots/selection_decode.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-from_data=0
-case ${1:-} in
-  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
-  "") ;;
-  *) echo "selection_decode.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
-esac
+. plots/from_data.sh
+from_data_option selection_decode.sh "$@"
 if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
 work=${WORK:-out/selection}

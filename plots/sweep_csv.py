@@ -151,6 +151,25 @@ def reduce_rows(paths, output, metrics):
     return kept
 
 
+def reduce_draw_main(doc, reduce_trials, draw, compare=False):
+    """The command line of a decode figure's script: `reduce TRIALS... -o DATA` (the sweeps to the committed data)
+    and `draw DATA -o PNG` (with `--compare CSV`, the `summarize --compare` table to print beside it)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    r = sub.add_parser("reduce")
+    r.add_argument("trials", nargs="+")
+    r.add_argument("-o", "--output", required=True)
+    d = sub.add_parser("draw")
+    d.add_argument("data")
+    d.add_argument("-o", "--output", required=True)
+    if compare:
+        d.add_argument("--compare", help="the CSV of `attnprobe summarize --compare` runs to print")
+    args = parser.parse_args()
+    if args.step == "reduce":
+        return reduce_trials(args.trials, args.output)
+    return draw(args.data, args.output, args.compare) if compare else draw(args.data, args.output)
+
+
 def main():
     parser = argparse.ArgumentParser(description="Reduce trial CSVs to the committed data of a figure.")
     sub = parser.add_subparsers(dest="command", required=True)

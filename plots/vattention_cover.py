@@ -15,7 +15,6 @@ Two steps, so that the figure is redrawn from data committed beside it:
                                                          promise per setting and summarize --compare's pairs
 Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
-import argparse
 import csv
 import math
 import re
@@ -24,7 +23,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from sweep_csv import read_rows
+from sweep_csv import read_rows, reduce_draw_main
 
 METRICS = ["eps_cover", "spec_rel", "density", "den_rel", "pilot"]
 DEFAULTS = {"base": "0.05", "draw": "hh"}
@@ -178,22 +177,5 @@ def draw(data, out, compare):
                   f"[{float(r['ci_low']):.3g}, {float(r['ci_high']):.3g}]")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("reduce")
-    r.add_argument("trials", nargs="+")
-    r.add_argument("-o", "--output", required=True)
-    d = sub.add_parser("draw")
-    d.add_argument("data")
-    d.add_argument("-o", "--output", required=True)
-    d.add_argument("--compare", help="the CSV of `attnprobe summarize --compare` runs to print")
-    args = parser.parse_args()
-    if args.step == "reduce":
-        reduce_trials(args.trials, args.output)
-    else:
-        draw(args.data, args.output, args.compare)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(reduce_draw_main(__doc__, reduce_trials, draw, compare=True))

@@ -13,12 +13,8 @@
 #   plots/vattention_cover.sh --from-data   # no sweeps: redraw the figure from the committed plots/data/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-from_data=0
-case ${1:-} in
-  --from-data) from_data=1 ;;  # draw from the committed plots/data/ alone (FIGURES=DIR draws elsewhere)
-  "") ;;
-  *) echo "vattention_cover.sh: unknown option '$1' (use --from-data or nothing)" >&2; exit 2 ;;
-esac
+. plots/from_data.sh
+from_data_option vattention_cover.sh "$@"
 compare=plots/data/vattention-cover-compare.csv
 if [ "$from_data" = 0 ]; then
 bin=${ATTNPROBE:-build/attnprobe}
