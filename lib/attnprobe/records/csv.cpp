@@ -85,34 +85,66 @@ void require_possible_values(const std::string& where, const SummaryRow& row) {
     require_possible_value(where, row.metric, column, value);
 }
 
-CsvContents read_csv(const std::string& path) {
+namespace {
+
+std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  return buffer.str();
+}
+
+struct CsvRecord {
+  size_t line_no = 0;  ///< the line it starts on (1-based)
+  std::string text;    ///< without its newline and a trailing CR
+};
+
+// The complete records of a CSV text: a record ends at the first newline outside quotes (a quoted field, a dump
+// named with a newline, may span lines, as the writer's csv_field quotes it). A final record without its newline is
+// an interrupted write: left out, and `truncated` set.
+std::vector<CsvRecord> csv_records(const std::string& text, bool& truncated) {
+  std::vector<CsvRecord> records;
+  size_t pos = 0, next_line = 1;
+  truncated = false;
+  while (pos < text.size()) {
+    size_t end = pos;
+    for (bool quoted = false; end < text.size() && (quoted || text[end] != '\n'); ++end)
+      if (text[end] == '"') quoted = !quoted;
+    if (end == text.size()) {
+      truncated = true;
+      break;
+    }
+    CsvRecord record{next_line, text.substr(pos, end - pos)};
+    pos = end + 1;
+    next_line += 1 + static_cast<size_t>(std::count(record.text.begin(), record.text.end(), '\n'));
+    if (!record.text.empty() && record.text.back() == '\r') record.text.pop_back();
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+std::vector<std::string> record_fields(const std::string& line, const std::string& where) {
+  try {
+    return parse_csv_line(line);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+}  // namespace
+
+CsvContents read_csv(const std::string& path) {
+  const std::string text = read_whole_file(path);
   const std::string trial_header = csv_header(trial_columns()), summary_header = csv_header(summary_columns());
   // Files written before the `mask` or `queries` column existed are read as `full` and `all` (docs/csv.md).
   const std::vector<Column<TrialRow>>* trial_layout = &trial_columns();
   const std::vector<Column<SummaryRow>>* summary_layout = &summary_columns();
   CsvContents out;
-  size_t pos = 0, line_no = 0, next_line = 1;
-  while (pos < text.size()) {
-    // A record ends at the first newline outside quotes: a quoted field (a dump named with a newline) may
-    // span lines, as the writer's csv_field quotes it.
-    size_t end = pos;
-    for (bool quoted = false; end < text.size() && (quoted || text[end] != '\n'); ++end)
-      if (text[end] == '"') quoted = !quoted;
-    if (end == text.size()) {  // an interrupted write: ignore the partial line
-      out.truncated_tail = true;
-      break;
-    }
-    std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    line_no = next_line;
-    next_line += 1 + static_cast<size_t>(std::count(line.begin(), line.end(), '\n'));
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line_no == 1) {
+  const std::vector<CsvRecord> records = csv_records(text, out.truncated_tail);
+  for (const CsvRecord& record : records) {
+    const std::string& line = record.text;
+    if (record.line_no == 1) {
       bool known = false;
       for (const auto& layout : trial_layouts())
         if (!known && line == csv_header(layout)) {
@@ -132,13 +164,8 @@ CsvContents read_csv(const std::string& path) {
       continue;
     }
     if (line.empty()) continue;
-    const std::string where = fmt::format("'{}' line {}", path, line_no);
-    std::vector<std::string> fields;
-    try {
-      fields = parse_csv_line(line);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", where, e.what()));
-    }
+    const std::string where = fmt::format("'{}' line {}", path, record.line_no);
+    const std::vector<std::string> fields = record_fields(line, where);
     if (out.summary) {
       parse_row(*summary_layout, fields, where, out.summaries.emplace_back());
       require_possible_values(where, out.summaries.back());
@@ -148,7 +175,7 @@ CsvContents read_csv(const std::string& path) {
     }
     out.row_places.push_back(where);
   }
-  if (line_no == 0)
+  if (records.empty())
     throw InputError(text.empty() ? fmt::format("'{}' is empty: it has no CSV header", path)
                                   : fmt::format("'{}' has no complete line ({} bytes without a newline): it is not an "
                                                 "attnprobe CSV, or its first write was cut off",
@@ -157,38 +184,25 @@ CsvContents read_csv(const std::string& path) {
 }
 
 std::vector<DiagnosticRow> read_diagnostics_csv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
   const std::string header = csv_header(diagnostic_columns());
+  bool truncated = false;  // a final line without its newline is a cut-off write, ignored as read_csv does
+  const std::vector<CsvRecord> records = csv_records(read_whole_file(path), truncated);
+  if (records.empty()) throw InputError(fmt::format("'{}' has no complete line: it is not a diagnostics CSV", path));
   std::vector<DiagnosticRow> rows;
-  size_t pos = 0, line_no = 0;
-  // A final line without its newline is a cut-off write, ignored as read_csv does.
-  for (size_t end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
-    std::string line = text.substr(pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::string where = fmt::format("'{}' line {}", path, ++line_no);
-    if (line_no == 1) {
-      if (line != header)
+  for (const CsvRecord& record : records) {
+    if (record.line_no == 1) {
+      if (record.text != header)
         throw InputError(fmt::format("'{}' is not a diagnostics CSV of `attnprobe diagnose`: its header is not\n  {}",
                                      path, header));
       continue;
     }
-    if (line.empty()) continue;
-    std::vector<std::string> fields;
-    try {
-      fields = parse_csv_line(line);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", where, e.what()));
-    }
-    parse_row(diagnostic_columns(), fields, where, rows.emplace_back());
+    if (record.text.empty()) continue;
+    const std::string where = fmt::format("'{}' line {}", path, record.line_no);
+    parse_row(diagnostic_columns(), record_fields(record.text, where), where, rows.emplace_back());
     if (!std::isfinite(rows.back().value))
       throw InputError(fmt::format("{}: the diagnostic {} is {}, not a finite number", where, rows.back().diagnostic,
                                    format_real(rows.back().value)));
   }
-  if (line_no == 0) throw InputError(fmt::format("'{}' has no complete line: it is not a diagnostics CSV", path));
   return rows;
 }
 
