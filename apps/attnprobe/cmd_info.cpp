@@ -6,6 +6,7 @@
 #include "attnprobe/common/text.h"
 #include "attnprobe/diagnose/dump_inspection.h"
 #include "attnprobe/diagnose/slice_diagnostics.h"
+#include "attnprobe/estimators/registry.h"
 #include "attnprobe/metrics/head_diagnostics.h"
 #include "attnprobe/report/table.h"
 #include "attnprobe/sweep/plan.h"
@@ -63,6 +64,12 @@ int run_info(const InfoOptions& o) {
         "note: tokens Nq/Nk: layers with fewer queries than keys store decode steps (queries at the last positions "
         "of the cache, or at layer_NN/q_positions); each case measures those rows against the whole cache "
         "(queries=dump in the CSV), only with estimators that have a decode form.\n");
+  for (const LayerInfo& l : dump.layers())
+    if (l.shaped())
+      fmt::print(
+          "note: layer {} applies {} to its scores (docs/dumps.md, \"Score shaping\"): its reference honours it, and "
+          "only estimators that do too run on it ({}).\n",
+          l.number, l.shaping(), join(estimators_where([](const Capabilities& can) { return can.shaping; }), ", "));
   if (!o.check) return 0;
 
   // Read every slice in full: values are checked for NaN/Inf by the reader, zero-norm rows counted.

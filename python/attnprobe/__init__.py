@@ -136,17 +136,47 @@ def _positions(q_positions) -> Optional[list]:
     return positions
 
 
-def _geometry(causal: bool, mask: Optional[str], q_positions, cross: bool) -> tuple:
-    """(mask text, positions, cross) as the core takes them."""
+def _real(value, what: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _shaping(q, k, bias, softcap, alibi_slope, bias_before_softcap) -> tuple:
+    """(bias, softcap, alibi_slope, bias_before_softcap) as the core takes them: ``bias`` broadcast to
+    n_q x n_k (a [n_k] row applies to every query; a leading axis of one is dropped), None and 0 for none."""
+    if bias is not None:
+        bias = _as_array(bias, "bias")
+        rows, keys = _rows_and_keys(q, k)
+        while bias.ndim > 2 and bias.shape[0] == 1:
+            bias = bias[0]
+        try:
+            bias = np.broadcast_to(bias, (rows, keys))
+        except ValueError:
+            raise ValueError(f"bias has shape {bias.shape}, which does not broadcast to n_q x n_k = ({rows}, {keys}) "
+                             "(one value per query row and key, for one head)") from None
+    if not isinstance(bias_before_softcap, (bool, np.bool_)):
+        raise TypeError(f"bias_before_softcap must be True or False, got {bias_before_softcap!r}")
+    return bias, _real(softcap, "softcap"), _real(alibi_slope, "alibi_slope"), bool(bias_before_softcap)
+
+
+def _geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, q=None, k=None, bias=None, softcap=None,
+              alibi_slope=None, bias_before_softcap: bool = False) -> tuple:
+    """(mask text, positions, cross, bias, softcap, alibi_slope, bias_before_softcap) as the core takes them."""
     if not isinstance(cross, (bool, np.bool_)):
         raise TypeError(f"cross must be True or False, got {cross!r}")
-    return _mask_text(bool(causal), mask), _positions(q_positions), bool(cross)
+    return (_mask_text(bool(causal), mask), _positions(q_positions), bool(cross),
+            *_shaping(q, k, bias, softcap, alibi_slope, bias_before_softcap))
 
 
-def _slice_geometry(causal: bool, mask: Optional[str], q_positions, cross: bool) -> None:
-    if causal or mask is not None or q_positions is not None or cross:
-        raise ValueError("a Slice carries its geometry: build it with Slice(q, k, v, scale, mask=..., "
-                         "q_positions=..., cross=...) and leave causal, mask, q_positions and cross out of the call")
+def _slice_geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, *shaping) -> None:
+    if causal or mask is not None or q_positions is not None or cross or any(
+            x is not None and x is not False for x in shaping):
+        raise ValueError("a Slice carries its geometry and score shaping: build it with Slice(q, k, v, scale, "
+                         "mask=..., q_positions=..., cross=..., bias=..., softcap=..., alibi_slope=...) and leave "
+                         "those out of the call")
 
 
 _INT31, _UINT32, _UINT64 = 2**31 - 1, 2**32 - 1, 2**64 - 1
@@ -192,10 +222,12 @@ class Slice(_core.Slice):
     copies), for many calls on it: ``estimate(spec, Slice(q, k, v, scale), ...)`` then costs what
     ``attnprobe bench`` times, without the per-call conversion (~1 ms at 4096 x 64). Pass it as ``q``
     to :func:`estimate`, :func:`exact` and :func:`reference` (leave k, v, scale and the geometry out).
-    The geometry arguments are :func:`exact`'s (``causal``, ``mask``, ``q_positions``, ``cross``).
-    Attributes: ``n`` (query rows), ``keys``, ``p``, ``pv``, ``scale``, ``mask`` ("full", "causal" or
-    "window:W"), ``causal``, ``cross``, ``q_positions`` (each row's key position; None for
-    cross-attention), and ``q``, ``k``, ``v`` (float64 copies).
+    The geometry and score-shaping arguments are :func:`exact`'s (``causal``, ``mask``, ``q_positions``,
+    ``cross``, ``bias``, ``softcap``, ``alibi_slope``, ``bias_before_softcap``). Attributes: ``n`` (query
+    rows), ``keys``, ``p``, ``pv``, ``scale``, ``mask`` ("full", "causal" or "window:W"), ``causal``,
+    ``cross``, ``q_positions`` (each row's key position; None for
+    cross-attention), ``bias`` (n_q x n_k or None), ``softcap``, ``alibi_slope`` (0: none), and ``q``, ``k``,
+    ``v`` (float64 copies).
 
         >>> s = attnprobe.Slice(q, k, v, scale)
         >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
@@ -205,9 +237,12 @@ class Slice(_core.Slice):
     """
 
     def __init__(self, q, k, v, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
-                 q_positions=None, cross: bool = False):
+                 q_positions=None, cross: bool = False, bias=None, softcap: Optional[float] = None,
+                 alibi_slope: Optional[float] = None, bias_before_softcap: bool = False):
         q, k, v = _matrices(q, k, v)
-        super().__init__(q, k, v, None if scale is None else float(scale), *_geometry(causal, mask, q_positions, cross))
+        super().__init__(q, k, v, None if scale is None else float(scale),
+                         *_geometry(causal, mask, q_positions, cross, q, k, bias, softcap, alibi_slope,
+                                    bias_before_softcap))
 
 
 def _slice_only(q, k, v, scale) -> bool:
@@ -228,7 +263,8 @@ def estimators() -> list:
     ``weights``, ``causal_weights`` (its causal form states its weights too), ``kept_keys`` (it states the
     keys each row reads, so ``metrics="selection"`` applies), ``prompt`` (it compresses the cache once from
     the prompt's query rows, so it measures decode rows only: ``queries="last:W"``), ``anchored`` (its decode
-    rows keep state fixed at the prompt boundary, so they differ from the whole slice's rows), ``backward`` (its
+    rows keep state fixed at the prompt boundary, so they differ from the whole slice's rows), ``shaping`` (it
+    honours a bias, ALiBi and a soft-cap: ``exact``'s ``bias``/``alibi_slope``/``softcap``), ``backward`` (its
     backward form for the gradient metrics: "out", "yoso" or "" for none), ``causal_backward`` (that
     backward covers its causal form too), ``devices``, ``causal_devices`` (the devices whose
     version has the causal form: ``device="cuda"`` with ``causal=True`` needs "cuda" here) and
@@ -247,8 +283,10 @@ def _dump_options(q_path=None, k_path=None, v_path=None, layout=None, num_heads=
 
 def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, length: Optional[int] = None, *,
          q_path: Optional[str] = None, k_path: Optional[str] = None, v_path: Optional[str] = None,
-         layout: Optional[str] = None, num_heads: int = 0):
-    """One slice of a dump: ``(q, k, v, scale, causal)``.
+         layout: Optional[str] = None, num_heads: int = 0, as_slice: bool = False):
+    """One slice of a dump: ``(q, k, v, scale, causal)``, or with ``as_slice=True`` a :class:`Slice` carrying
+    the layer's geometry and score shaping too (its mask is the full one unless the dump's rows are decode rows;
+    a layer with a bias, ALiBi slopes or a soft-cap is read only this way: the tuple cannot carry them).
 
     q, k (n x p) and v (n x pv) are float64 numpy arrays exactly as the CLI reads them (the first
     ``length`` tokens of batch item ``batch``; default its full valid length); ``scale`` is the
@@ -263,11 +301,13 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
     return _core.load(os.fspath(dump), _integer(layer, "layer", 0, _INT31), _integer(head, "head", 0, _INT31),
                       _integer(batch, "batch", 0, _INT31),
                       None if length is None else _integer(length, "length", 1, 2**62),
-                      _dump_options(q_path, k_path, v_path, layout, num_heads))
+                      _dump_options(q_path, k_path, v_path, layout, num_heads), bool(as_slice))
 
 
 def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
-          q_positions=None, cross: bool = False, dtype=np.float64, threads: int = 0) -> np.ndarray:
+          q_positions=None, cross: bool = False, bias=None, softcap: Optional[float] = None,
+          alibi_slope: Optional[float] = None, bias_before_softcap: bool = False, dtype=np.float64,
+          threads: int = 0) -> np.ndarray:
     """Exact attention softmax(scale * q kᵀ) v, n_q x pv.
 
     ``dtype=np.float64`` (default) is the reference every metric compares against (row blocks,
@@ -281,6 +321,13 @@ def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False
     ``"window:W"`` keys t_i−W+1..t_i. ``cross=True``: cross-attention, queries without positions (any
     n_k ≥ 1; only ``mask="full"``).
 
+    Score shaping (what the model does to the scores S = scale * q kᵀ besides the mask; docs/dumps.md):
+    ``bias`` adds one value per (query row, key) (T5's relative buckets, a learned bias; anything that
+    broadcasts to n_q x n_k, finite); ``alibi_slope=m`` adds m·(j − t_i) to key j's score (ALiBi; the model's
+    m·j differs by a constant per row, which the softmax ignores); ``softcap=c`` makes the scores c·tanh(S/c)
+    (Gemma 2), before the bias unless ``bias_before_softcap=True``. Only estimators that honour shaping run on
+    such inputs (``estimators()``' ``shaping`` field: softmax); the others raise ValueError.
+
         >>> out = attnprobe.exact(q, k, v, scale)
         >>> q, k, v, scale, _ = attnprobe.load(dump, layer=0, head=0, length=4096)   # p = pv = 64
         >>> step = attnprobe.exact(q[-16:], k, v, scale, mask="causal")   # one decode step: 16 queries
@@ -290,12 +337,14 @@ def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dt}")
+    shaping = (bias, softcap, alibi_slope, bias_before_softcap)
     if _slice_only(q, k, v, scale):
-        _slice_geometry(causal, mask, q_positions, cross)
+        _slice_geometry(causal, mask, q_positions, cross, *shaping)
         return _core.exact_slice(q, dt == np.float64, _threads(threads))
     q, k, v = _matrices(q, k, v)
-    return _core.exact(q, k, v, None if scale is None else float(scale), *_geometry(causal, mask, q_positions, cross),
-                       dt == np.float64, _threads(threads))
+    return _core.exact(q, k, v, None if scale is None else float(scale),
+                       *_geometry(causal, mask, q_positions, cross, q, k, *shaping), dt == np.float64,
+                       _threads(threads))
 
 
 _CASE_FIELDS = ("layer", "head", "batch")
@@ -343,7 +392,9 @@ class EstimateWithReference(NamedTuple):
 
 def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
              trial: int = 0, case=None, *, mask: Optional[str] = None, q_positions=None, cross: bool = False,
-             threads: int = 0, device: str = "cpu", return_reference: bool = False):
+             bias=None, softcap: Optional[float] = None, alibi_slope: Optional[float] = None,
+             bias_before_softcap: bool = False, threads: int = 0, device: str = "cpu",
+             return_reference: bool = False):
     """One estimate (float32, n_q x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
     :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
 
@@ -355,7 +406,8 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
     exists. ``q`` may be a :class:`Slice` (then leave k, v, scale and the geometry out): converted
     once, it is the fastest way to call many estimates on one slice.
 
-    The geometry arguments ``causal``, ``mask``, ``q_positions`` and ``cross`` are :func:`exact`'s. A
+    The geometry arguments ``causal``, ``mask``, ``q_positions`` and ``cross`` and the score shaping
+    (``bias``, ``softcap``, ``alibi_slope``, ``bias_before_softcap``) are :func:`exact`'s. A
     mask other than full runs the estimator's form for it, and fewer query rows than keys its decode
     form; an estimator without the form raises ValueError naming those that have one
     (``estimators()``' ``forms`` and ``decode`` fields). The draws of the last W rows are the whole
@@ -378,21 +430,22 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
         >>> ref_spec                                    # 'yoso-e(tau=8,input=l2,grad=exact)'
         >>> attnprobe.metrics(ref, est)["spec_rel"]     # the CLI's value for this case
     """
+    shaping = dict(bias=bias, softcap=softcap, alibi_slope=alibi_slope, bias_before_softcap=bias_before_softcap)
     if return_reference:
         target = _core.target(str(spec))
         return EstimateWithReference(
             estimate(spec, q, k, v, scale, causal, seed, trial, case, mask=mask, q_positions=q_positions,
-                     cross=cross, threads=threads, device=device),
+                     cross=cross, threads=threads, device=device, **shaping),
             reference(target, q, k, v, scale, causal, mask=mask, q_positions=q_positions, cross=cross,
-                      threads=threads),
+                      threads=threads, **shaping),
             target)
     if _slice_only(q, k, v, scale):
-        _slice_geometry(causal, mask, q_positions, cross)
+        _slice_geometry(causal, mask, q_positions, cross, *shaping.values())
         layer, head, batch = _case_fields(case, q.keys, q.n, q.mask)
         return _core.estimate_slice(str(spec), q, _seed(seed), _trial(trial), layer, head, batch, _threads(threads),
                                     _device(device))
     q, k, v = _matrices(q, k, v)
-    geometry = _geometry(causal, mask, q_positions, cross)
+    geometry = _geometry(causal, mask, q_positions, cross, q, k, *shaping.values())
     rows, keys = _rows_and_keys(q, k)
     layer, head, batch = _case_fields(case, keys, rows, geometry[0])
     return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), *geometry, _seed(seed),
@@ -400,19 +453,22 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
-              mask: Optional[str] = None, q_positions=None, cross: bool = False, threads: int = 0) -> np.ndarray:
+              mask: Optional[str] = None, q_positions=None, cross: bool = False, bias=None,
+              softcap: Optional[float] = None, alibi_slope: Optional[float] = None, bias_before_softcap: bool = False,
+              threads: int = 0) -> np.ndarray:
     """What a sweep compares against when ``spec`` is the reference (a deterministic estimator, e.g.
     ``"softmax"`` or ``"yoso-e(tau=8)"``): its float64 evaluation, n_q x pv. ``reference("softmax", ...)``
-    equals ``exact(...)``; the geometry arguments are :func:`exact`'s.
+    equals ``exact(...)``; the geometry and score-shaping arguments are :func:`exact`'s.
 
         >>> ref = attnprobe.reference("softmax", q[-16:], k, v, scale, mask="causal")   # a decode step's
     """
+    shaping = (bias, softcap, alibi_slope, bias_before_softcap)
     if _slice_only(q, k, v, scale):
-        _slice_geometry(causal, mask, q_positions, cross)
+        _slice_geometry(causal, mask, q_positions, cross, *shaping)
         return _core.reference_slice(str(spec), q, _threads(threads))
     q, k, v = _matrices(q, k, v)
     return _core.reference(str(spec), q, k, v, None if scale is None else float(scale),
-                           *_geometry(causal, mask, q_positions, cross), _threads(threads))
+                           *_geometry(causal, mask, q_positions, cross, q, k, *shaping), _threads(threads))
 
 
 def metric_names() -> list:
@@ -651,9 +707,13 @@ def _memory_layer(key, value) -> Layer:
         window = int(mask.split(":")[1]) if mask.startswith("window:") else None
         positions = np.asarray(value.q_positions, dtype=np.int64)
         default = np.arange(value.keys - value.n, value.keys)
+        bias = value.bias
         return Layer(q=value.q[None, None], k=value.k[None, None], v=value.v[None, None], scale=value.scale,
                      causal=int(mask != "full"), window=window,
-                     q_positions=None if np.array_equal(positions, default) else positions)
+                     q_positions=None if np.array_equal(positions, default) else positions,
+                     bias=None if bias is None else bias[None, None], softcap=value.softcap or None,
+                     alibi_slopes=np.array([value.alibi_slope]) if value.alibi_slope else None,
+                     bias_before_softcap=value.bias_before_softcap)
     if isinstance(value, (tuple, list)) and len(value) == 3:
         q, k, v = (_as_array(x, f"{key}[{i}]") for i, x in enumerate(value))
         if not q.ndim == k.ndim == v.ndim or q.ndim not in (2, 3, 4):

@@ -76,7 +76,7 @@ class LayerSpec:
 
 def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads: Optional[int] = None,
             kv_heads: Optional[int] = None, scale: Optional[float] = None, causal: Optional[bool] = None,
-            validate: bool = True, gradients: bool = False) -> Layers:
+            softcap: Optional[float] = None, validate: bool = True, gradients: bool = False) -> Layers:
     """Runs ``model`` once on ``inputs`` and returns what its attention multiplied, layer by layer.
 
     ``inputs``: a tensor (``model(inputs)``), a tuple of positional arguments (``model(*inputs)``), a dict of
@@ -90,15 +90,18 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
     model's output (validate=False then needs it given).
     ``validate``: exact attention (float64) of each captured layer against the model's own attention output;
     a relative Frobenius error above 1e-3 raises :class:`CaptureError` naming the layer, the error and the
-    likely cause (q/k before RoPE, the scale, the mask, a bias or soft-cap a dump cannot carry).
+    likely cause (q/k before RoPE, the scale, the mask, a soft-cap not declared).
+    ``softcap``: the model's logit soft-cap c (scores c·tanh(S/c), Gemma 2), which no call shows: declared here, it
+    is applied in validation and written with the layers (attribute ``softcap``).
     ``gradients``: also keep ``dy``, the gradient of the scalar loss that ``inputs(model)`` returns with respect
     to each layer's attention output (the gradient metrics read it; not for nn.MultiheadAttention).
 
     Returns :class:`attnprobe.Layers`, a mapping "layer_00" → :class:`attnprobe.Layer` (q, k, v as numpy
     ``[B, H, N, P]`` in the model's float type, bfloat16 widened to float32; ``scale``, ``causal``, ``bias``
-    None, ``out`` the model's attention output, ``error`` validation's error, ``origin``), with
-    ``.write(path, format=...)``. An additive float ``attn_mask`` (a bias), a padding mask, attention
-    dropout (training mode: call ``model.eval()``) raise :class:`CaptureError`.
+    (the finite part of an additive float ``attn_mask``: ALiBi, relative position buckets; [B|1, H|1, N, M] float64,
+    or None), ``softcap``, ``out`` the model's attention output, ``error`` validation's error, ``origin``), with
+    ``.write(path, format=...)``. A padding mask and attention dropout (training mode: call ``model.eval()``)
+    raise :class:`CaptureError`.
 
         >>> layers = attnprobe.capture(llama.eval(), input_ids)               # SDPA calls, post-RoPE
         >>> layers = attnprobe.capture(model, batch, hooks=[attnprobe.LayerSpec(
@@ -112,6 +115,8 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
         raise ValueError(f"heads and kv_heads must be positive, got {heads} and {kv_heads}")
     if heads is not None and kv_heads is not None and heads % kv_heads:
         raise ValueError(f"{heads} query heads are not a multiple of {kv_heads} kv heads")
+    if softcap is not None and not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"softcap={softcap!r}: the model's cap c > 0 (scores c*tanh(S/c)), or None")
     if hooks is not None:
         records = _capture_hooks(torch, model, inputs, list(hooks), heads, kv_heads, gradients)
     else:
@@ -119,7 +124,8 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
     layers = Layers()
     for index, record in enumerate(records):
         name = f"layer_{index:02d}"
-        layers[name] = _finish(torch, name, record, heads, kv_heads, scale, causal, validate, hooks is not None)
+        layers[name] = _finish(torch, name, record, heads, kv_heads, scale, causal, softcap, validate,
+                               hooks is not None)
     return layers
 
 
@@ -190,6 +196,7 @@ class _Record:
     causal: Optional[bool] = None
     dy: Any = None
     calls: dict = dataclasses.field(default_factory=dict)  # hooks: how often each role's module ran
+    bias: Optional[np.ndarray] = None  # [B|1, H|1, N, M] float64: the finite part of a float attn_mask
 
 
 def _arguments(names: Sequence[str], args: tuple, kwargs: dict) -> dict:
@@ -313,14 +320,15 @@ def _sdpa_record(torch, index: int, a: dict, output, gradients: bool) -> _Record
         raise CaptureError(f"layer_{index:02d} ({origin}): q has shape {tuple(a['query'].shape)}; capture reads "
                            "[B, H, N, P] or [H, N, P]", f"layer_{index:02d}")
     n, m = q.shape[2], k.shape[2]
-    causal = _mask_kind(torch, a.get("attn_mask"), n, m, allowed_when_true=True, where=f"layer_{index:02d} ({origin})")
+    causal, bias = _mask_kind(torch, a.get("attn_mask"), n, m, allowed_when_true=True,
+                              where=f"layer_{index:02d} ({origin})")
     if a.get("is_causal"):
         if n != m:
             raise CaptureError(f"layer_{index:02d} ({origin}): is_causal=True with {n} queries and {m} keys: torch "
                                "aligns that mask top-left, attnprobe bottom-right (decode). Capture the prefill, "
                                "where queries and keys are the same tokens", f"layer_{index:02d}")
         causal = True
-    record = _Record(origin, q, k, v, output, a.get("scale"), causal)
+    record = _Record(origin, q, k, v, output, a.get("scale"), causal, bias=bias)
     if gradients and output.requires_grad:
         output.register_hook(lambda grad: setattr(record, "dy", grad))
     return record
@@ -378,7 +386,11 @@ def _mha_parts(torch, module, name, index, original, args, kwargs):
         v = heads_of(F.linear(batch_first(a["value"]), wv, bv))
         out = heads_of(batch_first(context))
     mask = a.get("attn_mask")
-    causal = _mask_kind(torch, mask, q.shape[2], k.shape[2], allowed_when_true=False, where=where)
+    causal, bias = _mask_kind(torch, mask, q.shape[2], k.shape[2], allowed_when_true=False, where=where)
+    if bias is not None:
+        raise CaptureError(f"{where}: a float attn_mask with values other than 0 and -inf (an attention bias) on "
+                           "nn.MultiheadAttention: capture biases where the model calls scaled_dot_product_attention, "
+                           "or name the modules with hooks", where.split(" ")[0])
     if mask is None and a.get("is_causal"):
         causal = q.shape[2] == k.shape[2] or None
         if causal is None:
@@ -392,30 +404,33 @@ def _mha_parts(torch, module, name, index, original, args, kwargs):
     return result, _Record(f"nn.MultiheadAttention '{name}'", q, k, v, out, 1 / math.sqrt(p), causal), layout
 
 
-def _mask_kind(torch, mask, n: int, m: int, allowed_when_true: bool, where: str) -> bool:
-    """True for a causal mask (query i sees keys j <= i + m - n, bottom-right), False for none or one that
-    hides nothing; anything else (a bias, padding, another pattern) is a CaptureError."""
+def _mask_kind(torch, mask, n: int, m: int, allowed_when_true: bool, where: str) -> tuple:
+    """(causal, bias) of an attention mask: causal True for a causal pattern of hidden keys (query i sees keys
+    j <= i + m - n, bottom-right), False for none; bias the finite values of a float mask (hidden keys set to 0)
+    as float64 [B|1, H|1, n, m], or None when they are all 0. Hidden keys in any other pattern (padding, a window,
+    one per batch item) are a CaptureError."""
     if mask is None:
-        return False
+        return False, None
     x = mask.detach().cpu()
+    bias = None
     if x.dtype == torch.bool:
         allowed = x.numpy() if allowed_when_true else ~x.numpy()
     else:
         values = x.float().numpy() if x.dtype == torch.bfloat16 else x.numpy()
         floor = float(torch.finfo(x.dtype).min) / 2  # Hugging Face writes "masked" as finfo(dtype).min
         hidden = np.isneginf(values) | (values <= floor)
-        if not np.all(hidden | (values == 0)):
-            raise CaptureError(f"{where}: the additive float attn_mask holds values other than 0 and -inf: an "
-                               "attention bias (ALiBi, relative position buckets, ...). A dump holds q, k and v only, "
-                               "so exact attention of them would not be the model's; biases are not supported yet",
-                               where.split(" ")[0])
         allowed = ~hidden
+        if not np.all(hidden | (values == 0)):
+            # An additive bias (ALiBi, relative position buckets): kept as the dump's layer_NN/bias.
+            finite = np.where(hidden, 0.0, values.astype(np.float64))
+            finite = finite.reshape((1,) * (4 - finite.ndim) + finite.shape)
+            bias = np.ascontiguousarray(np.broadcast_to(finite, finite.shape[:2] + (n, m)))
     allowed = np.broadcast_to(allowed, allowed.shape[:-2] + (n, m)).reshape(-1, n, m)
     causal_pattern = np.arange(m)[None, :] <= np.arange(n)[:, None] + (m - n)
     if np.all(allowed):
-        return False
+        return False, bias
     if np.all(allowed == causal_pattern[None]):
-        return True
+        return True, bias
     raise CaptureError(f"{where}: the attention mask is neither full nor causal (padding, a window or a pattern "
                        "per batch item): capture sequences without padding, one at a time, or pass the mask as "
                        "is_causal=True where it is causal", where.split(" ")[0])
@@ -524,8 +539,9 @@ def _owned(x) -> Optional[np.ndarray]:
     return None if x is None else np.array(as_numpy(x, "a captured tensor"))
 
 
-def _exact_layer(q, k, v, scale: float, causal: bool) -> np.ndarray:
-    """Float64 exact attention of every (batch item, head): [B, H, N, Pv], by attnprobe's own reference."""
+def _exact_layer(q, k, v, scale: float, causal: bool, bias=None, softcap=None) -> np.ndarray:
+    """Float64 exact attention of every (batch item, head): [B, H, N, Pv], by attnprobe's own reference, with the
+    layer's bias [B|1, H|1, N, M] and soft-cap where given."""
     from . import exact
 
     b, h, n, _ = q.shape
@@ -533,7 +549,9 @@ def _exact_layer(q, k, v, scale: float, causal: bool) -> np.ndarray:
     out = np.empty((b, h, n, v.shape[-1]))
     for i in range(b):
         for j in range(h):
-            out[i, j] = exact(q[i, j], k[i, j // group], v[i, j // group], scale, mask="causal" if causal else "full")
+            head_bias = None if bias is None else bias[i if bias.shape[0] > 1 else 0, j if bias.shape[1] > 1 else 0]
+            out[i, j] = exact(q[i, j], k[i, j // group], v[i, j // group], scale, mask="causal" if causal else "full",
+                              bias=head_bias, softcap=softcap)
     return out
 
 
@@ -542,7 +560,7 @@ def _relative(estimate: np.ndarray, reference: np.ndarray) -> float:
     return float(np.linalg.norm(estimate - reference) / max(np.linalg.norm(reference), 1e-300))
 
 
-def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, validate, hooked) -> Layer:
+def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, softcap, validate, hooked) -> Layer:
     where = f"{name} ({record.origin})"
     q = _split(record.q, heads, "q", where)
     kv = (kv_heads or heads) if hooked else None  # SDPA's k/v may arrive repeated: _unrepeat checks kv_heads
@@ -569,42 +587,46 @@ def _finish(torch, name, record: _Record, heads, kv_heads, scale, causal, valida
             raise CaptureError(f"{where}: the attention output {outn.shape} is not [B, H, N, Pv] = "
                                f"{(qn.shape[0], h, qn.shape[2], vn.shape[-1])}: check LayerSpec.out", name)
         q64, k64, v64 = (x.astype(np.float64) for x in (qn, kn, vn))
-        errors = {c: _relative(_exact_layer(q64, k64, v64, used_scale, c), outn) for c in (masks or [False, True])}
+        shaping = dict(bias=record.bias, softcap=softcap)
+        errors = {c: _relative(_exact_layer(q64, k64, v64, used_scale, c, **shaping), outn)
+                  for c in (masks or [False, True])}
         chosen = min(errors, key=errors.get)
         error = errors[chosen]
         if error > TOLERANCE:
             raise CaptureError(_diagnosis(where, error, q64, k64, v64, outn, used_scale, chosen, masks is None,
-                                          hooked), name, error)
+                                          hooked, shaping), name, error)
         masks = [chosen]
     elif masks is None:
         raise ValueError(f"{where}: with hooks and validate=False, say causal=True or causal=False (validation would "
                          "have told them apart)")
     return Layer(q=qn, k=kn, v=vn, scale=used_scale, causal=int(masks[0]), dy=_owned(dy), out=outn,
-                 error=error, origin=record.origin)
+                 bias=record.bias, softcap=softcap, error=error, origin=record.origin)
 
 
-def _diagnosis(where, error, q, k, v, out, scale, causal, mask_tried, hooked) -> str:
+def _diagnosis(where, error, q, k, v, out, scale, causal, mask_tried, hooked, shaping) -> str:
     """The refusal's message: the error, and the cause a cheap experiment points to."""
     text = (f"{where}: exact attention of the captured q, k, v is {error:.3g} (relative Frobenius) from the model's "
             f"own attention output (tolerance {TOLERANCE:g}; scale {scale:.6g}, "
             f"{'causal' if causal else 'full'} mask). ")
     if not mask_tried:
-        other = _relative(_exact_layer(q, k, v, scale, not causal), out)
+        other = _relative(_exact_layer(q, k, v, scale, not causal, **shaping), out)
         if other <= TOLERANCE:
             return text + (f"Likely cause: the mask: with a {'full' if causal else 'causal'} mask the error is "
                            f"{other:.2g}; pass causal={not causal}.")
     p = q.shape[-1]
     for candidate, label in ((1 / math.sqrt(p), "1/sqrt(P)"), (1.0, "1"), (1 / p, "1/P")):
         if not math.isclose(candidate, scale):
-            other = _relative(_exact_layer(q, k, v, candidate, causal), out)
+            other = _relative(_exact_layer(q, k, v, candidate, causal, **shaping), out)
             if other <= TOLERANCE:
                 return text + (f"Likely cause: the scale: with scale {label} = {candidate:.6g} the error is "
                                f"{other:.2g}; pass scale={candidate:.9g}.")
     causes = ["q and k captured before the rotary position embedding (hooks on q_proj/k_proj): name the modules "
               "whose outputs are the rotated q and k, or let capture wrap scaled_dot_product_attention (hooks=None)"
               if hooked else "q and k are not what the softmax multiplied",
-              "an additive attention bias (ALiBi, relative position buckets) or a logit soft-cap (Gemma 2) that q, k "
-              "and v alone cannot describe (not supported yet)"]
+              "a logit soft-cap (Gemma 2: pass softcap=c)" if shaping["softcap"] is None else
+              f"a soft-cap other than the softcap={shaping['softcap']:g} given",
+              "an additive attention bias (ALiBi, relative position buckets) added outside "
+              "scaled_dot_product_attention's attn_mask, which capture cannot see"]
     if hooked:
         causes.append("LayerSpec.out is not the per-head attention output before the output projection, or "
                       "heads/kv_heads split the tensors wrongly")

@@ -63,7 +63,9 @@ class Layer:
     q [B, H, N, P], k [B, Hkv, N, P], v [B, Hkv, N, Pv]: Hkv divides H, query head h reads kv head
     h // (H // Hkv) (grouped-query K/V are kept unrepeated); N of q may be less than k's (a decode dump: the
     last N queries against the whole cache). ``scale`` None means 1/sqrt(P); ``causal`` 1: query i sees keys
-    up to its own position. ``bias`` is always None here: an additive bias cannot be written yet.
+    up to its own position. Score shaping (docs/dumps.md, "Score shaping"): ``bias`` an additive bias
+    [B|1, H|1, Nq, Nk] (a 1 applies to every batch item or head), ``alibi_slopes`` one ALiBi slope per query
+    head [H], ``softcap`` c > 0 (scores c·tanh(S/c)), applied before the bias unless ``bias_before_softcap``.
     ``out`` is the model's own per-head attention output [B, H, N, Pv] where capture saw it (never written:
     it is what validation compared against), ``error`` the relative Frobenius error validation measured,
     ``origin`` where the layer was captured (e.g. "scaled_dot_product_attention call 0").
@@ -83,13 +85,16 @@ class Layer:
     lengths: Optional[np.ndarray] = None  # [B] integers: valid keys per batch item
     window: Optional[int] = None  # with causal = 1: a sliding window of W keys (attribute window)
     q_positions: Optional[np.ndarray] = None  # [Nq] or [B, Nq] integers; None: the last Nq positions
-    bias: Optional[np.ndarray] = None  # additive attention bias: not representable in a dump yet
+    bias: Optional[np.ndarray] = None  # [B|1, H|1, Nq, Nk]: additive attention bias
+    alibi_slopes: Optional[np.ndarray] = None  # [H]: ALiBi slope of each query head
+    softcap: Optional[float] = None  # c > 0: scores c·tanh(S/c)
+    bias_before_softcap: bool = False
     out: Optional[np.ndarray] = None  # [B, H, N, Pv]: the model's attention output, for validation only
     error: Optional[float] = None  # relative Frobenius error of exact attention against `out`
     origin: str = ""  # where capture found the layer
 
     def __post_init__(self):
-        for name in ("q", "k", "v", "dy", "lengths", "q_positions", "bias", "out"):
+        for name in ("q", "k", "v", "dy", "lengths", "q_positions", "bias", "alibi_slopes", "out"):
             setattr(self, name, as_numpy(getattr(self, name), name))
 
     @property
@@ -113,8 +118,6 @@ class Layer:
         if not (0 <= head < self.heads and 0 <= batch < self.q.shape[0]):
             raise ValueError(f"head {head}, batch {batch} is outside this layer's {self.heads} heads and "
                              f"{self.q.shape[0]} batch items")
-        if self.bias is not None:
-            raise ValueError("this layer has an additive attention bias, which Slice cannot carry yet")
         g = head // (self.heads // self.kv_heads)
         mask = "full" if not self.causal else f"window:{self.window}" if self.window else "causal"
         n = self.q.shape[2] if self.lengths is None else int(self.lengths[batch])
@@ -123,8 +126,14 @@ class Layer:
         positions = None
         if self.q_positions is not None:
             positions = self.q_positions if self.q_positions.ndim == 1 else self.q_positions[batch]
+        bias = None
+        if self.bias is not None:
+            bias = self.bias[batch if self.bias.shape[0] > 1 else 0, head if self.bias.shape[1] > 1 else 0]
+            bias = bias[:q.shape[0], :keys]
         return Slice(q, self.k[batch, g, :keys], self.v[batch, g, :keys], self.scale, mask=mask,
-                     q_positions=positions)
+                     q_positions=positions, bias=bias, softcap=self.softcap,
+                     alibi_slope=None if self.alibi_slopes is None else float(self.alibi_slopes[head]),
+                     bias_before_softcap=bool(self.bias_before_softcap))
 
     def last(self, rows: int) -> "Layer":
         """A decode layer: the last ``rows`` query rows (and their dy and out) with the whole cache of keys
@@ -134,7 +143,8 @@ class Layer:
         if not 1 <= rows <= n:
             raise ValueError(f"last={rows} must be between 1 and the {n} query rows")
         cut = lambda a: None if a is None else a[:, :, -rows:]  # noqa: E731
-        return dataclasses.replace(self, q=self.q[:, :, -rows:], dy=cut(self.dy), out=cut(self.out))
+        return dataclasses.replace(self, q=self.q[:, :, -rows:], dy=cut(self.dy), out=cut(self.out),
+                                   bias=None if self.bias is None else self.bias[:, :, -rows:])
 
     def write(self, path: Union[str, os.PathLike], format: Optional[str] = None, **options) -> None:
         """Writes this layer alone (as layer_00) to ``path``; options as :func:`write_dump`."""
@@ -199,9 +209,21 @@ def check_layer(layer, index):
     want = (v.shape[0], q.shape[1], q.shape[2], v.shape[3])  # one upstream gradient per query row and head
     if layer.dy is not None and np.asarray(layer.dy).shape != want:
         raise ValueError(f"layer {index}: dy {np.asarray(layer.dy).shape} must be [B, H, N, Pv] = {want}")
-    if getattr(layer, "bias", None) is not None:
-        raise ValueError(f"layer {index}: an additive attention bias cannot be written to a dump yet: exact "
-                         "attention of the dump's q, k, v would not be the model's")
+    b, h, nq, nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if layer.bias is not None:
+        bias = np.asarray(layer.bias)
+        if bias.ndim != 4 or bias.shape[2:] != (nq, nk) or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h):
+            raise ValueError(f"layer {index}: bias {bias.shape} must be [B|1, H|1, Nq, Nk] with B = {b}, H = {h}, "
+                             f"Nq = {nq}, Nk = {nk}")
+        if not np.all(np.isfinite(bias)):
+            raise ValueError(f"layer {index}: bias holds non-finite values; mask keys with causal/window, or with a "
+                             "large finite negative bias (e.g. -1e30)")
+    if layer.alibi_slopes is not None:
+        slopes = np.asarray(layer.alibi_slopes)
+        if slopes.shape != (h,) or not np.all(np.isfinite(slopes)):
+            raise ValueError(f"layer {index}: alibi_slopes {slopes.shape} must be {h} finite slopes, one per query head")
+    if layer.softcap is not None and not (math.isfinite(layer.softcap) and layer.softcap >= 0):
+        raise ValueError(f"layer {index}: softcap {layer.softcap} must be a positive number (or None)")
 
 
 def bfloat16_bits(array):
@@ -223,6 +245,16 @@ def bfloat16_to_float32(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _shaping_attributes(layer) -> dict:
+    """The layer's score-shaping attributes (name → number) that a dump stores, those set only."""
+    out = {}
+    if layer.softcap:
+        out["softcap"] = float(layer.softcap)
+    if layer.bias_before_softcap:
+        out["bias_before_softcap"] = 1
+    return out
+
+
 def _integers(layer):
     """(member, int64 array) of one layer: lengths and q_positions where given."""
     return [(name, np.asarray(value, dtype=np.int64)) for name, value in
@@ -237,8 +269,9 @@ def _tensors(layer, dtype):
     """(member, array, stored dtype name) of one layer in write order: q, k, v, dy. dtype None keeps each
     array's own float type (float16/32/64; anything else is stored as float32)."""
     out = [("q", layer.q), ("k", layer.k), ("v", layer.v)]
-    if layer.dy is not None:
-        out.append(("dy", layer.dy))
+    for name in ("dy", "bias", "alibi_slopes"):
+        if getattr(layer, name) is not None:
+            out.append((name, getattr(layer, name)))
     result = []
     for name, array in out:
         array = np.asarray(array)
@@ -272,9 +305,11 @@ def write_hdf5(path, layers, dtype=None, model="", source="", compress=True):
             group.attrs["causal"] = int(layer.causal)
             if layer.window is not None:
                 group.attrs["window"] = int(layer.window)
+            for name, value in _shaping_attributes(layer).items():
+                group.attrs[name] = value
             for name, array, stored in _tensors(layer, dtype):
                 options = {}
-                if compress:
+                if compress and array.ndim == 4:
                     options = dict(chunks=(1, 1, min(array.shape[2], 1024), array.shape[3]), compression="gzip",
                                    compression_opts=9, shuffle=True)
                 group.create_dataset(name, data=array.astype(stored), track_times=False, **options)
@@ -303,6 +338,8 @@ def write_safetensors(path, layers, dtype=None, model="", source=""):
         metadata[f"{prefix}.causal"] = str(int(layer.causal))
         if layer.window is not None:
             metadata[f"{prefix}.window"] = str(int(layer.window))
+        for name, value in _shaping_attributes(layer).items():
+            metadata[f"{prefix}.{name}"] = repr(value)
         for name, array, stored in _tensors(layer, dtype):
             if stored == "bfloat16":
                 raw = np.ascontiguousarray(bfloat16_bits(array).astype("<u2"))
@@ -334,6 +371,8 @@ def write_npz(path, layers, dtype=None, model="", source="", compress=True):
         arrays[f"{prefix}.causal"] = np.array(int(layer.causal), dtype=np.int64)
         if layer.window is not None:
             arrays[f"{prefix}.window"] = np.array(int(layer.window), dtype=np.int64)
+        for name, value in _shaping_attributes(layer).items():
+            arrays[f"{prefix}.{name}"] = np.array(value)
         for name, array in _integers(layer):
             arrays[f"{prefix}.{name}"] = array
     with open(path, "wb") as f:  # a file object: numpy would append .npz to a name without it

@@ -121,9 +121,13 @@ class Substitution:
         keys = layer.k.shape[2]
         for head in heads:
             for batch in range(layer.q.shape[0]):
+                # The model's bias (from its attn_mask) goes with the head: an estimator that cannot honour it
+                # raises rather than stand in for a different attention.
+                bias = None if layer.bias is None else layer.bias[batch if layer.bias.shape[0] > 1 else 0,
+                                                                  head if layer.bias.shape[1] > 1 else 0]
                 out = estimate(self.estimator, layer.q[batch, head], layer.k[batch, head // g],
                                layer.v[batch, head // g], layer.scale, seed=self.seed, trial=self.trial,
-                               case={"layer": index, "head": head, "batch": batch}, mask=mask)
+                               case={"layer": index, "head": head, "batch": batch}, mask=mask, bias=bias)
                 target[batch, head] = torch.from_numpy(out).to(dtype=target.dtype, device=target.device)
                 self.cases.append(case_id(index, head, batch, keys, self.estimator, mask=mask))
 
@@ -134,7 +138,7 @@ class Substitution:
         if not self._selected(index):
             return output
         record = _sdpa_record(torch, index, a, output, False)
-        layer = _finish(torch, f"layer_{index:02d}", record, None, None, None, None, False, False)
+        layer = _finish(torch, f"layer_{index:02d}", record, None, None, None, None, None, False, False)
         replaced = output.clone()
         self._estimates(torch, index, layer, replaced if replaced.dim() == 4 else replaced[None])
         return replaced
@@ -149,7 +153,7 @@ class Substitution:
         if not self._selected(index):
             return original(*args, **kwargs)
         result, record, layout = _mha_parts(torch, module, name, index, original, args, kwargs)
-        layer = _finish(torch, f"layer_{index:02d}", record, None, None, None, None, False, False)
+        layer = _finish(torch, f"layer_{index:02d}", record, None, None, None, None, None, False, False)
         context = record.out.clone()
         self._estimates(torch, index, layer, context)
         return (module.out_proj(layout(context)),) + tuple(result[1:])
@@ -179,8 +183,8 @@ class Substitution:
             given = args[0]
             record.out = given
             # causal=None: validation decides full or causal (capture's rule) and refuses pre-RoPE q/k.
-            layer = _finish(torch, f"layer_{index:02d}", record, heads, kv_heads, scale, causal, causal is None,
-                            True)
+            layer = _finish(torch, f"layer_{index:02d}", record, heads, kv_heads, scale, causal, None,
+                            causal is None, True)
             per_head = given if given.dim() == 4 else given.reshape(given.shape[0], given.shape[1],
                                                                   layer.q.shape[1], -1).transpose(1, 2)
             replaced = per_head.clone()

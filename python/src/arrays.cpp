@@ -141,7 +141,9 @@ constexpr int64_t kReusedElements = int64_t{4} << 20;  // 32 MiB of float64 (+16
 
 }  // namespace
 
-QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross) {
+QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross,
+                               const std::optional<py::array>& bias, double softcap, double alibi_slope,
+                               bool bias_before_softcap) {
   const std::optional<MaskSpec> parsed = parse_mask(mask);
   require_usage(parsed.has_value(), "mask='{}': use 'full', 'causal' or 'window:W' (W >= 1 keys, e.g. 'window:4096')",
                 mask);
@@ -152,7 +154,30 @@ QueryPlacement parse_placement(const std::string& mask, std::optional<std::vecto
   require_usage(!cross || !positions,
                 "cross=True with q_positions: cross-attention queries have no positions among the keys; drop one "
                 "of the two");
-  return {*parsed, std::move(positions), cross};
+  QueryPlacement placement{*parsed, std::move(positions), cross, {}};
+  ScoreShaping& shaping = placement.shaping;
+  require_usage(std::isfinite(softcap) && softcap >= 0,
+                "softcap={}: give the cap c > 0 of the scores c*tanh(S/c), or leave it out (None or 0: none)", softcap);
+  require_usage(std::isfinite(alibi_slope) && std::fabs(alibi_slope) <= 1e6,
+                "alibi_slope={}: give this head's ALiBi slope m (adds m*(j - t) to key j's score for the query at "
+                "position t), finite and at most 1e6 in size",
+                alibi_slope);
+  require_usage(!cross || alibi_slope == 0,
+                "cross=True with alibi_slope: ALiBi is a bias by distance between query and key positions, which "
+                "cross-attention queries do not have; pass the bias itself as bias=");
+  shaping.softcap = softcap;
+  shaping.alibi_slope = alibi_slope;
+  shaping.bias_before_softcap = bias_before_softcap;
+  if (bias) {
+    const Input in = prepared(*bias, "bias");
+    auto matrix = std::make_shared<MatrixD>(in.to_matrix_d());
+    if (const auto [i, j] = first_non_finite(*matrix); i >= 0)
+      throw UsageError(fmt::format(
+          "bias[{}, {}] is {}: the bias must be finite (mask keys with mask= or a large negative value such as -1e30)",
+          i, j, (*matrix)(i, j)));
+    shaping.bias = std::move(matrix);
+  }
+  return placement;
 }
 
 namespace {
@@ -202,6 +227,12 @@ void fill_view(HeadView& view, const QKV& in, std::optional<double> scale, const
   view.first_position = placement.cross ? 0 : keys - n;  // bottom-right alignment; cross rows have no position
   view.positions.clear();
   if (placement.positions) place_rows(view, *placement.positions, n, keys);
+  require_usage(
+      !placement.shaping.bias || (placement.shaping.bias->rows() == n && placement.shaping.bias->cols() == keys),
+      "bias is {}x{} but q has {} rows and k {}: the bias holds one value per (query row, key), n_q x n_k",
+      placement.shaping.bias ? placement.shaping.bias->rows() : 0,
+      placement.shaping.bias ? placement.shaping.bias->cols() : 0, n, keys);
+  view.shaping = placement.shaping;
   assign_matrix(q, view.q, view.qf, pool);
   assign_matrix(k, view.k, view.kf, pool);
   assign_matrix(v, view.v, view.vf, pool);

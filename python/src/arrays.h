@@ -95,15 +95,22 @@ class PoolLease {
 // Where a call's query rows sit among its keys (DESIGN §11, docs/python.md): the mask, and explicit
 // positions, else bottom-right alignment (row i at keys − n + i, FlashAttention's convention for
 // seqlen_q ≠ seqlen_k); or cross-attention, whose queries have no positions, so only the full mask applies.
+// With them, what the model does to the scores (bias=, softcap=, alibi_slope=, bias_before_softcap=;
+// view/score_shaping.h): a call's geometry and shaping travel together.
 struct QueryPlacement {
   MaskSpec mask;
   std::optional<std::vector<int64_t>> positions;
   bool cross = false;
+  ScoreShaping shaping;
 };
 
 // Python's mask= ("full" | "causal" | "window:W"), q_positions= and cross=, refusing what cross-attention
-// cannot mean (a mask that needs positions, or positions).
-QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross);
+// cannot mean (a mask that needs positions, or positions), and the score shaping: `bias` a 2-D float array (n_q ×
+// n_k, checked against q and k by fill_view), `softcap` ≥ 0 (0: none), `alibi_slope` (0: none; not with cross).
+// Needs the GIL.
+QueryPlacement parse_placement(const std::string& mask, std::optional<std::vector<int64_t>> positions, bool cross,
+                               const std::optional<py::array>& bias = std::nullopt, double softcap = 0,
+                               double alibi_slope = 0, bool bias_before_softcap = false);
 
 // Checks shapes and positions and builds the slice the library works on in `view` (float64 as given,
 // float32 copies), in its memory when the shape is unchanged. Runs without the GIL: the Inputs' owners

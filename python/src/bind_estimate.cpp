@@ -47,10 +47,10 @@ py::array exact(const HeadView* given, const py::array& q, const py::array& k, c
     PoolLease pool(threads);
     const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
     if (float64)
-      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.geometry());
+      out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.geometry(), &view.shaping);
     else
-      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(),
-                          view.geometry());
+      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.geometry(),
+                          &view.shaping);
   }
   return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
@@ -77,6 +77,7 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, con
     const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
     // The sweep's refusal (exit 2 there): the geometry is known once the view is.
     require_form_support(spec, view.mask, !view.self_attention(), device);
+    if (view.shaping.any()) require_shaping_support(spec, view.shaping.description(), device);
     const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
     const SliceRef slice = slice_ref(view, layer, head, batch);
     const RandomKey key = case_key(seed, slice, spec.canonical(), checked);
@@ -101,6 +102,7 @@ py::array reference(const std::string& spec_text, const HeadView* given, const p
     PoolLease pool(threads);
     const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
     require_form_support(spec, view.mask, !view.self_attention());
+    if (view.shaping.any()) require_shaping_support(spec, view.shaping.description());
     const std::unique_ptr<Estimator> estimator = spec.make();
     out = reference_output(*estimator, view, pool.get());
   }
@@ -152,20 +154,27 @@ void bind_estimate(py::module_& m) {
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
     return make_random_key(seed, case_text, checked_trial(trial)).value;
   });
-  // The geometry arguments (mask, q_positions, cross) as parse_placement takes them.
+  // The geometry arguments (mask, q_positions, cross) and the score shaping (bias, softcap, alibi_slope,
+  // bias_before_softcap) as parse_placement takes them.
   using Positions = std::optional<std::vector<int64_t>>;
+  using Bias = std::optional<py::array>;
   m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
-                    Positions positions, bool cross, bool float64, int threads) {
-    return exact(nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), float64, threads);
+                    Positions positions, bool cross, Bias bias, double softcap, double alibi_slope, bool bias_first,
+                    bool float64, int threads) {
+    return exact(nullptr, q, k, v, scale,
+                 parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first), float64,
+                 threads);
   });
   m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
     return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, {}, float64, threads);
   });
   m.def("estimate", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
-                       const std::string& mask, Positions positions, bool cross, uint64_t seed, int64_t trial,
-                       int layer, int head, int batch, int threads, const std::string& device) {
-    return estimate_view(spec, nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), seed, trial,
-                         layer, head, batch, threads, device);
+                       const std::string& mask, Positions positions, bool cross, Bias bias, double softcap,
+                       double alibi_slope, bool bias_first, uint64_t seed, int64_t trial, int layer, int head,
+                       int batch, int threads, const std::string& device) {
+    return estimate_view(spec, nullptr, q, k, v, scale,
+                         parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first),
+                         seed, trial, layer, head, batch, threads, device);
   });
   m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
                              int batch, int threads, const std::string& device) {
@@ -173,8 +182,11 @@ void bind_estimate(py::module_& m) {
                          batch, threads, device);
   });
   m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
-                        const std::string& mask, Positions positions, bool cross, int threads) {
-    return reference(spec, nullptr, q, k, v, scale, parse_placement(mask, std::move(positions), cross), threads);
+                        const std::string& mask, Positions positions, bool cross, Bias bias, double softcap,
+                        double alibi_slope, bool bias_first, int threads) {
+    return reference(spec, nullptr, q, k, v, scale,
+                     parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first),
+                     threads);
   });
   m.def("reference_slice", [](const std::string& spec, const Slice& s, int threads) {
     return reference(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, {}, threads);

@@ -22,10 +22,12 @@ DumpOptions dump_options(const std::string& q_path, const std::string& k_path, c
   return DumpOptions{q_path, k_path, v_path, layout, num_heads};
 }
 
-py::tuple load(const std::string& path, int layer, int head, int batch, std::optional<int64_t> length,
-               const DumpOptions& options) {
+py::object load(const std::string& path, int layer, int head, int batch, std::optional<int64_t> length,
+                const DumpOptions& options, bool as_slice) {
   HeadView view;
   std::optional<int> causal;
+  std::optional<int64_t> window;
+  bool cross = false;
   {
     py::gil_scoped_release release;
     const Dump dump = Dump::open(path, options);
@@ -41,7 +43,24 @@ py::tuple load(const std::string& path, int layer, int head, int batch, std::opt
                   batch, path);
     view = dump.read_slice(layer, head, batch, n);
     causal = info.causal;
+    window = info.window;
+    cross = info.cross;
   }
+  if (as_slice) {  // with the mask `--mask auto` reads from the layer's attributes
+    auto slice = std::make_unique<Slice>();
+    if (causal.value_or(0) != 0) {
+      view.mask = window ? Mask::kWindow : Mask::kCausal;
+      view.window = window.value_or(0);
+    }
+    slice->cross = cross;
+    slice->view = std::move(view);
+    return py::cast(std::move(slice));
+  }
+  // (q, k, v) alone would silently measure another attention than the model's.
+  require_usage(!view.shaping.any(),
+                "layer {} of '{}' applies {} to its scores, which (q, k, v, scale, causal) cannot carry: use "
+                "load(..., as_slice=True), a Slice that exact() and estimate() take with its shaping",
+                layer, path, view.shaping.description());
   return py::make_tuple(to_numpy(std::move(view.q)), to_numpy(std::move(view.k)), to_numpy(std::move(view.v)),
                         view.scale, causal.value_or(0) != 0);
 }
@@ -54,9 +73,11 @@ void bind_slices(py::module_& m) {
   m.def("load", &load);
   py::class_<Slice>(m, "Slice")
       .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
-                       std::optional<std::vector<int64_t>> positions, bool cross) {
+                       std::optional<std::vector<int64_t>> positions, bool cross, std::optional<py::array> bias,
+                       double softcap, double alibi_slope, bool bias_first) {
              const QKV in = prepared(q, k, v);
-             const QueryPlacement placement = parse_placement(mask, std::move(positions), cross);
+             const QueryPlacement placement =
+                 parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first);
              auto slice = std::make_unique<Slice>();
              slice->cross = cross;
              py::gil_scoped_release release;
@@ -64,7 +85,16 @@ void bind_slices(py::module_& m) {
              return slice;
            }),
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("mask") = "full",
-           py::arg("q_positions") = py::none(), py::arg("cross") = false)
+           py::arg("q_positions") = py::none(), py::arg("cross") = false, py::arg("bias") = py::none(),
+           py::arg("softcap") = 0.0, py::arg("alibi_slope") = 0.0, py::arg("bias_before_softcap") = false)
+      .def_property_readonly("softcap", [](const Slice& s) { return s.view.shaping.softcap; })
+      .def_property_readonly("alibi_slope", [](const Slice& s) { return s.view.shaping.alibi_slope; })
+      .def_property_readonly("bias_before_softcap", [](const Slice& s) { return s.view.shaping.bias_before_softcap; })
+      .def_property_readonly("bias",
+                             [](const Slice& s) -> py::object {
+                               if (!s.view.shaping.bias) return py::none();
+                               return to_numpy(MatrixD(*s.view.shaping.bias));
+                             })
       .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
       .def_property_readonly("mask", [](const Slice& s) { return mask_text(s.view.mask, s.view.window); })
       .def_property_readonly("causal", [](const Slice& s) { return s.view.mask == Mask::kCausal; })

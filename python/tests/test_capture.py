@@ -143,12 +143,12 @@ def test_capture_diagnoses_a_wrong_scale_and_a_wrong_mask(sdpa):
 
 
 @needs_torch
-def test_capture_refuses_a_bias_mask_dropout_and_an_empty_model(sdpa):
+def test_capture_keeps_a_bias_and_refuses_dropout_and_an_empty_model(sdpa):
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
-    bias = torch.randn(8, 8)  # ALiBi-like additive bias: not representable by q, k, v
-    with pytest.raises(attnprobe.CaptureError, match="attention bias"):
-        attnprobe.capture(nn.Identity(), lambda m: F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    bias = torch.randn(8, 8)  # an additive bias (relative buckets, ALiBi): kept as the layer's bias
+    layers = attnprobe.capture(nn.Identity(), lambda m: F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    assert layers["layer_00"].causal == 0 and np.array_equal(layers["layer_00"].bias[0, 0], bias.double().numpy())
     causal = torch.zeros(8, 8).masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
     layers = attnprobe.capture(nn.Identity(), lambda m: F.scaled_dot_product_attention(q, k, v, attn_mask=causal))
     assert layers["layer_00"].causal == 1  # a 0/-inf float mask is the causal mask

@@ -79,6 +79,9 @@ struct Capabilities {
   /// It chooses one kept set for every query head of a kv group (share=group): a sweep gives its views the other
   /// heads' query rows (HeadView::group); a view without them is a group of one.
   bool group = false;
+  /// It honours a dump's score shaping (additive bias, ALiBi, soft-cap: view/score_shaping.h) on the CPU: the logits
+  /// it computes are the model's. The others estimate softmax(s·QKᵀ) from q and k alone and are refused there.
+  bool shaping = false;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 

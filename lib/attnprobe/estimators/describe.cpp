@@ -91,6 +91,7 @@ std::string estimators_json() {
                                {"kept_keys", can.selection},
                                {"prompt", can.prompt},
                                {"anchored", can.anchored},
+                               {"shaping", can.shaping},
                                {"backward", backward_name(can.backward)},
                                {"causal_backward", can.backward_forms.has(Mask::kCausal)},
                                {"devices", device_names},

@@ -276,6 +276,20 @@ void require_form_support(const Spec& spec, Mask mask, bool decode, Device devic
         join(estimators_where_on(device, mask, decode), ", "), mask == Mask::kFull ? "" : ", or use --mask full"));
 }
 
+void require_shaping_support(const Spec& spec, const std::string& what, Device device) {
+  if (!spec.capabilities().shaping)
+    throw UsageError(fmt::format(
+        "'{}' cannot measure this model's attention: the model applies {} to its scores, and '{}' estimates "
+        "softmax(s*Q*K^T) from q and k alone. Estimators that honour it: {}. Drop it for these layers (--layers), or "
+        "measure the scores without the shaping by removing it from the dump (the reference then is not the "
+        "model's).",
+        spec.canonical(), what, spec.name(),
+        join(estimators_where([](const Capabilities& can) { return can.shaping; }), ", ")));
+  if (device != Device::kCpu)
+    throw UsageError(fmt::format("'{}' honours score shaping ({}) on the CPU only; run these cases with --device cpu.",
+                                 spec.canonical(), what));
+}
+
 std::vector<std::string> estimators_on(Device device) {
   std::vector<std::string> names;
   for (const EstimatorDef* def : registered_estimators())

@@ -189,6 +189,11 @@ inline void require_mask_support(const Spec& spec, Mask mask, Device device = De
   require_form_support(spec, mask, false, device);
 }
 
+/// UsageError (exit 2) unless `spec` honours score shaping on `device` (Capabilities::shaping; CPU versions only),
+/// for a slice whose model does `what` to its scores (ScoreShaping::description()). The message names the
+/// estimators that can.
+void require_shaping_support(const Spec& spec, const std::string& what, Device device = Device::kCpu);
+
 /// The names of the estimators whose capabilities (declared, not per setting) satisfy `has`, in `list` order.
 std::vector<std::string> estimators_where(const std::function<bool(const Capabilities&)>& has);
 /// The names of the estimators with a form for `mask` (their decode form when `decode`) on `device`.

@@ -40,11 +40,23 @@ void softmax_visible(MatrixD& scores, int64_t i, KeyRange seen, int64_t k0) {
   scores.row(i).head(begin).setZero();
   scores.row(i).tail(width - end).setZero();
 }
+
+// Each visible score of a block of rows r0.. over keys [k0, k0 + scores.cols()) turned into the model's logit.
+void shape_scores(MatrixD& scores, int64_t r0, int64_t k0, const QueryGeometry& geometry, int64_t keys,
+                  const ScoreShaping& shaping) {
+  for (int64_t i = 0; i < scores.rows(); ++i) {
+    const KeyRange seen = geometry.visible(r0 + i, keys);
+    const int64_t position = geometry.position(r0 + i);
+    for (int64_t j = std::max(seen.begin, k0); j < seen.end; ++j)
+      scores(i, j - k0) = shaping.logit(scores(i, j - k0), r0 + i, position, j);
+  }
+}
 }  // namespace
 
 MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
-                           const QueryGeometry& geometry) {
+                           const QueryGeometry& geometry, const ScoreShaping* shaping) {
   MatrixD a = scale * (q.middleRows(r0, rows) * k.transpose());
+  if (shaping != nullptr && shaping->any()) shape_scores(a, r0, 0, geometry, k.rows(), *shaping);
   for (int64_t i = 0; i < a.rows(); ++i) softmax_visible(a, i, geometry.visible(r0 + i, k.rows()), 0);
   return a;
 }
@@ -101,10 +113,13 @@ struct ScaledKeysT {
 // at increasing positions); a row none of whose keys has been visited yet keeps the empty state. Its scores
 // sit at row buffer_row0 + i of the score buffer: a caller that aligns its blocks to absolute positions puts
 // a row at the same place whatever rows come with it, so its vectorised exp and sums split it the same way.
+// shaping, when not null, turns each score of row geometry_row0 + i into the model's logit (its position from
+// `positions`, given whatever the mask) before the mask and the exp.
 void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT& keys_t, const MatrixF& v,
                      const float* bias, int64_t c0, int64_t c1, const QueryGeometry* geometry, int64_t geometry_row0,
                      int64_t buffer_row0, float* max, float* sum, float* acc, float* logits = nullptr,
-                     int64_t ld_logits = 0, const NextBlock* ahead = nullptr) {
+                     int64_t ld_logits = 0, const NextBlock* ahead = nullptr, const ScoreShaping* shaping = nullptr,
+                     const QueryGeometry* positions = nullptr) {
   const int64_t pv = v.cols();
   // Eigen-allocated (64-byte aligned) so that vectorised exp and row sums split every row the same
   // way whichever thread runs the block: malloc'd buffers differ in alignment per thread, and with
@@ -132,6 +147,11 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
       tile_product_assign(q, p, rows, p, keys_t.data + (start - keys_t.first), keys_t.ld, cols, scores.data(), cols);
     }
     if (bias != nullptr) scores.rowwise() += Eigen::Map<const RowVectorF>(bias + start, cols);
+    if (shaping != nullptr)
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t row = geometry_row0 + i, position = positions->position(row);
+        for (int64_t j = 0; j < cols; ++j) scores(i, j) = shaping->logit(scores(i, j), row, position, start + j);
+      }
     if (logits != nullptr)
       Eigen::Map<MatrixF, 0, Eigen::OuterStride<>>(logits + start, rows, cols, Eigen::OuterStride<>(ld_logits)) =
           scores;
@@ -182,7 +202,8 @@ void accumulate_keys(const float* q, int64_t rows, int64_t p, const ScaledKeysT&
 }  // namespace
 
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
-                            const QueryGeometry& geometry) {
+                            const QueryGeometry& geometry, const ScoreShaping* shaping) {
+  if (shaping != nullptr && !shaping->any()) shaping = nullptr;
   const int64_t n = q.rows();
   MatrixD out(n, v.cols());
   const int64_t blocks = (n + kReferenceBlock - 1) / kReferenceBlock;
@@ -193,6 +214,7 @@ MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v
     // later key is touched.
     const int64_t k0 = geometry.visible(r0, k.rows()).begin, k1 = geometry.visible(r0 + rows - 1, k.rows()).end;
     MatrixD scores = scale * (q.middleRows(r0, rows) * k.middleRows(k0, k1 - k0).transpose());
+    if (shaping != nullptr) shape_scores(scores, r0, k0, geometry, k.rows(), *shaping);
     for (int64_t i = 0; i < rows; ++i) softmax_visible(scores, i, geometry.visible(r0 + i, k.rows()), k0);
     out.middleRows(r0, rows).noalias() = scores * v.middleRows(k0, k1 - k0);
   };
@@ -233,7 +255,8 @@ void merge_chunk_states(const ChunkState* states, int64_t chunks, Eigen::Ref<Mat
 }  // namespace
 
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool, const QueryGeometry& geometry) {
+                         ThreadPool* pool, const QueryGeometry& geometry, const ScoreShaping* shaping) {
+  if (shaping != nullptr && !shaping->any()) shaping = nullptr;
   const int64_t n = q.rows(), keys = k.rows(), p = q.cols(), pv = v.cols();
   out.resize(n, pv);
   // Query blocks of kQueryBlock rows. Rows at consecutive positions are blocked by absolute position
@@ -283,7 +306,7 @@ void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, f
     }
     accumulate_keys(q.data() + r0 * p, rows, p, keys_t, v, nullptr, range.begin, range.end,
                     masked ? &geometry : nullptr, r0, geometry.contiguous() ? geometry.position(r0) % kQueryBlock : 0,
-                    max, sum, acc, nullptr, 0, ahead);
+                    max, sum, acc, nullptr, 0, ahead, shaping, &geometry);
   };
   // A block whose keys lie in one chunk: its state, normalised in place (every block when keys ≤ one chunk:
   // the kernel as it was before chunks, bit for bit).

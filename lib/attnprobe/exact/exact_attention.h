@@ -18,6 +18,7 @@
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/view/mask.h"
+#include "attnprobe/view/score_shaping.h"
 
 namespace attnprobe {
 
@@ -26,8 +27,10 @@ inline int64_t visible_keys(int64_t row, int64_t keys, Mask mask) {
   return mask == Mask::kCausal ? std::min(row + 1, keys) : keys;
 }
 
+/// `shaping`, when given and not empty, turns each visible score s·q_i·k_j into the model's logit (bias, ALiBi,
+/// soft-cap: view/score_shaping.h) before the softmax; its rows are q's rows.
 MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale, ThreadPool* pool,
-                            const QueryGeometry& geometry);
+                            const QueryGeometry& geometry, const ScoreShaping* shaping = nullptr);
 inline MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale,
                                    ThreadPool* pool = nullptr, Mask mask = Mask::kFull) {
   return exact_attention_f64(q, k, v, scale, pool, QueryGeometry{mask});
@@ -35,9 +38,9 @@ inline MatrixD exact_attention_f64(const MatrixD& q, const MatrixD& k, const Mat
 
 /// Rows [r0, r0 + rows) of the exact attention matrix A = softmax(s·QKᵀ) in float64 (rows × keys,
 /// row max subtracted, masked entries 0): what the head diagnostics and the attention-weight
-/// metrics compare with.
+/// metrics compare with. `shaping` as for exact_attention_f64 (its rows are q's rows, not the block's).
 MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
-                           const QueryGeometry& geometry);
+                           const QueryGeometry& geometry, const ScoreShaping* shaping = nullptr);
 inline MatrixD attention_rows_f64(const MatrixD& q, const MatrixD& k, double scale, int64_t r0, int64_t rows,
                                   Mask mask = Mask::kFull) {
   return attention_rows_f64(q, k, scale, r0, rows, QueryGeometry{mask});
@@ -52,9 +55,10 @@ inline constexpr int64_t kExactKeyChunk = 16384;
 /// in chunk order in log space, so a decode step (a few rows, one query block) spreads over the pool's
 /// threads along the cache and reads K and V once. With a pool, blocks (or, with few blocks, block × chunk
 /// items) are spread over its threads; the result does not depend on the thread count (each query row sees
-/// the same key blocking and chunking, whatever other rows are evaluated with it).
+/// the same key blocking and chunking, whatever other rows are evaluated with it). `shaping` as for
+/// exact_attention_f64, applied in float32 to each block of scores as it is formed.
 void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
-                         ThreadPool* pool, const QueryGeometry& geometry);
+                         ThreadPool* pool, const QueryGeometry& geometry, const ScoreShaping* shaping = nullptr);
 inline void exact_attention_f32(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, MatrixF& out,
                                 ThreadPool* pool = nullptr, Mask mask = Mask::kFull) {
   exact_attention_f32(q, k, v, scale, out, pool, QueryGeometry{mask});

@@ -153,6 +153,56 @@ void read_query_positions(const Container& c, const std::string& path, LayerInfo
   }
 }
 
+// The score shaping of a layer (docs/dumps.md, "Score shaping"): the soft-cap attributes, ALiBi slopes per query
+// head and an additive bias broadcast over batch items and heads; checked once the geometry is known.
+void read_score_shaping(const Container& c, const std::string& path, LayerInfo& info) {
+  if (const auto softcap = c.number_attribute(info.group, "softcap")) {
+    require_input(std::isfinite(*softcap) && *softcap >= 0,
+                  "'{}' {}: the softcap attribute is {}; it must be a positive number c (scores become c*tanh(S/c)), "
+                  "or 0 for none.",
+                  path, info.name, *softcap);
+    info.softcap = *softcap;
+  }
+  if (const auto first = c.number_attribute(info.group, "bias_before_softcap")) {
+    require_input(*first == 0 || *first == 1, "'{}' {}: the bias_before_softcap attribute is {}; it must be 0 or 1.",
+                  path, info.name, *first);
+    info.bias_before_softcap = *first == 1;
+  }
+  const std::string slopes = c.member_name(info.group, "alibi_slopes");
+  if (c.has_tensor(slopes)) {
+    const TensorInfo t = c.tensor(slopes);
+    require_input(t.floating && t.shape == std::vector<int64_t>{info.heads},
+                  "'{}': {} must be a floating-point vector of one ALiBi slope per query head [{}], but it is {} {}.",
+                  path, slopes, info.heads, t.dtype, shape_text(t.shape));
+    require_input(!info.cross,
+                  "'{}': {} gives ALiBi slopes, a bias by distance between query and key positions, but the layer is "
+                  "cross-attention (cross = 1), whose queries have no positions. Store the bias itself as {} instead.",
+                  path, slopes, c.member_name(info.group, "bias"));
+    info.alibi_slopes.resize(static_cast<size_t>(info.heads));
+    c.read(slopes, {0}, t.shape, info.alibi_slopes.data());
+    for (int64_t h = 0; h < info.heads; ++h)
+      require_input(std::isfinite(info.alibi_slopes[h]) && std::fabs(info.alibi_slopes[h]) <= 1e6,
+                    "'{}': {}[{}] = {} is not a usable ALiBi slope (finite, at most 1e6 in size).", path, slopes, h,
+                    info.alibi_slopes[h]);
+  }
+  const std::string bias = c.member_name(info.group, "bias");
+  if (c.has_tensor(bias)) {
+    const TensorInfo t = c.tensor(bias);
+    const std::vector<int64_t>& d = t.shape;
+    const size_t rank = d.size();
+    const bool fits = t.floating && rank >= 2 && rank <= 4 && d[rank - 2] == info.tokens &&
+                      d[rank - 1] == info.key_tokens && (rank < 3 || d[rank - 3] == 1 || d[rank - 3] == info.heads) &&
+                      (rank < 4 || d[0] == 1 || d[0] == info.batch);
+    require_input(fits,
+                  "'{}': {} must be a floating-point additive bias of shape [Nq, Nk], [H, Nq, Nk] or [B, H, Nq, Nk] "
+                  "(a 1 in place of B or H applies to every batch item or head) with Nq = {} query rows and Nk = {} "
+                  "keys, but it is {} {}.",
+                  path, bias, info.tokens, info.key_tokens, t.dtype, shape_text(d));
+    info.bias_path = bias;
+    info.bias_shape = d;
+  }
+}
+
 }  // namespace
 
 Dump Dump::open(const std::string& path, const DumpOptions& options) {
@@ -316,6 +366,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
       info.causal = static_cast<int>(*causal);
     }
     read_geometry_attributes(c, path, info);
+    read_score_shaping(c, path, info);
 
     // Optional real upstream gradients of the attention output: one per query head, [B, H, N, Pv]
     // (v's shape with q's heads; docs/dumps.md).
@@ -373,6 +424,11 @@ std::string Dump::fingerprint() const {
     reading += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{:a}|{}|{}|{}\n", l.name, l.q_path, l.k_path, l.v_path,
                            l.layout, l.dtype, l.batch, l.heads, l.kv_heads, l.tokens, l.key_tokens, l.scale, l.dim,
                            l.value_dim, num_heads_split_);
+  // Score shaping changes the slices' reference without changing q, k, v; a layer without it reads as before.
+  for (const LayerInfo& l : layers_)
+    if (l.shaped())
+      reading += fmt::format("{}|softcap {:a}|{}|alibi {}|bias {}\n", l.name, l.softcap, l.bias_before_softcap,
+                             fmt::join(l.alibi_slopes, ","), l.bias_path);
   return fmt::format("{}, read as {:016x}", file_digest(path_), fnv1a(reading));
 }
 
@@ -462,7 +518,32 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
     else
       view.positions = info.q_positions[batch];
   }
+  view.shaping.softcap = info.softcap;
+  view.shaping.bias_before_softcap = info.bias_before_softcap;
+  if (!info.alibi_slopes.empty()) view.shaping.alibi_slope = info.alibi_slopes[head];
+  if (!info.bias_path.empty()) view.shaping.bias = read_bias(info, head, batch, view.n(), n);
   return view;
+}
+
+std::shared_ptr<const MatrixD> Dump::read_bias(const LayerInfo& info, int head, int batch, int64_t rows,
+                                               int64_t keys) const {
+  // Leading dimensions: [B|1, H|1] of a rank-4 bias, [H|1] of a rank-3 one; a 1 broadcasts.
+  const size_t rank = info.bias_shape.size();
+  std::vector<int64_t> start(rank, 0), count(rank, 1);
+  if (rank == 4 && info.bias_shape[0] != 1) start[0] = batch;
+  if (rank >= 3 && info.bias_shape[rank - 3] != 1) start[rank - 3] = head;
+  count[rank - 2] = rows;
+  count[rank - 1] = keys;
+  auto bias = std::make_shared<MatrixD>(rows, keys);
+  container_->read(info.bias_path, start, count, bias->data());
+  // NaN or ±inf would make rows of NaN; a large finite negative value (a model's "minus infinity", e.g. float32's
+  // lowest) masks a key as the model does.
+  if (const auto [i, j] = first_non_finite(*bias); i >= 0)
+    throw InputError(fmt::format(
+        "'{}': {} has a non-finite value ({}) at layer {}, head {}, batch item {}, query row {}, key {}. Masked keys "
+        "belong in the causal/window attributes, or as a large finite negative bias (e.g. -1e30).",
+        path_, info.bias_path, (*bias)(i, j), info.number, head, batch, i, j));
+  return bias;
 }
 
 std::optional<MatrixD> Dump::read_upstream(int layer_number, int head, int batch, int64_t n) const {

@@ -48,6 +48,16 @@ struct LayerInfo {
   std::vector<int64_t> lengths;  ///< valid tokens per batch item (N when absent)
   bool has_lengths = false;
   std::string dy_path;  ///< layer_NN/dy ([B, H, N, Pv]: real upstream gradients), "" when absent
+  /// Score shaping (docs/dumps.md, "Score shaping"): attribute `softcap` (0: none) and `bias_before_softcap`,
+  /// layer_NN/alibi_slopes [H] (empty when absent), layer_NN/bias ([Nq, Nk], [H|1, Nq, Nk] or [B|1, H|1, Nq, Nk];
+  /// "" when absent, its shape in bias_shape).
+  double softcap = 0;
+  bool bias_before_softcap = false;
+  std::vector<double> alibi_slopes;
+  std::string bias_path;
+  std::vector<int64_t> bias_shape;
+  bool shaped() const { return softcap > 0 || !alibi_slopes.empty() || !bias_path.empty(); }
+  std::string shaping() const { return shaping_description(softcap, !alibi_slopes.empty(), !bias_path.empty()); }
 };
 
 class Container;
@@ -85,6 +95,9 @@ class Dump {
   const LayerInfo& checked_slice(int layer, int head, int batch, int64_t n) const;
   void read_block(const std::string& tensor, const LayerInfo& info, int head, int batch, int64_t n, int64_t width,
                   MatrixD& out) const;
+  /// The additive bias of query head `head`, batch item `batch`: its first `rows` query rows × first `keys` keys.
+  std::shared_ptr<const MatrixD> read_bias(const LayerInfo& info, int head, int batch, int64_t rows,
+                                           int64_t keys) const;
 
   std::string path_, format_;
   int num_heads_split_ = 0;

@@ -87,6 +87,8 @@ void write_dump(const std::string& path, const DumpContents& contents, const Dum
       write_number_attribute(group.get(), "causal", H5T_STD_I32LE, H5T_NATIVE_INT, &*layer.causal, path);
     for (const auto& [name, value] : layer.integer_attributes)
       write_number_attribute(group.get(), name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &value, path);
+    for (const auto& [name, value] : layer.real_attributes)
+      write_number_attribute(group.get(), name.c_str(), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, path);
     for (const auto& [name, array] : layer.integer_datasets) {
       H5Handle space(H5Screate_simple(static_cast<int>(array.shape.size()), array.shape.data(), nullptr), H5Sclose);
       const std::vector<int64_t> values(array.values.begin(), array.values.end());

@@ -26,6 +26,7 @@ struct DumpLayer {
   std::optional<int> causal;
   std::optional<std::vector<int64_t>> lengths;
   std::map<std::string, int64_t> integer_attributes;  ///< e.g. window, cross
+  std::map<std::string, double> real_attributes;      ///< e.g. softcap
   std::map<std::string, DumpArray> integer_datasets;  ///< stored as int64, e.g. q_positions
 };
 

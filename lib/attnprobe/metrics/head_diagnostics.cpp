@@ -28,7 +28,7 @@ MatrixD attention_rows(const HeadView& view, int64_t r0, int64_t rows, double* m
       *max_logit = std::max(*max_logit, logits.row(i).segment(seen.begin, seen.size()).maxCoeff());
     }
   }
-  return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
+  return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry(), &view.shaping);
 }
 
 double row_entropy(const Eigen::Ref<const Eigen::RowVectorXd>& row) {

@@ -67,7 +67,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   const bool wants_recall = std::find(which.begin(), which.end(), Metric::kTopkRecallAtK) != which.end();
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
-    const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
+    const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry(), &view.shaping);
     for (int64_t r = 0; r < rows; ++r) {
       const KeptKeys row = kept(r0 + r);
       const KeyRange seen = view.visible(r0 + r);

@@ -48,7 +48,7 @@ std::vector<double> attention_weight_metrics(const HeadView& view, const Estimat
   double tv = 0, kl = 0, recall = 0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
-    const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
+    const MatrixD exact = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry(), &view.shaping);
     const MatrixD estimate = implied(r0, rows);
     if (estimate.rows() != rows || estimate.cols() != keys)
       throw std::logic_error("implied weights of the wrong shape");

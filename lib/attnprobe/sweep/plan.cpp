@@ -216,6 +216,11 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         request.mask == "auto" ? fmt::format(" (layer {}'s mask, from the dump's attributes)", layer) : "";
     // A layer that stores its own query rows (a decode or cross-attention dump) is measured as stored.
     const bool own = info.own_queries();
+    if (info.shaped() && gradient != plan.metrics.end())
+      throw UsageError(fmt::format(
+          "layer {} of '{}' applies {} to its scores; {} compares backward passes, which attnprobe computes without "
+          "score shaping only. Drop the gradient metrics for this layer (--layers).",
+          layer, dump.path(), info.shaping(), metric_name(*gradient)));
     if (own) {
       const std::string what =
           fmt::format("layer {} of '{}' stores its own {} query rows against {} keys{}", layer, dump.path(),
@@ -254,6 +259,8 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
               "sequence's queries and measure its last rows with --queries last:W.",
               layer, dump.path(), info.tokens, spec.canonical()));
         // A dump of decode rows is measured by decode forms alone, as last:W rows are.
+        if (info.shaped())
+          require_shaping_support(spec, fmt::format("{} (layer {} of '{}')", info.shaping(), layer, dump.path()));
         if (!decode_only && !own) require_form_support(spec, mask.mask, false);
         if (decode || own) require_form_support(spec, mask.mask, true);
       }

@@ -141,6 +141,7 @@ const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& st
     storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n, read.id.kv_head}, read.scale,
                              read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
     storage.window = slice.window;
+    storage.shaping = read.shaping.cut(0, slice.n, slice.n);
     if (group_rows) storage.group = prefix_group(*group_rows, member, slice.n);
   }
   if (last) {
@@ -161,6 +162,9 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   for (const SliceRef& slice : plan.slices)
     for (const EstimatorSetting& s : plan.settings)
       require_form_support(s.spec, slice.mask, !slice.queries.all(), options.device);
+  for (const SliceRef& slice : plan.slices)
+    if (const LayerInfo& info = dump.layer(slice.layer); info.shaped())
+      for (const EstimatorSetting& s : plan.settings) require_shaping_support(s.spec, info.shaping(), options.device);
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
   // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come

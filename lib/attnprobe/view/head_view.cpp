@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "attnprobe/common/text.h"
 
@@ -114,6 +116,7 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
   view.prompt_qf = like.prompt_qf;
   view.prefill = like.prefill;
   view.group = like.group;
+  view.shaping = like.shaping;
   return view;
 }
 
@@ -125,6 +128,7 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   view.window = whole.window;
   view.first_position = whole.first_position + whole.n() - rows;
   view.q = whole.q.bottomRows(rows);
+  view.shaping = whole.shaping.cut(whole.n() - rows, rows, whole.keys());
   view.qf = whole.qf.bottomRows(rows);
   // The prompt: whole's own prompt (when it is itself a cut of a self-attention slice) and its rows before these.
   if (whole.positions.empty() && whole.prompt_qf.rows() == whole.first_position) {
@@ -160,6 +164,17 @@ std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>
   for (size_t m = 0; m < rows.size(); ++m)
     if (static_cast<int>(m) != member) group->rows[m] = rows[m]->topRows(std::min<int64_t>(n, rows[m]->rows()));
   return group;
+}
+
+std::string shaping_description(double softcap, bool alibi, bool bias) {
+  std::vector<std::string> parts;
+  if (softcap > 0) parts.push_back(fmt::format("a soft-cap of {:g}", softcap));
+  if (alibi) parts.push_back("ALiBi");
+  if (bias) parts.push_back("an additive bias");
+  if (parts.empty()) return "nothing";
+  std::string text = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) text += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text;
 }
 
 std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale) {

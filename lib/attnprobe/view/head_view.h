@@ -7,6 +7,7 @@
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/view/mask.h"
+#include "attnprobe/view/score_shaping.h"
 
 namespace attnprobe {
 
@@ -51,6 +52,8 @@ struct HeadView {
   /// The query rows of the other heads of its kv group, when a setting chooses keys per group (share=group); null
   /// otherwise, and outside a sweep, where a view is its own group of one.
   std::shared_ptr<const QueryGroup> group;
+  /// What the model adds to or does with the scores before the softmax (bias, ALiBi, soft-cap); none by default.
+  ScoreShaping shaping;
 
   int64_t n() const { return q.rows(); }  ///< query rows
   int64_t keys() const { return k.rows(); }

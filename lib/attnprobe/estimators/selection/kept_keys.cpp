@@ -22,8 +22,12 @@ struct RowTerms {
   T total = 0;                 ///< the sum of both
 };
 
+// Row `row` (at `position`) of `view`; its logits are the model's (ScoreShaping) when the view has shaping.
 template <class T, class Q, class K>
-RowTerms<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKeys& kept) {
+RowTerms<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKeys& kept, const HeadView& view,
+                              int64_t row) {
+  const ScoreShaping* shaping = view.shaping.any() ? &view.shaping : nullptr;
+  const int64_t position = shaping != nullptr ? view.position(row) : 0;
   const size_t count = kept.keys.size();
   RowTerms<T> terms;
   std::vector<T>& beta = terms.keys;
@@ -31,6 +35,7 @@ RowTerms<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKey
   T top = -INFINITY;
   for (size_t r = 0; r < count; ++r) {
     beta[r] = scale * q_row.dot(k.row(kept.keys[r]));
+    if (shaping != nullptr) beta[r] = shaping->logit(beta[r], row, position, kept.keys[r]);
     if (!kept.log_weights.empty()) beta[r] += static_cast<T>(kept.log_weights[r]);
     top = std::max(top, beta[r]);
   }
@@ -68,7 +73,7 @@ void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const
     for (int64_t i = block * kRowBlock; i < std::min(n, (block + 1) * kRowBlock); ++i) {
       const KeptKeys kept = keep(i);
       if (kept.keys.empty() && kept.completions.empty()) continue;  // the zero row
-      const RowTerms<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept);
+      const RowTerms<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept, view, i);
       auto row = out.row(i);
       for (size_t r = 0; r < w.keys.size(); ++r) row += w.keys[r] * v.row(kept.keys[r]);
       for (size_t c = 0; c < w.completions.size(); ++c)
@@ -96,7 +101,7 @@ Estimator::WeightRows kept_weights(const HeadView& view, Estimator::KeptRows kee
     for (int64_t i = 0; i < rows; ++i) {
       const KeptKeys kept = keep(r0 + i);
       if (kept.keys.empty() && kept.completions.empty()) continue;
-      const RowTerms<double> e = kept_exponentials<double>(view.q.row(r0 + i), view.k, view.scale, kept);
+      const RowTerms<double> e = kept_exponentials<double>(view.q.row(r0 + i), view.k, view.scale, kept, view, r0 + i);
       for (size_t r = 0; r < e.keys.size(); ++r) w(i, kept.keys[r]) = e.keys[r] / e.total;
       // A completion's weight, spread evenly over the keys it stands for, so that Â·V gives its e^{λ}·u_c when u_c
       // is their mean value (sparq's v̄ over V_t).
@@ -133,6 +138,14 @@ std::vector<double> score_visible(const HeadView& view, const MatrixF& queries, 
   std::vector<double> scores(seen.size());
   for (int64_t j = seen.begin; j < seen.end; ++j)
     scores[j - seen.begin] = view.scale * widened_dot(q, view.kf.row(j).data(), view.p());
+  if (view.shaping.any()) {
+    // The view's shaping is its own head's: another head's rows (share=group) would need theirs, which is why a
+    // group-shared setting declares no shaping (narrow_sharing) and never gets here.
+    if (&queries != &view.qf) throw std::logic_error("score shaping applies to the view's own query rows only");
+    const int64_t position = view.position(row);
+    for (int64_t j = seen.begin; j < seen.end; ++j)
+      scores[j - seen.begin] = view.shaping.logit(scores[j - seen.begin], row, position, j);
+  }
   return scores;
 }
 

@@ -75,6 +75,12 @@ std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fix
 /// scores them all) and, in `rest`, the keys it ranks beyond that part (R_t), ascending.
 KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window, std::vector<int64_t>& rest);
 
+/// The capabilities of an oracle selection (topk, topp): deterministic; every mask, and its decode form; it states its
+/// weights and kept keys; it ranks and attends by the model's logits, so it honours score shaping (score_visible and
+/// the kept-key exponentials apply it). Settings narrow it (positional_forms, narrow_sharing).
+inline constexpr Capabilities kOracleSelection = {
+    .random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true, .shaping = true};
+
 /// P, where the prompt of a view ends (HeadView::prompt_end), for a method that compresses the cache once from the
 /// prompt's query rows: InputError naming `method` when the view does not hold the query rows before its
 /// evaluated ones (a whole slice, or a dump that stores only its decode rows).

@@ -35,6 +35,8 @@ ParamSet<P> with_sharing(ParamSet<P>&& set) {
 template <class P>
 void narrow_sharing(const P& params, Capabilities& can) {
   can.group = params.share == Share::kGroup;
+  // Scores of the other heads' rows would need their own shaping, which the view does not hold.
+  if (can.group) can.shaping = false;
 }
 
 /// The query rows whose scores choose a kept set: the view's own (share=head, or a view without its group), else

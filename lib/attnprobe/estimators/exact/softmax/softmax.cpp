@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -11,13 +12,19 @@ namespace {
 class SoftmaxEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
+    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.geometry(),
+                        &view.shaping);
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
-    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.geometry());
+    return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.geometry(), &view.shaping);
   }
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
                                     const EstimateContext&) const override {
+    // The planner refuses gradient metrics on such layers; this guards the other callers.
+    require_usage(!view.shaping.any(),
+                  "the gradient of exact attention under score shaping ({}) is not implemented; drop the gradient "
+                  "metrics for this layer",
+                  view.shaping.description());
     const int64_t n = view.n();
     Gradients out;
     out.q.resize(n, view.p());
@@ -38,7 +45,7 @@ class SoftmaxEstimator final : public Estimator {
 
   WeightRows weights(const HeadView& view, const EstimateContext&) const override {
     return [&view](int64_t r0, int64_t rows) {
-      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry());
+      return attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry(), &view.shaping);
     };
   }
   // backward(): A and dS of a row block (kBackwardRows × n each) and the gradients, float64.
@@ -61,6 +68,7 @@ class SoftmaxEstimator final : public Estimator {
                      .forms = kAllMasks,
                      .decode = kAllMasks,
                      .weights = kAllMasks,
+                     .shaping = true,
                      .backward = Backward::kOut,
                      .backward_forms = kAllMasks},
     .target = [](const SoftmaxParams&) { return std::string("softmax"); },

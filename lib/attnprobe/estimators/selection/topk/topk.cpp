@@ -52,7 +52,7 @@ class Topk final : public KeptKeysEstimator {
                                .integer("window", &TopkParams::window, 0, int64_t{1} << 30,
                                         "the last keys up to the query's own, always kept")),
     .samples_knob = "k",
-    .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    .capabilities = kOracleSelection,
     .narrow =
         [](const TopkParams& params, Capabilities& can) {
           positional_forms(params.sink, params.window, can);

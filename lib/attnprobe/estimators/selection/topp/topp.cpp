@@ -69,7 +69,7 @@ class Topp final : public KeptKeysEstimator {
                            "the last keys up to the query's own, always kept")
                   .integer("strict", &ToppParams::strict, 0, 1,
                            "1: the sparse-attention hub's rule (mass above p; keys tied with the last one join)"),
-    .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    .capabilities = kOracleSelection,
     .narrow = [](const ToppParams& params, Capabilities& can) { positional_forms(params.sink, params.window, can); },
     .ablations = {"topp(p=0.5)", "topp(p=0.9,sink=4,window=16)"},
     .make = [](const ToppParams& params) { return std::make_unique<Topp>(params); },
