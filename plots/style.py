@@ -89,6 +89,5 @@ def legend(ax, **options):
     return ax.legend(framealpha=0.8, **options)
 
 
-matplotlib.rcParams.update({"font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "legend.fontsize":
-                            LEGEND_FONTSIZE, "legend.framealpha": 0.8, "figure.titlesize": 10.5,
+matplotlib.rcParams.update({"font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "figure.titlesize": 10.5,
                             "errorbar.capsize": 2.5, "lines.markersize": 3.5})
