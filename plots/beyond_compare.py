@@ -19,11 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import style  # noqa: E402
 from sweep_csv import KNOBS, aggregate, integer, read_rows  # noqa: E402
 
 NEW = {"favorpp", "hyper", "kdeformer", "scatterbrain"}
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-           "#7f7f7f", "#000000", "#aec7e8"]
 
 
 def parse(spec):
@@ -67,8 +66,6 @@ def main():
         xs_all = sorted({x for points in knobbed.values() for x, _, _ in points})
         # One colour per estimator; its second setting dashed. Newer estimators thick with circles, the
         # seeds' thin with squares.
-        names = sorted({label.split(" ")[0] for label in knobbed})
-        colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
         seen = defaultdict(int)
         for label, points in sorted(knobbed.items()):
             xs, ys, ses = zip(*points)
@@ -76,11 +73,11 @@ def main():
             new = name in NEW
             ax.errorbar(xs, ys, yerr=ses, marker="o" if new else "s", markersize=3.5 if new else 2.5, capsize=2,
                         linestyle="-" if seen[name] == 0 else "--", linewidth=2.0 if new else 0.9,
-                        color=colour[name], alpha=1.0 if new else 0.75, label=label)
+                        color=style.colour(name), alpha=1.0 if new else 0.75, label=label)
             seen[name] += 1
         for label, points in sorted(flat.items()):
             _, y, se = points[0]
-            ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color="gray", label=label)
+            ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color=style.colour(label), label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("samples knob (M features, m samples, d/L/C sketch size)")
@@ -88,7 +85,10 @@ def main():
         ax.grid(True, which="both", alpha=0.3)
         n = sorted({r["n"] for r in rows})
         ax.set_title(f"{metric}, n = {', '.join(n)}", fontsize=10)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    # Inside the first panel, in two columns above the lines: every corner of the data holds a line a reading
+    # compares (Scatterbrain's lowest on charlm, Nyström's and Skeinformer's on kwt1).
+    style.room_above(axes[0][0], 0.42)
+    style.legend(axes[0][0], loc="upper right", ncol=2, fontsize=6.5)
     dumps = sorted({r["dump"] for r in rows})
     fig.suptitle(args.title or f"Seeds' estimators (thin, squares) and newer ones (thick, circles) on {', '.join(dumps)}; "
                  "mean ± s.e. over slices")

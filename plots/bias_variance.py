@@ -26,7 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import integer, method_label, read_rows  # noqa: E402
+import style  # noqa: E402
+from sweep_csv import integer, line_label, read_rows  # noqa: E402
 
 
 def main():
@@ -48,7 +49,7 @@ def main():
         if math.isnan(value):
             continue
         samples = integer(r["samples"]) or 0
-        label = method_label(r["spec"])
+        label = line_label(r)
         if r["metric"] == "bias_fro_rel":
             cells[label][samples]["bias2"].append(value * value)
         elif r["metric"] == "var_fro_rel":
@@ -66,8 +67,10 @@ def main():
         mean = lambda v: sum(v) / len(v) if v else float("nan")  # noqa: E731
         bias2 = [mean(cells[label][c]["bias2"]) for c in counts]
         var = [mean(cells[label][c]["var"]) for c in counts]
-        ax.bar([x - 0.2 for x in xs], bias2, width=0.4, color="tab:red", label="bias² (stays)")
-        ax.bar([x + 0.2 for x in xs], var, width=0.4, color="tab:blue", alpha=0.6, label="variance (÷T)")
+        # The panel's estimator in its colour: bias² solid, variance light and hatched.
+        ax.bar([x - 0.2 for x in xs], bias2, width=0.4, color=style.colour(label), label="bias² (stays)")
+        ax.bar([x + 0.2 for x in xs], var, width=0.4, color=style.colour(label), alpha=0.35, hatch="///",
+               edgecolor=style.colour(label), label="variance (÷T)")
         ax.set_xticks(list(xs))
         ax.set_xticklabels([str(c) if c else "-" for c in counts], fontsize=8)
         ax.set_yscale("log")
@@ -83,8 +86,8 @@ def main():
         ax.set_xlabel("samples knob")
     for ax in axes[:, 0]:
         ax.set_ylabel("÷ ‖R*‖²_F")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(args.title or "One trial's error split: bias² (red) vs variance (blue)")
+    style.legend(axes.flat[0])
+    fig.suptitle(args.title or "One trial's error split: bias² (solid) vs variance (light, hatched)")
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print(f"wrote {args.output}")

@@ -115,17 +115,18 @@ def draw(data, out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import style
 
     with open(data, newline="") as f:
         rows = list(csv.DictReader(f))
     specs = list(dict.fromkeys(r["spec"] for r in rows))
-    colours = plt.get_cmap("tab10")
+    styles = style.settings_styles(specs)  # the settings of one estimator: its colour, a marker each
     fig, ax = plt.subplots(figsize=(7.5, 5))
     baseline = float(rows[0]["baseline_loss"])
     print(f"baseline held-out loss {baseline:.4f} nats/char ({baseline / math.log(2):.3f} bits/char)")
     print("| estimator | heads | spec_rel (median) | Δloss median | Δloss max | Spearman ρ(spec_rel, Δloss) over heads |")
     print("|---|---|---|---|---|---|")
-    for i, spec in enumerate(specs):
+    for spec in specs:
         points = {}
         for r in rows:
             if r["spec"] == spec:
@@ -134,8 +135,8 @@ def draw(data, out):
         y = np.array([np.mean([p[1] for p in v]) for v in points.values()])
         low = y - np.array([min(p[1] for p in v) for v in points.values()])
         high = np.array([max(p[1] for p in v) for v in points.values()]) - y
-        ax.errorbar(x, y, yerr=[low, high], fmt="o", color=colours(i), label=f"{spec} vs softmax", capsize=2,
-                    markersize=5)
+        ax.errorbar(x, y, yerr=[low, high], linestyle="none", marker=styles[spec]["marker"], color=style.colour(spec),
+                    label=spec, markersize=5)
         print(f"| {spec} | {len(x)} | {np.median(x):.3g} | {np.median(y):+.3g} | {y.max():+.3g} | "
               f"{spearman(x, y):.2f} |")
     ax.set_xscale("log")
@@ -143,7 +144,7 @@ def draw(data, out):
     ax.set_xlabel("operator error of the head: spec_rel vs softmax (mean over 8 windows)")
     ax.set_ylabel("Δ held-out loss, nats per character")
     ax.set_title("One head of charlm-causal replaced: operator error vs change in loss")
-    ax.legend(loc="upper left", fontsize=8)
+    style.legend(ax, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

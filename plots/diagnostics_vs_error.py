@@ -22,7 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import open_csv, method_label, read_rows  # noqa: E402
+import style  # noqa: E402
+from sweep_csv import open_csv, line_label, read_rows  # noqa: E402
 
 PANELS = ["entropy", "effective_support", "max_logit", "stable_rank", "mean_distance", "k_norm_cv"]
 
@@ -49,22 +50,24 @@ def main():
 
     per_slice = defaultdict(lambda: defaultdict(list))  # {label: {slice: [trial values]}}
     for row in read_rows(args.sweep, metric=args.metric):
-        per_slice[method_label(row["spec"], keep_knob=True)][slice_key(row)].append(float(row["value"]))
+        per_slice[line_label(row, keep_knob=True)][slice_key(row)].append(float(row["value"]))
     if not per_slice:
         sys.exit(f"no {args.metric} rows in {', '.join(args.sweep)}")
 
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    styles = style.settings_styles(sorted(per_slice))
     for ax, name in zip(axes.flat, PANELS):
         for label, slices in sorted(per_slice.items()):
             points = [(diagnostics[key][name], sum(v) / len(v)) for key, v in slices.items() if key in diagnostics]
             if points:
                 xs, ys = zip(*points)
-                ax.scatter(xs, ys, s=14, alpha=0.75, label=label)
+                ax.scatter(xs, ys, s=14, alpha=0.75, color=style.colour(label), marker=styles[label]["marker"],
+                           label=label)
         ax.set_xlabel(name)
-        ax.set_ylabel(args.metric)
+        ax.set_ylabel(f"{args.metric} vs softmax (or as labelled)")
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
+    style.legend(axes.flat[0])
     fig.suptitle(f"Per-slice {args.metric} against head diagnostics (one point per layer, head, item and length)")
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)

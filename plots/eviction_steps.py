@@ -78,11 +78,11 @@ def draw(data, out, compare):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import style
 
     with open(data, newline="") as f:
         rows = list(csv.DictReader(f))
     panels = sorted({(r["dump"], int(r["budget"])) for r in rows}, key=lambda p: (p[0], p[1]))
-    colours = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(ORDER)}
     labels = {"h2o": "h2o (replayed)", "tova": "tova (replayed)", "streaming": "streaming (per row)",
               "topk": "topk (oracle, per row)"}
     fig, axes = plt.subplots(2, len(panels), figsize=(4.4 * len(panels), 7.4), squeeze=False)
@@ -100,8 +100,8 @@ def draw(data, out, compare):
                 if not points:
                     continue
                 x, y, low, high = (np.array(c) for c in zip(*points))
-                ax.plot(x, y, "o-", color=colours[method], label=labels[method], markersize=4)
-                ax.fill_between(x, low, high, color=colours[method], alpha=0.08, linewidth=0)
+                ax.plot(x, y, "o-", color=style.colour(method), label=labels[method], markersize=4)
+                ax.fill_between(x, low, high, color=style.colour(method), alpha=0.08, linewidth=0)
             ax.set_xscale("symlog", linthresh=16)  # steps start at 0: linear below 16, logarithmic above
             ax.set_xlim(-1, max(n_steps) * 1.3)
             ax.set_xticks(n_steps)
@@ -113,7 +113,7 @@ def draw(data, out, compare):
                 ax.set_yscale("log")
                 ax.set_ylabel("spec_rel vs softmax (median over heads)")
                 ax.set_title(f"{dump}, n = {mine[0]['n']}\nB = {budget} keys read per row, {heads} heads", fontsize=9)
-                ax.legend(fontsize=7, loc="best")
+                style.legend(ax)
             else:
                 ax.set_ylabel("mass_recall: softmax mass of the kept keys (median)")
     fig.suptitle("Replayed evicting caches against the window and the oracle at equal keys read "

@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import style  # noqa: E402
 from sweep_csv import draw_samples_lines, read_rows  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def main():
         sys.exit("lara_fig1: no performer/lara/ra rows against softmax in the input")
     lengths = sorted({int(r["n"]) for r in rows if r["n"] != "all"})
     fig, axes = plt.subplots(1, len(lengths), figsize=(5 * len(lengths), 4.2), squeeze=False)
-    for ax, n in zip(axes[0], lengths):
+    for column, (ax, n) in enumerate(zip(axes[0], lengths)):
         subset = [r for r in rows if r["n"] == str(n)]
         draw_samples_lines(ax, subset)
         ax.set_xscale("log", base=2)
@@ -48,7 +49,8 @@ def main():
         ax.set_ylabel(args.metric)
         ax.set_title(f"n = {n}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if column == 0:  # the same lines in every panel
+            style.legend(ax)
     dumps = sorted({r["dump"] for r in rows})
     fig.suptitle(f"LARA Fig. 1 on {', '.join(dumps)} (mean ± s.e. over slices)")
     fig.tight_layout()

@@ -26,7 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import open_csv, aggregate, method_label, read_rows  # noqa: E402
+import style  # noqa: E402
+from sweep_csv import open_csv, aggregate, is_floor, line_label, read_rows  # noqa: E402
 
 
 def read_bench(path, n):
@@ -53,37 +54,37 @@ def main():
     args = parser.parse_args()
 
     times = read_bench(args.bench, args.n)
-    rows = read_rows(args.sweep, metric=args.metric, n=str(args.n))
+    rows = [r for r in read_rows(args.sweep, metric=args.metric, n=str(args.n)) if not is_floor(r)]
     if not rows:
         sys.exit(f"no {args.metric} rows at n = {args.n} in {', '.join(args.sweep)}")
-    errors = aggregate(rows, lambda r: r["spec"], lambda r: 0)  # {spec: [(0, mean, se)]}
+    errors = aggregate(rows, lambda r: (r["spec"], line_label(r)), lambda r: 0)  # {(spec, label): [(0, mean, se)]}
     lines = defaultdict(list)
     missing = []
-    for spec, [(_, mean, se)] in errors.items():
+    for (spec, label), [(_, mean, se)] in errors.items():
         if spec not in times:
             missing.append(spec)
             continue
-        lines[method_label(spec)].append((times[spec], mean, se))
+        lines[label].append((times[spec], mean, se))
     if missing:
         print(f"pareto: no bench time at n = {args.n} for: {', '.join(sorted(missing))}", file=sys.stderr)
     if not lines:
         sys.exit("pareto: no spec of the sweep was timed by the bench CSV (same canonical specs and n?)")
 
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more lines than the default ten colours
+    fig, ax = plt.subplots(figsize=(10, 6))
+    styles = style.settings_styles(sorted(lines))
     for label, points in sorted(lines.items()):
         points.sort()
         ms, ys, ses = zip(*points)
-        ax.errorbar(ms, ys, yerr=ses, marker="o", markersize=4, capsize=3, label=label)
+        ax.errorbar(ms, ys, yerr=ses, color=style.colour(label), markersize=4, label=label, **styles[label])
     if "softmax" in times:
-        ax.axvline(times["softmax"], color="gray", linestyle="--", label="exact attention (time)")
+        ax.axvline(times["softmax"], color=style.colour("softmax"), linestyle="--", label="exact attention (time)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"milliseconds per call (n = {args.n}, bench median)")
     ax.set_ylabel(f"{args.metric} (mean ± s.e. over slices)")
     ax.set_title(args.title or f"Error against cost at n = {args.n}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    style.legend(ax, ncol=2)
     fig.tight_layout()
     fig.savefig(args.output, dpi=130)
     print(f"wrote {args.output}")

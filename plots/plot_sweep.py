@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_csv import aggregate, integer, method_label, read_rows  # noqa: E402
+import style  # noqa: E402
+from sweep_csv import aggregate, integer, is_floor, line_label, read_rows  # noqa: E402
 
 
 def main():
@@ -28,36 +29,35 @@ def main():
     parser.add_argument("--x", choices=["n", "samples"], default="n", help="horizontal axis")
     parser.add_argument("--metric", action="append", help="metric to plot (repeatable; default spec_rel)")
     parser.add_argument("--logy", action="store_true", help="logarithmic error axis")
+    parser.add_argument("--floor", action="store_true",
+                        help="also draw exact attention's float32 floor (softmax against its float64 reference)")
     parser.add_argument("--title", default=None)
     parser.add_argument("-o", "--output", required=True, help="image file (.png, .svg, .pdf)")
     args = parser.parse_args()
     metrics = args.metric or ["spec_rel"]
 
-    rows = read_rows(args.csv, metric=lambda m: m in metrics)
+    rows = [r for r in read_rows(args.csv, metric=lambda m: m in metrics) if args.floor or not is_floor(r)]
     if not rows:
         sys.exit("plot_sweep: no rows for " + ", ".join(metrics))
 
-    def line_of(r):
-        label = method_label(r["spec"], keep_knob=args.x == "n")
-        return label if r["reference"] == "softmax" else f"{label} vs {r['reference']}"
-
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        lines = aggregate([r for r in rows if r["metric"] == metric], line_of, lambda r: integer(r[args.x]))
+        lines = aggregate([r for r in rows if r["metric"] == metric], lambda r: line_label(r, args.x == "n"),
+                          lambda r: integer(r[args.x]))
+        styles = style.settings_styles(sorted(lines))
         for label, points in sorted(lines.items()):
             xs, ys, ses = zip(*points)
-            ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=ses, color=style.colour(label), label=label, **styles[label])
         ax.set_xscale("log", base=2)
         if args.logy:
             ax.set_yscale("log")
         ax.set_xlabel("sequence length n" if args.x == "n" else "samples")
-        ax.set_ylabel(metric)
+        ax.set_ylabel(f"{metric} vs softmax (or as labelled)")
         ax.grid(True, which="both", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
+    style.legend(axes[0][0])
     dumps = sorted({r["dump"] for r in rows})
     fig.suptitle(args.title or f"attnprobe: {', '.join(dumps)} (mean ± s.e. over slices)")
-    fig.tight_layout(rect=(0, 0.08 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
+    fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print(f"plot_sweep: wrote {args.output}")
 

@@ -46,11 +46,11 @@ def draw(data, out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import style
 
     with open(data, newline="") as f:
         rows = list(csv.DictReader(f))
     dumps = list(dict.fromkeys(r["dump"] for r in rows))
-    colours = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(ORDER)}
     fig, axes = plt.subplots(1, len(dumps), figsize=(6 * len(dumps), 4.6), squeeze=False)
     for ax, dump in zip(axes[0], dumps):
         by_method = defaultdict(lambda: defaultdict(list))  # method → spec → [(density, spec_rel)] over heads
@@ -64,15 +64,15 @@ def draw(data, out):
                              np.percentile([p[1] for p in heads], 25), np.percentile([p[1] for p in heads], 75))
                             for heads in by_method[method].values())
             x, y, low, high = (np.array(c) for c in zip(*points))
-            ax.plot(x, y, "o-", color=colours[method], label=f"{method} vs softmax", markersize=4)
-            ax.fill_between(x, low, high, color=colours[method], alpha=0.15, linewidth=0)
+            ax.plot(x, y, "o-", color=style.colour(method), label=method, markersize=4)
+            ax.fill_between(x, low, high, color=style.colour(method), alpha=0.12, linewidth=0)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("density: keys attended / keys visible (median over heads)")
         ax.set_ylabel("spec_rel vs softmax (median over heads)")
         ax.set_title(f"{dump}, last 16 rows (decode)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
+        style.legend(ax, loc="lower left")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")

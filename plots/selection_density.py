@@ -27,6 +27,8 @@ from collections import defaultdict
 import numpy as np
 
 METRICS = ["density", "spec_rel", "mass_recall", "tail_mass", "tail_gap", "topk_recall@10"]
+# The methods that are a setting of another estimator: drawn in its colour, dashed with squares.
+SETTING_OF = {"quest-last": "quest", "topk-group": "topk", "snapkv-group": "snapkv"}
 
 
 def method_and_budget(spec):
@@ -84,10 +86,8 @@ def draw(path, out, budgets):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import style
     fig, axes = plt.subplots(2, len(dumps), figsize=(6.2 * len(dumps), 9.0), squeeze=False)
-    colours = {"topk": "C0", "topp": "C1", "streaming": "C2", "quest": "C3", "quest-last": "C4", "moba": "C5",
-               "snapkv": "C6", "expected": "C7", "h2o": "C8", "tova": "C9", "topk-group": "navy",
-               "snapkv-group": "deeppink"}
     panels = [("per-row selections", ["topk", "topp", "streaming", "quest", "quest-last", "moba"]),
               ("compressed once, replayed, kv-group",
                ["topk", "topk-group", "snapkv", "snapkv-group", "expected", "h2o", "tova", "streaming"])]
@@ -107,16 +107,17 @@ def draw(path, out, budgets):
                     continue
                 points.sort()
                 x, y, lo, hi = map(np.array, zip(*points))
-                ax.plot(x, y, "o-", color=colours[method], label=method, ms=4)
-                ax.fill_between(x, lo, hi, color=colours[method], alpha=0.15, lw=0)
+                colour = style.colour(SETTING_OF.get(method, method))
+                ax.plot(x, y, color=colour, label=method, ms=4, **style.setting_style(int(method in SETTING_OF)))
+                ax.fill_between(x, lo, hi, color=colour, alpha=0.12, lw=0)
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("density: keys read / keys the row sees (median over heads)")
-            ax.set_ylabel("spec_rel of the 16 decode rows")
+            ax.set_ylabel("spec_rel vs softmax of the 16 decode rows")
             ax.set_title(f"{dump}, {heads} heads, last 16 rows\n{title} (line: median over heads; band: IQR)",
                          fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+            style.legend(ax)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     print(f"wrote {out}")

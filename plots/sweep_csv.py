@@ -68,44 +68,105 @@ def aggregate(rows, line_of, x_of):
     return dict(lines)
 
 
-# Defaults of the estimators' option keys, and their samples knobs: a line is labelled by its name
-# and the keys that differ from these.
-DEFAULTS = {"colsample": "importance", "rownorm": "adaptive", "pilot_reuse": "1", "pinv": "iterative",
-            "std": "0", "ortho": "1", "proposal": "segment", "weights": "decoupled", "beta": "1", "mode": "sample",
-            "noise": "scaled", "variant": "unbiased", "tau": "8", "hash": "gauss", "norm": "l2"}
+# Each estimator's default spec and samples knob, as `attnprobe list --json` prints them ("spec", "samples_knob"):
+# a line is labelled by its name and the keys that differ from its defaults, so a label shows what was chosen. The
+# CTest plots_defaults checks these against the registry (tests/check_plot_defaults.py).
+DEFAULT_SPECS = [
+    "softmax",
+    "yoso(m=32,tau=8,hash=gauss,norm=l2,input=l2,grad=lsh)",
+    "yoso-e(tau=8,input=l2,grad=exact)",
+    "informer(d=64)",
+    "linformer(d=64,std=0)",
+    "linformer-jlt(d=64)",
+    "skeinformer(d=64,colsample=importance,rownorm=adaptive,pilot_reuse=1)",
+    "vmean",
+    "favorpp(M=64,ortho=1,a=opt,variant=oprf,arf_ref=0,s=1)",
+    "lara(C=64,proposal=segment,weights=decoupled,beta=1,mode=sample,noise=scaled)",
+    "performer(M=64,ortho=1)",
+    "ra(S=1,variant=unbiased,noise=scaled)",
+    "nystrom(L=64,pinv=iterative)",
+    "duo(sink=128,window=257,pattern=,threshold=0.5,fraction=-1,mix=0)",
+    "expected(budget=256,sink=4,cov=1,vnorm=1,eps=0,share=group,agg=mean)",
+    "h2o(heavy=128,window=128,share=head,agg=mean)",
+    "hyper(m=64,b=64,r=7,order=gray,mask=1)",
+    "kdeformer(m=128,b=64,r=7,order=gray,probs=vnorm)",
+    "magicpig(K=10,L=150,sink=4,window=65,min=2,floor=0.0001,anchor=auto,center=1,tables=group)",
+    "moba(block=64,topk=4,share=head,agg=mean)",
+    "oracle_sample(b=256)",
+    "quest(page=16,budget=256,last=0,round=ceil,min_pages=3,share=head,agg=logit)",
+    "scatterbrain(M=64,sparse=local,w=32,ext=0,rounds=2,features=hyp,ortho=1)",
+    "snapkv(window=32,budget=256,kernel=5,pool=avg,share=head,agg=mean)",
+    "sparq(r=16,k=256,window=64,realloc=1,share=group,agg=logit)",
+    "streaming(sink=4,window=256,roll=1)",
+    "topk(k=256,sink=0,window=0,share=head,agg=mean)",
+    "topp(p=0.9,sink=0,window=0,strict=0)",
+    "tova(budget=256,heads=group,mode=replay)",
+    "uniform_keys(b=64)",
+    "vattention(sink=4,window=64,k=64,base=0.05,eps=0.25,delta=0.25,draw=hh)",
+]
+SAMPLES_KNOBS = {"yoso": "m", "informer": "d", "linformer": "d", "linformer-jlt": "d", "skeinformer": "d",
+                 "favorpp": "M", "lara": "C", "performer": "M", "ra": "S", "nystrom": "L", "expected": "budget", "h2o": "heavy",
+                 "hyper": "m", "kdeformer": "m", "magicpig": "L", "moba": "topk", "oracle_sample": "b",
+                 "quest": "budget", "scatterbrain": "M", "snapkv": "budget", "sparq": "k", "streaming": "window",
+                 "topk": "k", "tova": "budget", "uniform_keys": "b"}
+# The knobs of the seeds' estimators, which beyond_compare.py leaves out of its labels.
 KNOBS = {"d", "L", "M", "S", "C", "m"}
 
 
-def method_label(spec, keep_knob=False):
-    """'lara(C=64,proposal=segment,...)' -> 'lara' (or 'lara (C=64)' with keep_knob)."""
+def spec_keys(spec):
+    """('lara', {'C': '64', ...}) from 'lara(C=64,...)'."""
     name, _, body = spec.partition("(")
-    extras = []
-    for item in body.rstrip(")").split(","):
-        key, _, value = item.partition("=")
-        if not key or DEFAULTS.get(key) == value or (key in KNOBS and not keep_knob):
-            continue
-        extras.append(f"{key}={value}")
+    return name, dict(item.partition("=")[::2] for item in body.rstrip(")").split(",") if item)
+
+
+DEFAULTS = dict(spec_keys(spec) for spec in DEFAULT_SPECS)
+
+
+def method_label(spec, keep_knob=False):
+    """'lara(C=64,proposal=segment,...)' -> 'lara' (or 'lara (C=64)' with keep_knob): the name and the keys whose
+    values differ from the estimator's defaults, its samples knob only with keep_knob."""
+    name, keys = spec_keys(spec)
+    defaults = DEFAULTS.get(name, {})
+    knob = SAMPLES_KNOBS.get(name)
+    extras = [f"{key}={value}" for key, value in keys.items()
+              if defaults.get(key) != value and key != knob or key == knob and keep_knob]
     return name + (f" ({', '.join(extras)})" if extras else "")
+
+
+def line_label(row, keep_knob=False):
+    """A row's line: its method_label, and the reference it is measured against where that is not exact attention
+    ('yoso (m=8) vs yoso-e'), so a label never hides what it is compared with."""
+    label = method_label(row["spec"], keep_knob)
+    return label if row["reference"] == "softmax" else f"{label} vs {method_label(row['reference'])}"
 
 
 def integer(text):
     return int(text) if text and text != "all" else None
 
 
-def draw_samples_lines(ax, rows):
-    """Error against the samples knob on `ax`: one line per method (mean ± s.e., slices as
-    replicates); methods without a knob (V-Mean, softmax) as flat dashed lines with a s.e. band."""
-    knobbed = aggregate([r for r in rows if r["samples"]], lambda r: method_label(r["spec"]),
-                        lambda r: integer(r["samples"]))
-    flat = aggregate([r for r in rows if not r["samples"]], lambda r: method_label(r["spec"]), lambda r: 0)
+def is_floor(row):
+    """Exact attention's float32 path against its float64 reference: a rounding floor (~1e-7), not an estimator's
+    error, which would spend most of a logarithmic error axis; figures draw it only when asked (--floor)."""
+    return row["estimator"] == "softmax"
+
+
+def draw_samples_lines(ax, rows, floor=False):
+    """Error against the samples knob on `ax`: one line per method (mean ± s.e., slices as replicates) in its
+    palette colour, the settings of one estimator in its colour with their own line style and marker; methods
+    without a knob (V-Mean) as flat dashed lines with a s.e. band; exact attention's floor only with `floor`."""
+    import style  # here, not at the top: `reduce` runs without matplotlib
+    rows = [r for r in rows if floor or not is_floor(r)]
+    knobbed = aggregate([r for r in rows if r["samples"]], line_label, lambda r: integer(r["samples"]))
+    flat = aggregate([r for r in rows if not r["samples"]], line_label, lambda r: 0)
     xs_all = sorted({x for points in knobbed.values() for x, _, _ in points}) or [1, 1024]
+    styles = style.settings_styles(sorted(knobbed))
     for label, points in sorted(knobbed.items()):
         xs, ys, ses = zip(*points)
-        ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, label=label)
+        ax.errorbar(xs, ys, yerr=ses, color=style.colour(label), label=label, **styles[label])
     for label, points in sorted(flat.items()):
         _, y, se = points[0]
-        ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color="gray", label=label)
-        ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, color="gray", alpha=0.15)
+        ax.plot([xs_all[0], xs_all[-1]], [y, y], linestyle="--", color=style.colour(label), label=label)
+        ax.fill_between([xs_all[0], xs_all[-1]], y - se, y + se, color=style.colour(label), alpha=0.12)
 
 
 # Columns of the trial CSV that no figure reads: dropped from the committed data (p and mask are fixed per dump and

@@ -72,12 +72,15 @@ def draw(data, out, compare):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import style
 
     with open(data, newline="") as f:
         rows = list(csv.DictReader(f))
     dumps = list(dict.fromkeys(r["dump"] for r in rows))
     epss = sorted({float(r["eps"]) for r in rows})
-    colours = {eps: plt.get_cmap("tab10")(i) for i, eps in enumerate(epss)}
+    # Every dot is a vattention setting: its colour, one shade and marker per eps (dark: the smallest).
+    colours = dict(zip(epss, style.shades("vattention", len(epss))))
+    markers = {eps: style.MARKERS[i % len(style.MARKERS)] for i, eps in enumerate(epss)}
     fig, axes = plt.subplots(2, len(dumps), figsize=(6.4 * len(dumps), 9.0), squeeze=False)
     rng = np.random.default_rng(0)  # horizontal jitter of the head dots only
     for column, dump in enumerate(dumps):
@@ -92,11 +95,11 @@ def draw(data, out, compare):
                 if not len(cover):
                     continue
                 x = 1 - delta + (i - (len(epss) - 1) / 2) * 0.013
-                ax.scatter(x + rng.uniform(-0.003, 0.003, len(cover)), cover, s=9, color=colours[eps], alpha=0.45,
-                           linewidths=0)
+                ax.scatter(x + rng.uniform(-0.003, 0.003, len(cover)), cover, s=9, color=colours[eps], alpha=0.55,
+                           marker=markers[eps], linewidths=0)
                 ax.plot([x - 0.005, x + 0.005], [np.median(cover)] * 2, color=colours[eps], lw=2.2,
                         label=f"eps = {eps:g} (dots: heads, bar: median)" if delta == 0.05 else None)
-        ax.plot([0.5, 1.0], [0.5, 1.0], "k--", lw=1, label="promise: eps_cover = 1 - delta")
+        ax.plot([0.5, 1.0], [0.5, 1.0], "--", color=style.NEUTRAL, lw=1, label="promise: eps_cover = 1 - delta")
         ax.set_xlim(0.54, 0.99)
         ax.set_ylim(0.2, 1.03)  # room below the heads for the legend
         ax.set_xticks([1 - d for d in sorted({float(r["delta"]) for r in grid})])
@@ -105,7 +108,7 @@ def draw(data, out, compare):
         ax.set_title(f"{dump}, last 16 rows, {heads} heads, 8 trials\nvattention(eps, delta), draw=hh, base=0.05",
                      fontsize=9)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        style.legend(ax, loc="lower right")
 
         ax = axes[1, column]
         order = ["default", "base=0.01", "base=0.2", "draw=ref", "draw=wor"]
@@ -118,13 +121,13 @@ def draw(data, out, compare):
                 if not len(cover):
                     continue
                 x = j * (len(order) + 1) + k
-                ax.scatter(x + rng.uniform(-0.15, 0.15, len(cover)), cover, s=9, color=colours[eps], alpha=0.45,
-                           linewidths=0)
+                ax.scatter(x + rng.uniform(-0.15, 0.15, len(cover)), cover, s=9, color=colours[eps], alpha=0.55,
+                           marker=markers[eps], linewidths=0)
                 ax.plot([x - 0.3, x + 0.3], [np.median(cover)] * 2, color=colours[eps], lw=2.2)
                 ticks.append(x)
                 labels.append(variant)
             left, right = j * (len(order) + 1) - 0.5, j * (len(order) + 1) + len(order) - 0.5
-            ax.plot([left, right], [1 - delta] * 2, "k--", lw=1)
+            ax.plot([left, right], [1 - delta] * 2, "--", color=style.NEUTRAL, lw=1)
             ax.text((left + right) / 2, 0.02, f"eps = {eps:g}, delta = {delta:g}", ha="center", fontsize=8,
                     transform=ax.get_xaxis_transform())
         ax.set_xticks(ticks)

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import style  # noqa: E402
 from sweep_csv import draw_samples_lines, read_rows  # noqa: E402
 
 PANELS = [("row_tv", "log"), ("row_kl", "log"), ("topk_recall", "linear")]
@@ -45,7 +46,6 @@ def main():
             ax.axis("off")
             continue
         found = True
-        ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more lines than the default ten colours
         draw_samples_lines(ax, rows)
         ax.set_xscale("log", base=2)
         ax.set_yscale(scale)
@@ -54,10 +54,10 @@ def main():
         ax.grid(True, which="both", alpha=0.3)
     if not found:
         sys.exit("weight_metrics: no row_tv/row_kl/topk_recall rows: sweep with --metrics ...,weights")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=7)
+    style.room_above(axes[0], 0.4)
+    style.legend(axes[0], loc="upper left", ncol=2, fontsize=6.5)
     fig.suptitle(args.title or "Attention-weight errors (mean ± s.e.; one slice: over trials)")
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print(f"wrote {args.output}")
 

@@ -26,11 +26,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import style  # noqa: E402
 from sweep_csv import aggregate, integer, read_rows  # noqa: E402
 
 PANELS = [("grad_q_fro_rel", "‖∇̂_q̂ − ∇_q̂‖_F / ‖∇_q̂‖_F"), ("grad_q_angle", "mean row angle of ∇_q̂ (radians)"),
           ("grad_v_fro_rel", "‖∇̂_V − ∇_V‖_F / ‖∇_V‖_F")]
-STYLES = ["-", "--", ":", "-."]
 
 
 def form_of(spec):
@@ -40,9 +40,11 @@ def form_of(spec):
     return "sparse" if "grad=sparse" in spec else "lsh"
 
 
-LABELS = {"lsh": "yoso: LSH estimate of the bound", "sparse": "yoso(grad=sparse): bound on colliding pairs",
-          "lower": "yoso-e(grad=lower): the bound itself"}
-COLOURS = {"lsh": "C0", "sparse": "C1", "lower": "C3"}
+LABELS = {"lsh": "yoso vs yoso-e (LSH estimate)", "sparse": "yoso (grad=sparse) vs yoso-e",
+          "lower": "yoso-e (grad=lower) vs yoso-e (the bound)"}
+# Each form in its estimator's colour (the two yoso forms are settings of yoso: filled circles and open squares).
+COLOURS = {"lsh": style.colour("yoso"), "sparse": style.colour("yoso"), "lower": style.colour("yoso-e")}
+MARKERS = {"lsh": {"marker": "o"}, "sparse": {"marker": "s", "markerfacecolor": "white"}}
 
 
 def main():
@@ -57,7 +59,7 @@ def main():
     if not rows:
         sys.exit("yoso_grad_fig8: no yoso gradient rows (grad_q_fro_rel, grad_q_angle, grad_v_fro_rel) against yoso-e")
     lengths = sorted({integer(r["n"]) for r in rows})
-    style = {n: STYLES[i % len(STYLES)] for i, n in enumerate(lengths)}
+    line_style = {n: style.LINESTYLES[i % len(style.LINESTYLES)] for i, n in enumerate(lengths)}
     sampled = [r for r in rows if form_of(r["spec"]) != "lower"]
     ms = sorted({integer(r["samples"]) for r in sampled if integer(r["samples"])}) or [1]
 
@@ -68,17 +70,17 @@ def main():
                           lambda r: (form_of(r["spec"]), integer(r["n"])), lambda r: integer(r["samples"]))
         for (form, n), points in sorted(lines.items()):
             xs, ys, ses = zip(*points)
-            ax.errorbar(xs, ys, yerr=ses, marker="o", markersize=3, capsize=3, color=COLOURS[form],
-                        linestyle=style[n], label=f"{LABELS[form]}, n = {n}")
+            ax.errorbar(xs, ys, yerr=ses, color=COLOURS[form], linestyle=line_style[n],
+                        label=f"{LABELS[form]}, n = {n}", **MARKERS[form])
         bound = aggregate([r for r in mine if form_of(r["spec"]) == "lower"], lambda r: integer(r["n"]),
                           lambda r: 0)
         for n, points in sorted(bound.items()):
             _, y, se = points[0]
             if y <= 0:  # the bound keeps the exact weights for ∇_V = Wᵀ·G: no error to draw on a log axis
-                ax.text(0.02, 0.02, "yoso-e(grad=lower): 0 (its ∇_V is exact)", transform=ax.transAxes, fontsize=7,
+                ax.text(0.02, 0.02, "yoso-e (grad=lower): 0 (its ∇_V is exact)", transform=ax.transAxes, fontsize=7,
                         color=COLOURS["lower"])
                 continue
-            ax.axhline(y, color=COLOURS["lower"], linestyle=style[n], linewidth=1.2,
+            ax.axhline(y, color=COLOURS["lower"], linestyle=line_style[n], linewidth=1.2,
                        label=f"{LABELS['lower']}, n = {n}")
             ax.axhspan(y - se, y + se, color=COLOURS["lower"], alpha=0.12)
         ax.set_xscale("log", base=2)
@@ -88,7 +90,8 @@ def main():
         ax.set_ylabel(ylabel, fontsize=9)
         ax.set_title(metric, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower left")
+    # In the middle panel, between the falling estimates and the bound's flat line: free there at every m.
+    style.legend(axes[1], loc="center left", fontsize=6.5)
     dumps = sorted({r["dump"] for r in rows})
     taus = sorted({part for r in rows for part in r["spec"].strip(")").split("(", 1)[-1].split(",")
                    if part.startswith("tau=")})

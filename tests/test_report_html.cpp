@@ -107,6 +107,10 @@ TEST_CASE("report page: sections, intervals, maps of the hard head, escaping", "
   CHECK(page.find("id=\"gate\"") == std::string::npos);  // no baseline, no gate
   // The dump's name is text, never markup.
   CHECK(page.find("<script>alert") == std::string::npos);
+  // Each estimator in its plots/palette.csv colour, the one the figures use.
+  for (const auto& [name, colour] : estimator_palette())
+    if (name == "performer" || name == "vmean")
+      CHECK(page.find("value=\"" + name + "\" checked><i style=\"background:" + colour + "\">") != std::string::npos);
   CHECK(page.find("&lt;script&gt;alert(1)&lt;/script&gt;.h5") != std::string::npos);
   // One map per setting but the float32 floor (softmax), one filter box per estimator, the floor included.
   CHECK(occurrences(page, "<figure class=\"heatmap\"") == 2);

@@ -678,7 +678,7 @@ std::string html_report(const ReportInputs& in) {
   std::set<std::string> estimators;
   for (const SummaryRow& r : in.run) estimators.insert(r.key.estimator);
   for (const SummaryRow& r : in.baseline) estimators.insert(r.key.estimator);
-  for (const std::string& e : estimators) page.colours[e] = palette_colour(page.colours.size());
+  page.colours = estimator_colours(estimators);
 
   bool sliced = true;
   for (const SummaryRow& r : in.run) sliced = sliced && !r.key.layer.is_all() && !r.key.head.is_all();

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "attnprobe/report/html/estimator_palette.h"
+
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -78,6 +81,36 @@ std::string palette_colour(size_t index) {
       "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
       "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"};
   return kColours[index % kColours.size()];
+}
+
+std::vector<std::pair<std::string, std::string>> estimator_palette() {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& [name, colour] : kEstimatorPalette) rows.emplace_back(name, colour);
+  return rows;
+}
+
+std::map<std::string, std::string> estimator_colours(const std::set<std::string>& names) {
+  const auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+  std::map<std::string, std::string> colours;
+  std::set<std::string> taken;  // lower-case: the index palette writes "#8c564b", the file "#8C564B"
+  for (const auto& [name, colour] : kEstimatorPalette)
+    if (names.count(std::string(name))) {
+      colours[std::string(name)] = std::string(colour);
+      taken.insert(lower(std::string(colour)));
+    }
+  // A name the file does not list (a custom py: estimator) takes the next index colour no name on the page has,
+  // so it cannot be mistaken for a listed estimator drawn beside it.
+  size_t next = 0;
+  for (const std::string& name : names) {
+    if (colours.count(name)) continue;
+    for (size_t tries = 0; tries < 20 && taken.count(lower(palette_colour(next))); ++tries) ++next;
+    colours[name] = palette_colour(next++);
+    taken.insert(lower(colours[name]));
+  }
+  return colours;
 }
 
 namespace {

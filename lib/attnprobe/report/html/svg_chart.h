@@ -4,7 +4,10 @@
 // few and simple (lines with intervals, a scatter of fronts, bars, heatmaps), and SVG text is what the tests can
 // read. Hover text is SVG's <title>; every drawn series carries data-estimator, which the page's filter toggles.
 #include <cstddef>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnprobe {
@@ -20,9 +23,17 @@ std::vector<double> axis_ticks(double low, double high, bool log);
 /// A tick label: up to three significant digits, no trailing zeros ("0.001", "250", "1e+06").
 std::string tick_label(double value);
 
-/// The `index`-th colour of a 20-colour qualitative palette (cycling beyond): a report gives each estimator of the run
-/// one, by name order, and uses it in every chart and table of the page.
+/// The `index`-th colour of a 20-colour qualitative palette (cycling beyond): the colours of the estimators the palette
+/// file does not list (estimator_colours).
 std::string palette_colour(size_t index);
+
+/// The rows of plots/palette.csv, (estimator name, "#RRGGBB") in the file's order: each estimator's colour in every
+/// figure and every report page.
+std::vector<std::pair<std::string, std::string>> estimator_palette();
+
+/// Each of `names` (the estimators of one page) with its colour: the palette file's for a name it lists, and for
+/// any other name (a custom py: estimator) the next colour of palette_colour() that no name of the page has.
+std::map<std::string, std::string> estimator_colours(const std::set<std::string>& names);
 
 struct ChartPoint {
   double x = 0, y = 0;
