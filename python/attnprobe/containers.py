@@ -266,7 +266,8 @@ def _scale(layer):
 
 
 def _tensors(layer, dtype):
-    """(member, array, stored dtype name) of one layer in write order: q, k, v, dy. dtype None keeps each
+    """(member, array, stored dtype name) of one layer in write order: q, k, v, dy, bias, alibi_slopes (those
+    present). dtype None keeps each
     array's own float type (float16/32/64; anything else is stored as float32)."""
     out = [("q", layer.q), ("k", layer.k), ("v", layer.v)]
     for name in ("dy", "bias", "alibi_slopes"):
