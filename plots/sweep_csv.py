@@ -231,14 +231,41 @@ def reduce_draw_main(doc, reduce_trials, draw, compare=False):
     return draw(args.data, args.output, args.compare) if compare else draw(args.data, args.output)
 
 
+TRIAL_COLUMNS = ("dump", "layer", "head", "batch", "n", "p", "mask", "queries", "estimator", "spec", "samples",
+                 "reference", "trial", "seed", "metric", "value")
+
+
+def restore_rows(path, output, p, mask, seed):
+    """A reduced data file back in the trial CSV's layout (docs/csv.md), the dropped columns filled with the values
+    given (they are one value per figure's sweep), so that `attnprobe summarize --compare` pairs its settings over
+    heads from the committed data alone."""
+    with open_csv(path) as f, open(output, "w", newline="") as out:
+        reader = csv.DictReader(f)
+        writer = csv.DictWriter(out, fieldnames=TRIAL_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in reader:
+            row.update(p=p, mask=mask, seed=seed)
+            writer.writerow(row)
+
+
 def main():
-    parser = argparse.ArgumentParser(description="Reduce trial CSVs to the committed data of a figure.")
+    parser = argparse.ArgumentParser(description="Reduce trial CSVs to the committed data of a figure, or restore "
+                                                 "a reduced file for `attnprobe summarize --compare`.")
     sub = parser.add_subparsers(dest="command", required=True)
     red = sub.add_parser("reduce", help="keep only the metrics a figure draws, concatenated, .gz-compressed if -o says")
     red.add_argument("csv", nargs="+", help="trial CSVs from attnprobe sweep")
     red.add_argument("--metrics", default="", help="comma-separated metrics to keep (default: all)")
     red.add_argument("-o", "--output", required=True, help="reduced CSV (.csv or .csv.gz)")
+    res = sub.add_parser("restore", help="a reduced file in the trial CSV layout again (for summarize --compare)")
+    res.add_argument("data", help="a reduced file of plots/data/")
+    res.add_argument("-o", "--output", required=True, help="trial CSV to write")
+    res.add_argument("--p", default="0", help="the head dim to write (dropped by reduce; pairing does not use it)")
+    res.add_argument("--mask", default="full", help="the sweep's mask (the paper and beyond figures: full)")
+    res.add_argument("--seed", default="0", help="the sweep's seed (default 0, the sweeps' own)")
     args = parser.parse_args()
+    if args.command == "restore":
+        restore_rows(args.data, args.output, args.p, args.mask, args.seed)
+        return
     metrics = {m for m in args.metrics.split(",") if m}
     kept = reduce_rows(args.csv, args.output, metrics)
     print(f"{args.output}: {kept} rows")
