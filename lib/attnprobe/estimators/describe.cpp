@@ -111,9 +111,9 @@ std::string forms_cell(const std::vector<std::string>& forms, bool vary) {
 
 std::string estimators_table() {
   std::string out =
-      "| estimator | family | samples knob | draws | masks | decode | weights | backward | devices | what it is | page "
-      "|\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "| estimator | family | samples knob | draws | masks | decode | weights | backward | shaping | devices | what it "
+      "is | page |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const EstimatorDescription& d : describe_estimators()) {
     const Capabilities& can = d.capabilities;
     std::vector<std::string> devices;
@@ -122,11 +122,13 @@ std::string estimators_table() {
                                                                  : fmt::format("{} ({})", backward_name(can.backward),
                                                                                join(can.backward_forms.names(), ", "));
     // Links relative to docs/ (the tables in docs/ itself resolve them; README's point into docs/).
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
+    // Score shaping (a dump's bias, ALiBi, soft-cap): honoured on the CPU, by the declaration's default settings.
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", d.def->name, d.def->family,
                        d.def->samples_knob.empty() ? "—" : "`" + d.def->samples_knob + "`",
                        d.random ? "random" : "deterministic", forms_cell(can.forms.names(), d.forms_vary),
                        forms_cell(can.decode.names(), false), forms_cell(can.weights.names(), false), backward,
-                       join(devices, ", "), d.def->summary, d.def->page.empty() ? "—" : "docs/" + d.def->page);
+                       can.shaping ? "cpu" : "—", join(devices, ", "), d.def->summary,
+                       d.def->page.empty() ? "—" : "docs/" + d.def->page);
   }
   return out;
 }
