@@ -33,7 +33,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .containers import Layer, Layers, as_numpy
+from .containers import Layer, Layers, as_numpy, head_bias
 
 TOLERANCE = 1e-3  # relative Frobenius error above which a capture is refused (float32 models land near 1e-7)
 
@@ -549,9 +549,8 @@ def _exact_layer(q, k, v, scale: float, causal: bool, bias=None, softcap=None) -
     out = np.empty((b, h, n, v.shape[-1]))
     for i in range(b):
         for j in range(h):
-            head_bias = None if bias is None else bias[i if bias.shape[0] > 1 else 0, j if bias.shape[1] > 1 else 0]
             out[i, j] = exact(q[i, j], k[i, j // group], v[i, j // group], scale, mask="causal" if causal else "full",
-                              bias=head_bias, softcap=softcap)
+                              bias=head_bias(bias, i, j), softcap=softcap)
     return out
 
 

@@ -126,9 +126,8 @@ class Layer:
         positions = None
         if self.q_positions is not None:
             positions = self.q_positions if self.q_positions.ndim == 1 else self.q_positions[batch]
-        bias = None
-        if self.bias is not None:
-            bias = self.bias[batch if self.bias.shape[0] > 1 else 0, head if self.bias.shape[1] > 1 else 0]
+        bias = head_bias(self.bias, batch, head)
+        if bias is not None:
             bias = bias[:q.shape[0], :keys]
         return Slice(q, self.k[batch, g, :keys], self.v[batch, g, :keys], self.scale, mask=mask,
                      q_positions=positions, bias=bias, softcap=self.softcap,
@@ -193,6 +192,14 @@ def _named(layers) -> list:
             raise ValueError(f"two layer names give one number: {sorted(layers)}")
         return [(f"layer_{n:02d}", _as_layer(layer)) for n, _, layer in pairs]
     return [(f"layer_{i:02d}", _as_layer(layer)) for i, layer in enumerate(layers)]
+
+
+def head_bias(bias: Optional[np.ndarray], batch: int, head: int) -> Optional[np.ndarray]:
+    """The [Nq, Nk] bias of one (batch item, query head) of a layer's [B|1, H|1, Nq, Nk] bias (a 1 broadcasts), or
+    None without one."""
+    if bias is None:
+        return None
+    return bias[batch if bias.shape[0] > 1 else 0, head if bias.shape[1] > 1 else 0]
 
 
 def check_layer(layer, index):

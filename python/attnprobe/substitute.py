@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 import numpy as np
 
 from .capture import (CaptureError, LayerSpec, _finish, _has_mha, _intercept, _mha_parts, _no_attention_error,
-                      _Record, _resolve, _run, _sdpa_record, _unfused)
+                      _Record, _resolve, _sdpa_record, _unfused)
+from .containers import head_bias
 
 
 def _layer_indices(layer) -> Optional[List[int]]:
@@ -123,8 +124,7 @@ class Substitution:
             for batch in range(layer.q.shape[0]):
                 # The model's bias (from its attn_mask) goes with the head: an estimator that cannot honour it
                 # raises rather than stand in for a different attention.
-                bias = None if layer.bias is None else layer.bias[batch if layer.bias.shape[0] > 1 else 0,
-                                                                  head if layer.bias.shape[1] > 1 else 0]
+                bias = head_bias(layer.bias, batch, head)
                 out = estimate(self.estimator, layer.q[batch, head], layer.k[batch, head // g],
                                layer.v[batch, head // g], layer.scale, seed=self.seed, trial=self.trial,
                                case={"layer": index, "head": head, "batch": batch}, mask=mask, bias=bias)
