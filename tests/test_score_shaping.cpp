@@ -142,8 +142,11 @@ TEST_CASE("the oracle selections rank and attend by the shaped logits", "[shapin
   // A budget covering every key is exact attention of the shaped logits.
   const MatrixD exact =
       exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry(), &view.shaping);
-  for (const char* spec : {"topk(k=1000)", "topp(p=1)"})
-    CHECK(relative(run_estimator(spec, view).cast<double>(), exact) < 2e-6);  // float32 rounding
+  for (const char* spec : {"topk(k=1000)", "topp(p=1)"}) {
+    const double error = relative(run_estimator(spec, view).cast<double>(), exact);
+    CHECK(error < 2e-6);  // float32 rounding of logits of a few units: observed 1.6e-7 for both
+    WARN(spec << " against the shaped exact attention: " << error);
+  }
   // topk(k=8) keeps the 8 largest shaped logits of each row, computed here from the definition.
   const std::unique_ptr<Estimator> topk = parse_spec("topk(k=8)").make();
   const Estimator::KeptRows keep = topk->kept_keys(view, EstimateContext{});
