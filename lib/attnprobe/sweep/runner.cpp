@@ -157,14 +157,15 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   RunStats stats;
   const std::string label = dump_label(dump.path());
 
-  // The planner checked the CPU; a device may lack the causal form. Checked before the estimators
+  // The planner checked the CPU; a device may lack the causal form or score shaping. Checked before the estimators
   // are made, so this usage error (exit 2) comes before a missing GPU (exit 3).
-  for (const SliceRef& slice : plan.slices)
-    for (const EstimatorSetting& s : plan.settings)
+  for (const SliceRef& slice : plan.slices) {
+    const LayerInfo& info = dump.layer(slice.layer);
+    for (const EstimatorSetting& s : plan.settings) {
       require_form_support(s.spec, slice.mask, !slice.queries.all(), options.device);
-  for (const SliceRef& slice : plan.slices)
-    if (const LayerInfo& info = dump.layer(slice.layer); info.shaped())
-      for (const EstimatorSetting& s : plan.settings) require_shaping_support(s.spec, info.shaping(), options.device);
+      if (info.shaped()) require_shaping_support(s.spec, info.shaping(), options.device);
+    }
+  }
   std::vector<std::unique_ptr<Estimator>> estimators;
   for (const EstimatorSetting& s : plan.settings) estimators.push_back(make_estimator(s.spec, options.device));
   // Gradient metrics (only when asked for): the backward passes are float64 host code, so they come
