@@ -231,8 +231,8 @@ def reduce_draw_main(doc, reduce_trials, draw, compare=False):
     return draw(args.data, args.output, args.compare) if compare else draw(args.data, args.output)
 
 
-TRIAL_COLUMNS = ("dump", "layer", "head", "batch", "n", "p", "mask", "queries", "estimator", "spec", "samples",
-                 "reference", "trial", "seed", "metric", "value")
+TRIAL_COLUMNS = ("dump", "layer", "head", "batch", "n", "p", "mask", "queries", "precision", "estimator", "spec",
+                 "samples", "reference", "trial", "seed", "metric", "value")
 
 
 def restore_rows(path, output, p, mask, seed):
@@ -245,6 +245,7 @@ def restore_rows(path, output, p, mask, seed):
         writer.writeheader()
         for row in reader:
             row.update(p=p, mask=mask, seed=seed)
+            row.setdefault("precision", "f32")  # data reduced before the column existed: float32, as the CLI reads it
             writer.writerow(row)
 
 

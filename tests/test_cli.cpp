@@ -377,7 +377,7 @@ TEST_CASE("eval prints one line per setting and summarize aggregates", "[cli]") 
   const auto over = run_attnprobe("summarize " + out + " --over layer,head,batch");
   REQUIRE(over.exit_code == 0);
   CHECK(count_lines(over.output) == 1 + 2 * 9);
-  CHECK_THAT(over.output, Catch::Contains(",all,all,all,64,16,full,all,vmean,vmean,,softmax,spec,4,"));
+  CHECK_THAT(over.output, Catch::Contains(",all,all,all,64,16,full,all,f32,vmean,vmean,,softmax,spec,4,"));
 }
 
 TEST_CASE("help texts teach with an example", "[cli]") {

@@ -165,7 +165,8 @@ TEST_CASE("summarize --compare on a sweep", "[compare][cli]") {
   REQUIRE(result.exit_code == 0);
   const std::vector<std::string> lines = split(trim(result.output), '\n');
   REQUIRE(lines.size() == 2);
-  CHECK_THAT(lines[0], Catch::StartsWith("dump,n,p,mask,queries,reference,metric,a,b,heads,slices,mean_a,mean_b,diff"));
+  CHECK_THAT(lines[0],
+             Catch::StartsWith("dump,n,p,mask,queries,precision,reference,metric,a,b,heads,slices,mean_a,mean_b,diff"));
   CHECK_THAT(lines[1], Catch::Contains(",spec_rel,\"performer(M=16,"));
   CHECK_THAT(lines[1], Catch::Contains(",3,6,"));  // 3 heads, 6 slices (2 batch items each)
   const auto table = run_attnprobe("summarize " + csv + " --compare 'performer(M=16)' 'nystrom(L=16)' --table");

@@ -58,7 +58,7 @@ TEST_CASE("sweep --queries all,last:W writes both cases, the queries column, and
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   const CsvContents rows = read_csv(csv);
-  CHECK(test::read_text(csv).rfind("dump,layer,head,batch,n,p,mask,queries,estimator", 0) == 0);
+  CHECK(test::read_text(csv).rfind("dump,layer,head,batch,n,p,mask,queries,precision,estimator", 0) == 0);
   // 2 heads × 2 lengths × 2 query sets × (softmax 1 + vmean 1 + 2 + 2 trials) × 4 metrics.
   CHECK(rows.trials.size() == 2 * 2 * 2 * 6 * 4);
   const auto head1 = values_of(rows, 1);

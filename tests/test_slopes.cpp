@@ -42,7 +42,7 @@ TEST_CASE("slopes recover a power law and group the sample counts of one setting
   CHECK(fit_slopes({row(8, 0.3)}).empty());
   CHECK(fit_slopes({row(8, 0.0), row(16, 0.0)}).empty());
   CHECK_THAT(slopes_csv_text(slopes),
-             Catch::StartsWith("dump,layer,head,batch,n,p,mask,queries,estimator,spec,reference,metric,"
+             Catch::StartsWith("dump,layer,head,batch,n,p,mask,queries,precision,estimator,spec,reference,metric,"
                                "points,slope,stderr"));
 }
 

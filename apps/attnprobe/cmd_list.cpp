@@ -32,6 +32,7 @@ void print_estimator(const EstimatorDescription& d) {
                  ? std::string("no")
                  : fmt::format("{} ({})", backward_name(can.backward), forms(can.backward_forms.names())),
              can.selection ? "   kept keys: yes (--metrics selection)" : "");
+  fmt::print("    below float32 (--precision bf16|f16): {}\n", can.rounding ? can.rounding : kInputsAndOutputRounded);
   for (const ParamDef& p : def.params)
     fmt::print("    {:<12} = {:<10} {}; {}\n", p.name, p.default_value, param_domain(p), p.help);
   fmt::print("\n");
@@ -61,8 +62,9 @@ Action add_list(CLI::App& app) {
                "print every estimator as JSON: parameters, defaults, target, capabilities, devices with their "
                "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");
   app.add_option("--markdown", *markdown,
-                 "print a generated Markdown table: estimators (capabilities per estimator) or devices (device "
-                 "versions, masks and parity tolerances); docs/specs.md holds them between markers")
+                 "print a generated Markdown table: estimators (capabilities per estimator), devices (device "
+                 "versions, masks and parity tolerances) or rounding (each estimator's rounding points below "
+                 "float32); docs/specs.md and docs/precision.md hold them between markers")
       ->check(CLI::IsMember(markdown_table_names()));
   app.footer(
       "Example:\n  attnprobe list\n  attnprobe list performer\n  attnprobe list --variants\n  attnprobe list --causal\n"

@@ -52,6 +52,7 @@ struct RunCommandOptions {
   std::string reference = "auto";
   std::string mask = "auto";
   std::string queries = "all";
+  std::string precision = "f32";
   int64_t prefill = -1;  // -1: each case's first evaluated row
   std::string metrics = "all";
   double eps = 0.05;
@@ -115,6 +116,14 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
                              "estimate. Estimators with a decode form: {}",
                              join(estimators_where_on(Device::kCpu, Mask::kFull, true), ", ")))
       ->capture_default_str();
+  cmd.add_option("--precision", o.precision,
+                 "what each case is computed in, a list (a sweep axis): f32 (default), bf16 or f16. Below f32 the "
+                 "inputs are rounded to it and each estimator rounds the intermediates a GPU kernel would store "
+                 "(`attnprobe list NAME` says which); the reference stays float64 of the inputs as stored, "
+                 "and a case draws what its f32 case draws. Add --metrics all,precision for the split of the "
+                 "error into approximation and rounding (approx_err, round_floor, round_excess, fa_ratio, "
+                 "nonfinite_rows), e.g. --precision f32,bf16,f16 --metrics all,precision (docs/precision.md)")
+      ->capture_default_str();
   cmd.add_option("--prefill", o.prefill,
                  "P: end the prompt at position P instead of at the first evaluated row of each last:W case; the "
                  "rows P..N-W-1 become decode steps that are not evaluated. For the estimators that compress a "
@@ -130,6 +139,8 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev,kept_overlap,"
          "topk_recall@K,den_rel,num_rel,eps_cover,pilot) for the keys a "
          "selection or sampling estimator reads and the attention it keeps; "
+         "'precision' (or approx_err,round_floor,round_excess,fa_ratio, their _spec forms, nonfinite_rows) for "
+         "rounding vs approximation under --precision; "
          "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")
       ->capture_default_str();
   cmd.add_option("--eps", o.eps,
@@ -180,6 +191,7 @@ SweepRequest make_request(const RunCommandOptions& o, bool single_length) {
       rows.prefill = o.prefill;
     }
   }
+  r.precisions = parse_precisions(o.precision);
   r.recall_k = o.recall_k;  // checked by the planner
   r.metrics = parse_metrics(o.metrics, &r.recall_k);
   r.eps = o.eps;

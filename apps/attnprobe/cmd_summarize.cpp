@@ -80,6 +80,12 @@ int print_wide(const std::vector<SummaryRow>& rows, const SummarizeOptions& o) {
   return 0;
 }
 
+// Whether some row is computed in another precision than f32 (--precision): then the tables name it.
+template <class Row>
+bool any_rounded(const std::vector<Row>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.key.precision != Precision::kF32; });
+}
+
 int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOptions& o) {
   const std::vector<ComparisonRow> rows = compare_paired(per_case, o.compare[0], o.compare[1]);
   if (o.table) {
@@ -88,6 +94,8 @@ int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOpt
     std::vector<std::vector<std::string>> table = {{"dump", "n", "reference", "metric", "heads", "mean_a", "mean_b",
                                                     "diff", "95% interval", "a_better", "b_better", "ties", "sign_p",
                                                     "A/B", "mc_stderr", "head_sd"}};
+    const bool rounded = any_rounded(rows);
+    if (rounded) table[0].insert(table[0].begin() + 2, "precision");
     if (decode) table[0].insert(table[0].begin() + 2, "queries");
     for (const ComparisonRow& r : rows) {
       table.push_back({r.key.dump, r.key.n.text(), r.key.reference, r.metric, std::to_string(r.heads),
@@ -96,6 +104,7 @@ int print_comparison(const std::vector<SummaryRow>& per_case, const SummarizeOpt
                        std::to_string(r.b_better), std::to_string(r.ties), fmt::format("{:.2g}", r.sign_p),
                        fmt::format("{:.3g}", r.median_ratio), fmt::format("{:.2g}", r.mc_stderr),
                        fmt::format("{:.2g}", r.head_sd)});
+      if (rounded) table.back().insert(table.back().begin() + 2, precision_name(r.key.precision));
       if (decode) table.back().insert(table.back().begin() + 2, query_rows_text(r.key.queries));
     }
     fmt::print("A = {}\nB = {}\n{}", rows.front().a, rows.front().b, format_table(table));
@@ -128,10 +137,14 @@ int print_pareto(const std::vector<SummaryRow>& per_case, const SummarizeOptions
   if (o.table) {
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "queries", "estimator", "spec", "metric", o.pareto, "value"}};
-    for (const ParetoRow& r : fronts)
+    const bool rounded = any_rounded(fronts);
+    if (rounded) rows[0].insert(rows[0].begin() + 5, "precision");
+    for (const ParetoRow& r : fronts) {
       rows.push_back({r.key.layer.text(), r.key.head.text(), r.key.batch.text(), r.key.n.text(),
                       query_rows_text(r.key.queries), r.key.estimator, brief_spec(r.key.spec), r.metric,
                       fmt::format("{:.4g}", r.axis), fmt::format("{:.4g}", r.value)});
+      if (rounded) rows.back().insert(rows.back().begin() + 5, precision_name(r.key.precision));
+    }
     fmt::print("{}", format_table(rows));
     if (o.output.empty()) return 0;
   }
@@ -184,11 +197,14 @@ int run_summarize(const SummarizeOptions& o) {
         std::any_of(result.begin(), result.end(), [](const SummaryRow& s) { return !s.key.queries.all(); });
     std::vector<std::vector<std::string>> rows = {
         {"layer", "head", "batch", "n", "spec", "reference", "metric", "count", "mean", "stderr", "median"}};
+    const bool rounded = any_rounded(result);
+    if (rounded) rows[0].insert(rows[0].begin() + 4, "precision");
     if (decode) rows[0].insert(rows[0].begin() + 4, "queries");
     for (const SummaryRow& s : result) {
       rows.push_back({s.key.layer.text(), s.key.head.text(), s.key.batch.text(), s.key.n.text(), brief_spec(s.key.spec),
                       brief_spec(s.key.reference), s.metric, std::to_string(s.count), fmt::format("{:.6g}", s.mean),
                       fmt::format("{:.3g}", s.stderr_), fmt::format("{:.6g}", s.median)});
+      if (rounded) rows.back().insert(rows.back().begin() + 4, precision_name(s.key.precision));
       if (decode) rows.back().insert(rows.back().begin() + 4, query_rows_text(s.key.queries));
     }
     fmt::print("{}", format_table(rows));

@@ -57,7 +57,7 @@ atexit.register(_core.stop_sweeps_at_exit)
 
 __all__ = [
     "InputError", "EstimatorError", "CheckReport", "EstimateWithReference", "Slice", "estimators", "load", "exact", "estimate", "reference",
-    "metrics", "sweep", "summarize", "compare", "check", "report", "read_csv", "write_csv", "case_id", "random_key", "metric_names",
+    "metrics", "sweep", "summarize", "compare", "check", "report", "read_csv", "write_csv", "case_id", "random_key", "metric_names", "round_to",
     "capture", "CaptureError", "LayerSpec", "Layer", "Layers", "write_dump", "substitute", "Substitution",
     "loss_delta", "LossDelta",
 ]
@@ -307,11 +307,15 @@ def load(dump: Union[str, os.PathLike], layer: int, head: int, batch: int = 0, l
 def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
           q_positions=None, cross: bool = False, bias=None, softcap: Optional[float] = None,
           alibi_slope: Optional[float] = None, bias_before_softcap: bool = False, dtype=np.float64,
-          threads: int = 0) -> np.ndarray:
+          precision: Optional[str] = None, threads: int = 0) -> np.ndarray:
     """Exact attention softmax(scale * q kᵀ) v, n_q x pv.
 
     ``dtype=np.float64`` (default) is the reference every metric compares against (row blocks,
     max-subtracted); ``np.float32`` the blocked online-softmax kernel the ``softmax`` estimator uses.
+    ``precision`` names it instead: ``"f64"``, ``"f32"``, or ``"bf16"``/``"f16"``: exact attention as a
+    GPU computes it in that dtype (FlashAttention-2's forward: inputs rounded, scores, row sums and P·V in
+    float32, P and the output rounded; docs/precision.md), a float32 array of values representable in it —
+    R_ℓ of the sweep's ``--precision`` metrics. f16 overflow gives inf/NaN rows, not an error.
     ``scale`` defaults to 1/sqrt(p). The result does not depend on ``threads`` (0 = all cores).
 
     Geometry (the CLI's ``--mask`` and ``--queries``): q has n_q rows, k and v n_k ≥ n_q rows. Query
@@ -333,18 +337,43 @@ def exact(q, k=None, v=None, scale: Optional[float] = None, causal: bool = False
         >>> step = attnprobe.exact(q[-16:], k, v, scale, mask="causal")   # one decode step: 16 queries
         >>> step.shape                                                     # against a 4096-key cache
         (16, 64)
+        >>> in_bf16 = attnprobe.exact(q, k, v, scale, precision="bf16")        # as a bf16 kernel computes it
+        >>> np.linalg.norm(in_bf16 - out) / np.linalg.norm(out)                # the rounding floor, ~3e-3
     """
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dt}")
+    if precision is None:
+        precision = "f64" if dt == np.float64 else "f32"
+    elif dt != np.float64:
+        raise ValueError("give dtype or precision, not both (precision='f32' is dtype=np.float32)")
+    precision = _precision(precision)
     shaping = (bias, softcap, alibi_slope, bias_before_softcap)
     if _slice_only(q, k, v, scale):
         _slice_geometry(causal, mask, q_positions, cross, *shaping)
-        return _core.exact_slice(q, dt == np.float64, _threads(threads))
+        return _core.exact_slice(q, precision, _threads(threads))
     q, k, v = _matrices(q, k, v)
     return _core.exact(q, k, v, None if scale is None else float(scale),
-                       *_geometry(causal, mask, q_positions, cross, q, k, *shaping), dt == np.float64,
-                       _threads(threads))
+                       *_geometry(causal, mask, q_positions, cross, q, k, *shaping), precision, _threads(threads))
+
+
+_PRECISIONS = ("f64", "f32", "bf16", "f16")
+
+
+def _precision(precision) -> str:
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def round_to(x, precision: str) -> np.ndarray:
+    """``x`` as float32, each element rounded to ``precision`` ("f32", "bf16" or "f16"; round to nearest even,
+    f16 overflowing to ±inf beyond 65504, its subnormals kept): what ``--precision`` does to the inputs.
+
+        >>> attnprobe.round_to([1.0 + 2**-8, 70000.0], "bf16")    # array([1., 70144.], dtype=float32)
+        >>> attnprobe.round_to([1.0 + 2**-8, 70000.0], "f16")     # array([1.0039062, inf], dtype=float32)
+    """
+    return _core.round_to(np.asarray(x, dtype=np.float32), _precision(precision))
 
 
 _CASE_FIELDS = ("layer", "head", "batch")
@@ -393,7 +422,7 @@ class EstimateWithReference(NamedTuple):
 def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, seed: int = 0,
              trial: int = 0, case=None, *, mask: Optional[str] = None, q_positions=None, cross: bool = False,
              bias=None, softcap: Optional[float] = None, alibi_slope: Optional[float] = None,
-             bias_before_softcap: bool = False, threads: int = 0, device: str = "cpu",
+             bias_before_softcap: bool = False, threads: int = 0, device: str = "cpu", precision: str = "f32",
              return_reference: bool = False):
     """One estimate (float32, n_q x pv) of estimator ``spec`` (e.g. ``"yoso(m=32,tau=8)"``, see
     :func:`estimators`), with the random draws of (``seed``, case, ``trial``).
@@ -413,6 +442,10 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
     (``estimators()``' ``forms`` and ``decode`` fields). The draws of the last W rows are the whole
     slice's (the sweep's ``--queries last:W``), so a decode step's rows equal the same rows of the
     whole slice's estimate.
+
+    ``precision="bf16"`` or ``"f16"`` computes it as the sweep's ``--precision`` does: inputs rounded to it, the
+    intermediates the estimator declares rounded (``estimators()``' ``rounding`` field), the output rounded; the
+    same draws as in f32, so ``estimate(..., precision="bf16") - estimate(...)`` is the rounding alone.
 
         >>> q, k, v, scale, _ = attnprobe.load("data/synth-demo.h5", 1, 0, 0, length=256)
         >>> est = attnprobe.estimate("performer(M=64)", q, k, v, scale, seed=0, trial=3,
@@ -435,7 +468,7 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
         target = _core.target(str(spec))
         return EstimateWithReference(
             estimate(spec, q, k, v, scale, causal, seed, trial, case, mask=mask, q_positions=q_positions,
-                     cross=cross, threads=threads, device=device, **shaping),
+                     cross=cross, threads=threads, device=device, precision=precision, **shaping),
             reference(target, q, k, v, scale, causal, mask=mask, q_positions=q_positions, cross=cross,
                       threads=threads, **shaping),
             target)
@@ -443,13 +476,14 @@ def estimate(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal
         _slice_geometry(causal, mask, q_positions, cross, *shaping.values())
         layer, head, batch = _case_fields(case, q.keys, q.n, q.mask)
         return _core.estimate_slice(str(spec), q, _seed(seed), _trial(trial), layer, head, batch, _threads(threads),
-                                    _device(device))
+                                    _device(device), _precision(precision))
     q, k, v = _matrices(q, k, v)
     geometry = _geometry(causal, mask, q_positions, cross, q, k, *shaping.values())
     rows, keys = _rows_and_keys(q, k)
     layer, head, batch = _case_fields(case, keys, rows, geometry[0])
     return _core.estimate(str(spec), q, k, v, None if scale is None else float(scale), *geometry, _seed(seed),
-                          _trial(trial), layer, head, batch, _threads(threads), _device(device))
+                          _trial(trial), layer, head, batch, _threads(threads), _device(device),
+                          _precision(precision))
 
 
 def reference(spec: str, q, k=None, v=None, scale: Optional[float] = None, causal: bool = False, *,
@@ -494,12 +528,12 @@ def metrics(reference, estimate, names: Union[None, str, Sequence[str]] = None) 
 
 
 def case_id(layer: int, head: int, batch: int, n: int, spec: str, causal: bool = False, *,
-            mask: Optional[str] = None, queries: str = "all") -> str:
-    """The canonical case id that keys randomness: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL`` (n: the
-    keys), plus ``;mask=causal`` or ``;mask=window:W`` and ``;queries=last:W`` where not full and all, as
-    the sweep's. The draws are keyed without the queries part."""
+            mask: Optional[str] = None, queries: str = "all", precision: str = "f32") -> str:
+    """The canonical case id: ``layer=L;head=H;batch=B;n=N;spec=CANONICAL`` (n: the keys), plus ``;mask=causal``
+    or ``;mask=window:W``, ``;queries=last:W`` and ``;precision=bf16`` where not full, all and f32, as the
+    sweep's. The draws are keyed without the queries and precision parts."""
     return _core.case_id(int(layer), int(head), int(batch), int(n), str(spec), _mask_text(bool(causal), mask),
-                         str(queries))
+                         str(queries), _precision(precision))
 
 
 def random_key(seed: int, case: str, trial: int) -> int:
@@ -533,14 +567,21 @@ def read_csv(path: Union[str, os.PathLike]):
         text = f.read()
     if not text.strip():
         raise InputError(f"'{path}' is empty: it has no CSV header")
-    df = _frame(text)
-    # Written before the mask or queries columns existed: full and all, as the CLI reads them.
-    if "mask" not in df.columns and "p" in df.columns:
-        df.insert(list(df.columns).index("p") + 1, "mask", "full")
-    if "queries" not in df.columns and "mask" in df.columns:
-        df.insert(list(df.columns).index("mask") + 1, "queries", "all")
+    df = _with_later_columns(_frame(text))
     _core.validate_rows(*_rows(df, f"'{path}'"))
     return df
+
+
+def _with_later_columns(df):
+    """A table written before the mask, queries or precision columns existed, with them: full, all and f32, as the
+    CLI reads such files (a copy when one is added; the table itself otherwise)."""
+    added = None
+    for column, after, value in (("mask", "p", "full"), ("queries", "mask", "all"), ("precision", "queries", "f32")):
+        frame = added if added is not None else df
+        if column not in frame.columns and after in frame.columns:
+            added = frame.copy() if added is None else added
+            added.insert(list(added.columns).index(after) + 1, column, value)
+    return df if added is None else added
 
 
 def write_csv(table, path: Union[str, os.PathLike]) -> None:
@@ -598,6 +639,7 @@ def _rows(table, what: str = "the DataFrame") -> tuple:
         table = read_csv(table)
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame or a CSV path, got {type(table).__name__}")
+    table = _with_later_columns(table)
     summary = _layout(table, what)
     columns = [table[c].map(_field(c)).tolist() for c in _core.column_names(summary)]
     return summary, [list(r) for r in zip(*columns)]
@@ -641,7 +683,7 @@ def _custom_wrapper(entry: _custom.CustomEstimator, seed: int, trials: int) -> C
 
     def fail(what, where, cause=None):
         key, layer, head, batch, n, causal, spec = where  # the call's case, as the runner passed it
-        case = _core.case_id(layer, head, batch, n, spec, "causal" if causal else "full", "all")
+        case = _core.case_id(layer, head, batch, n, spec, "causal" if causal else "full", "all", "f32")
         trial = next((t for t in range(trials) if _core.random_key(seed, case, t) == key), None)
         error = EstimatorError(f"custom estimator '{spec}' {what} on case {case}, trial {trial} "
                                f"(its seed argument was {key})", case, trial, key)
@@ -763,7 +805,7 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
           threads: int = 0, device: str = "cpu", reference: str = "auto", metrics="all",
           custom: Optional[Mapping[str, Callable]] = None, output: Optional[Union[str, os.PathLike]] = None,
           resume: bool = False, overwrite: bool = False, shard: Optional[str] = None, mask: str = "auto",
-          queries="all", q_path: Optional[str] = None,
+          queries="all", precision="f32", q_path: Optional[str] = None,
           k_path: Optional[str] = None, v_path: Optional[str] = None, layout: Optional[str] = None,
           num_heads: int = 0, name: str = "memory"):
     """Runs ``attnprobe sweep`` in-process and returns its trial rows as a pandas DataFrame.
@@ -771,7 +813,7 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
     Same options, same rows, same numbers as the CLI: every estimator spec x samples value x
     layer x head x batch item x length x trial, each estimate compared with its reference (the
     estimator's target, or ``reference``), one row per (case, trial, metric) with the columns
-    ``dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,trial,seed,metric,value``.
+    ``dump,layer,head,batch,n,p,mask,queries,precision,estimator,spec,samples,reference,trial,seed,metric,value``.
 
     Arguments (the CLI's options; lists may be Python lists or the CLI's text, e.g. "64..1024:x2"):
       source      a dump path: HDF5, safetensors or .npz (docs/dumps.md); q_path/k_path/v_path, layout, num_heads
@@ -802,6 +844,9 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
       queries     the query rows of each case, an axis: "all" (self-attention) or "last:W" (the last W rows
                   of each length against all its keys: W decode steps), a list or text such as
                   ["all", "last:16"] or "all,last:16", as the CLI's --queries; ``n`` stays the keys
+      precision   what each case is computed in, an axis: "f32", "bf16", "f16", a list or "f32,bf16", as the
+                  CLI's --precision; metrics="all,precision" adds the split of the error into approximation
+                  and rounding (approx_err, round_floor, round_excess, fa_ratio, nonfinite_rows)
       shard       "I/N": only shard I (0-based) of N, dealt as the CLI's ``--shard`` (the same units on
                   every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
@@ -854,7 +899,7 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
         return _sweep_memory(source, name, output, resume, overwrite, specs=estimators, custom=custom,
                              samples=samples, layers=layers, heads=heads, batch=batch, lengths=lengths, trials=trials,
                              seed=seed, threads=threads, device=device, reference=reference, metrics=metrics,
-                             shard=shard, mask=mask, queries=queries)
+                             shard=shard, mask=mask, queries=queries, precision=precision)
     specs = [estimators] if isinstance(estimators, str) else list(estimators)
     entries = _custom.parse_custom(custom or {})
     specs += [spec for entry in entries for spec in entry.specs()]
@@ -877,10 +922,12 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
     args.shard = "" if shard is None else str(shard)
     args.mask = str(mask)
     args.queries = queries if isinstance(queries, str) else ",".join(map(str, queries))
+    args.precision = precision if isinstance(precision, str) else ",".join(map(str, precision))
     args.command_line = ["python:attnprobe.sweep", args.dump] + [f"-e {s}" for s in specs] + [
         f"--samples {args.samples}", f"--layers {args.layers}", f"--heads {args.heads}", f"--batch {args.batch}",
         f"--lengths {args.lengths}", f"--trials {args.trials}", f"--seed {args.seed}", f"--reference {args.reference}",
-        f"--metrics {args.metrics}", f"--mask {args.mask}", f"--queries {args.queries}"] + ([f"--shard {args.shard}"] if args.shard else [])
+        f"--metrics {args.metrics}", f"--mask {args.mask}", f"--queries {args.queries}",
+        f"--precision {args.precision}"] + ([f"--shard {args.shard}"] if args.shard else [])
     declared = {entry.name: entry.declaration(_custom_wrapper(entry, args.seed, args.trials)) for entry in entries}
     text = _core.sweep(args, declared)
     return read_csv(args.output) if text is None else _frame(text)

@@ -14,10 +14,13 @@
 #include "arrays.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/rounded_estimate.h"
+#include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "attnprobe/sweep/plan.h"
 #include "attnprobe/sweep/runner.h"
+#include "attnprobe/view/rounded_view.h"
 #include "bindings.h"
 #include "custom_estimators.h"
 
@@ -37,8 +40,12 @@ SliceRef slice_ref(const HeadView& view, int layer, int head, int batch) {
   return SliceRef{layer, head, batch, view.keys(), view.mask, view.window, rows};
 }
 
+// Exact attention in `precision_name`: f64 the reference, f32 the blocked kernel, bf16/f16 at FlashAttention-2's
+// rounding points (exact_attention_at).
 py::array exact(const HeadView* given, const py::array& q, const py::array& k, const py::array& v,
-                std::optional<double> scale, const QueryPlacement& placement, bool float64, int threads) {
+                std::optional<double> scale, const QueryPlacement& placement, const std::string& precision_name,
+                int threads) {
+  const Precision precision = parse_precision(precision_name);
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   MatrixD out64;
   MatrixF out32;
@@ -46,13 +53,12 @@ py::array exact(const HeadView* given, const py::array& q, const py::array& k, c
     py::gil_scoped_release release;
     PoolLease pool(threads);
     const HeadView& view = given ? *given : make_view(*in, scale, placement, SliceId{}, pool.get());
-    if (float64)
+    if (precision == Precision::kF64)
       out64 = exact_attention_f64(view.q, view.k, view.v, view.scale, pool.get(), view.geometry(), &view.shaping);
     else
-      exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out32, pool.get(), view.geometry(),
-                          &view.shaping);
+      out32 = exact_attention_at(view, precision, pool.get());
   }
-  return float64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
+  return precision == Precision::kF64 ? to_numpy(std::move(out64)) : to_numpy(std::move(out32));
 }
 
 // A trial number as the keys take it.
@@ -63,13 +69,20 @@ uint32_t checked_trial(int64_t trial) {
 
 py::array estimate_view(const std::string& spec_text, const HeadView* given, const py::array& q, const py::array& k,
                         const py::array& v, std::optional<double> scale, const QueryPlacement& placement, uint64_t seed,
-                        int64_t trial, int layer, int head, int batch, int threads, const std::string& device_name) {
+                        int64_t trial, int layer, int head, int batch, int threads, const std::string& device_name,
+                        const std::string& precision_name) {
   const std::optional<QKV> in = given ? std::nullopt : std::optional<QKV>(prepared(q, k, v));
   const Spec spec = parse_spec(spec_text);
   require_usage(spec.def().family != "python",
                 "'{}' is a Python callable of a sweep; call it directly rather than through estimate()", spec_text);
   const Device device = parse_device(device_name);
   const uint32_t checked = checked_trial(trial);
+  const Precision precision = parse_precision(precision_name);
+  require_usage(precision != Precision::kF64,
+                "estimate() computes in f32, bf16 or f16; the float64 evaluation of a deterministic estimator is "
+                "reference()");
+  require_usage(device == Device::kCpu || !below_float32(precision),
+                "precision {} rounds at the points the CPU version declares: use device=\"cpu\"", precision_name);
   MatrixF out;
   {
     py::gil_scoped_release release;
@@ -83,8 +96,11 @@ py::array estimate_view(const std::string& spec_text, const HeadView* given, con
     const RandomKey key = case_key(seed, slice, spec.canonical(), checked);
     // The draws a kv group shares (magicpig's tables) are keyed by kv head; a Python slice knows no grouping, so
     // its kv head is its head: the sweep's key for a dump without grouped queries.
-    estimator->estimate(
-        view, EstimateContext{key, pool.get(), group_case_key(seed, slice, head, spec.canonical(), checked)}, out);
+    const EstimateContext ctx{key, pool.get(), group_case_key(seed, slice, head, spec.canonical(), checked)};
+    if (below_float32(precision))
+      estimate_at_precision(*estimator, rounded_view(view, precision), ctx, precision, out);
+    else
+      estimator->estimate(view, ctx, out);
   }
   return to_numpy(std::move(out));
 }
@@ -143,13 +159,14 @@ std::vector<std::pair<std::string, double>> metrics(const py::array& reference, 
 
 void bind_estimate(py::module_& m) {
   m.def("case_id", [](int layer, int head, int batch, int64_t n, const std::string& spec, const std::string& mask,
-                      const std::string& queries) {
+                      const std::string& queries, const std::string& precision) {
     // A custom estimator's spec is its name, registered only once a sweep has run it.
     const std::string canonical = spec.rfind(kCustomPrefix, 0) == 0 ? spec : parse_spec(spec).canonical();
     const MaskSpec geometry = parse_placement(mask, std::nullopt, false).mask;
     const std::optional<QueryRows> rows = parse_query_rows(queries);
     require_usage(rows.has_value(), "queries='{}': use 'all', 'last:W' (W >= 1) or 'dump'", queries);
-    return case_id(SliceRef{layer, head, batch, n, geometry.mask, geometry.window, *rows}, canonical);
+    return case_id(SliceRef{layer, head, batch, n, geometry.mask, geometry.window, *rows, parse_precision(precision)},
+                   canonical);
   });
   m.def("random_key", [](uint64_t seed, const std::string& case_text, int64_t trial) {
     return make_random_key(seed, case_text, checked_trial(trial)).value;
@@ -160,26 +177,34 @@ void bind_estimate(py::module_& m) {
   using Bias = std::optional<py::array>;
   m.def("exact", [](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
                     Positions positions, bool cross, Bias bias, double softcap, double alibi_slope, bool bias_first,
-                    bool float64, int threads) {
+                    const std::string& precision, int threads) {
     return exact(nullptr, q, k, v, scale,
-                 parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first), float64,
+                 parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first), precision,
                  threads);
   });
-  m.def("exact_slice", [](const Slice& s, bool float64, int threads) {
-    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, {}, float64, threads);
+  m.def("exact_slice", [](const Slice& s, const std::string& precision, int threads) {
+    return exact(&s.view, no_array(), no_array(), no_array(), std::nullopt, {}, precision, threads);
+  });
+  // Each element (as float32) rounded to a precision: what --precision does to the inputs.
+  m.def("round_to", [](py::array_t<float, py::array::c_style | py::array::forcecast> x, const std::string& precision) {
+    const Precision chosen = parse_precision(precision);
+    py::array_t<float> out(x.request().shape);
+    std::copy(x.data(), x.data() + x.size(), out.mutable_data());
+    round_in_place(out.mutable_data(), static_cast<int64_t>(out.size()), chosen);
+    return out;
   });
   m.def("estimate", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
                        const std::string& mask, Positions positions, bool cross, Bias bias, double softcap,
                        double alibi_slope, bool bias_first, uint64_t seed, int64_t trial, int layer, int head,
-                       int batch, int threads, const std::string& device) {
+                       int batch, int threads, const std::string& device, const std::string& precision) {
     return estimate_view(spec, nullptr, q, k, v, scale,
                          parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first),
-                         seed, trial, layer, head, batch, threads, device);
+                         seed, trial, layer, head, batch, threads, device, precision);
   });
   m.def("estimate_slice", [](const std::string& spec, const Slice& s, uint64_t seed, int64_t trial, int layer, int head,
-                             int batch, int threads, const std::string& device) {
+                             int batch, int threads, const std::string& device, const std::string& precision) {
     return estimate_view(spec, &s.view, no_array(), no_array(), no_array(), std::nullopt, {}, seed, trial, layer, head,
-                         batch, threads, device);
+                         batch, threads, device, precision);
   });
   m.def("reference", [](const std::string& spec, py::array q, py::array k, py::array v, std::optional<double> scale,
                         const std::string& mask, Positions positions, bool cross, Bias bias, double softcap,

@@ -39,10 +39,11 @@ struct SweepArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string device, reference, metrics;
-  std::string output, mode;     ///< mode: create | resume | overwrite
-  std::string shard;            ///< "I/N" as the CLI's --shard; "" for the whole plan
-  std::string mask = "auto";    ///< auto | full | causal | window:W, as the CLI's --mask
-  std::string queries = "all";  ///< all | last:W, a list, as the CLI's --queries
+  std::string output, mode;       ///< mode: create | resume | overwrite
+  std::string shard;              ///< "I/N" as the CLI's --shard; "" for the whole plan
+  std::string mask = "auto";      ///< auto | full | causal | window:W, as the CLI's --mask
+  std::string queries = "all";    ///< all | last:W, a list, as the CLI's --queries
+  std::string precision = "f32";  ///< f32 | bf16 | f16, a list, as the CLI's --precision
   std::vector<std::string> command_line;
 };
 
@@ -158,6 +159,7 @@ SweepOptions sweep_options(const SweepArgs& a) {
   o.request.metrics = parse_metrics(a.metrics, &o.request.recall_k);
   o.request.mask = a.mask;
   o.request.queries = parse_query_rows_list(a.queries, "queries");
+  o.request.precisions = parse_precisions(a.precision);
   if (!a.shard.empty()) o.shard = ShardSpec::parse(a.shard);
   o.threads = a.threads;
   o.device = a.device;
@@ -231,6 +233,7 @@ void bind_sweep(py::module_& m) {
       .def_readwrite("shard", &SweepArgs::shard)
       .def_readwrite("mask", &SweepArgs::mask)
       .def_readwrite("queries", &SweepArgs::queries)
+      .def_readwrite("precision", &SweepArgs::precision)
       .def_readwrite("command_line", &SweepArgs::command_line);
   m.def("sweep", &sweep);
   m.def("hardware_threads", &hardware_threads);

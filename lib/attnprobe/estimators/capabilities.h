@@ -53,6 +53,10 @@ enum class Backward {
   kOut,   ///< ∂⟨G, out⟩/∂(Q, V) (softmax, vmean, performer)
   kYoso,  ///< ∂⟨G, W·V⟩/∂(Q̂, V), Q̂ the normalised or lifted query rows (yoso, yoso-e)
 };
+/// The rounding points of an estimator that declares none of its own (Capabilities::rounding).
+inline constexpr const char* kInputsAndOutputRounded =
+    "inputs and output in the precision; every intermediate and accumulation float32";
+
 /// "" (none), "out" or "yoso": the names `list` and Python print.
 const char* backward_name(Backward backward);
 
@@ -82,6 +86,10 @@ struct Capabilities {
   /// It honours a dump's score shaping (additive bias, ALiBi, soft-cap: view/score_shaping.h) on the CPU: the logits
   /// it computes are the model's. The others estimate softmax(s·QKᵀ) from q and k alone and are refused there.
   bool shaping = false;
+  /// Its rounding points below float32 (--precision bf16|f16, docs/precision.md) beyond the two every estimator has
+  /// (inputs rounded before the call, the output after it): which stored intermediates it rounds, which
+  /// accumulations stay float32, what it keeps in log space. Null: those two only, every intermediate float32.
+  const char* rounding = nullptr;
   Backward backward = Backward::kNone;
   Forms backward_forms;  ///< the masks under which its backward form exists
 

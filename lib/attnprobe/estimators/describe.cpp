@@ -92,6 +92,7 @@ std::string estimators_json() {
                                {"prompt", can.prompt},
                                {"anchored", can.anchored},
                                {"shaping", can.shaping},
+                               {"rounding", can.rounding ? can.rounding : kInputsAndOutputRounded},
                                {"backward", backward_name(can.backward)},
                                {"causal_backward", can.backward_forms.has(Mask::kCausal)},
                                {"devices", device_names},
@@ -133,6 +134,15 @@ std::string estimators_table() {
   return out;
 }
 
+// The rounding points below float32 (--precision bf16|f16) each estimator declares.
+std::string rounding_table() {
+  std::string out = "| estimator | rounding points below float32 |\n|---|---|\n";
+  for (const EstimatorDescription& d : describe_estimators())
+    out += fmt::format("| `{}` | {} |\n", d.def->name,
+                       d.capabilities.rounding ? d.capabilities.rounding : kInputsAndOutputRounded);
+  return out;
+}
+
 std::string devices_table() {
   std::string out = "| estimator | device | masks | decode | parity with the CPU |\n|---|---|---|---|---|\n";
   for (const EstimatorDescription& d : describe_estimators())
@@ -148,11 +158,12 @@ std::string devices_table() {
 
 }  // namespace
 
-std::vector<std::string> markdown_table_names() { return {"estimators", "devices"}; }
+std::vector<std::string> markdown_table_names() { return {"estimators", "devices", "rounding"}; }
 
 std::string markdown_table(const std::string& name) {
   if (name == "estimators") return estimators_table();
   if (name == "devices") return devices_table();
+  if (name == "rounding") return rounding_table();
   throw std::invalid_argument("no generated table named '" + name + "'");
 }
 

@@ -10,6 +10,7 @@
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/view/head_view.h"
 
@@ -21,6 +22,10 @@ struct EstimateContext {
   /// Keyed like `key` with the case id's head replaced by its kv head (`kv=g`): the draws that every query head
   /// of a kv group shares (hash tables per kv head). Unset outside a sweep, where a call holds one head.
   std::optional<RandomKey> group_key;
+  /// The case's precision (--precision, docs/precision.md). Below float32 the view's inputs are already rounded to
+  /// it and the runner rounds the output; an estimator that declares stored intermediates (Capabilities::rounding)
+  /// rounds those with round_in_place at the points it declares. Draws never depend on it.
+  Precision precision = Precision::kF32;
 
   /// The key of the draws shared by a kv group: group_key when set, else the head's own key.
   RandomKey shared_key() const { return group_key.value_or(key); }

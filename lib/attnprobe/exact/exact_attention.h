@@ -17,6 +17,7 @@
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/view/mask.h"
 #include "attnprobe/view/score_shaping.h"
 
@@ -63,6 +64,19 @@ inline void exact_attention_f32(const MatrixF& q, const MatrixF& k, const Matrix
                                 ThreadPool* pool = nullptr, Mask mask = Mask::kFull) {
   exact_attention_f32(q, k, v, scale, out, pool, QueryGeometry{mask});
 }
+
+/// Exact attention computed at FlashAttention-2's rounding points in `precision` (bf16 or f16; DESIGN of
+/// docs/precision.md, "Exact attention"): 1. q, k, v rounded to it; 2. S = fl32(fl32(q·k)·fl32(s)); 3. P = fl32(exp(
+/// fl32(S − rowmax S))) and its row sum in float32; 4. P rounded to the precision, P·V in float32; 5. O = fl32(P·V /
+/// rowsum) rounded to the precision. Each float32 accumulation (q·k, the row sum, P·V) is summed in float64 and
+/// stored once in float32: a GPU's float32 sum in its own order differs from that by ~1e-7, far below the bf16/f16
+/// rounding studied here, and the rounding points become the only error, which an independent emulation
+/// reproduces bit for bit. `shaping` turns S into the model's logit in float64, stored in float32. f16 overflow
+/// gives ±inf or NaN in `out`, never an error. `precision` f32 or f64 is refused (exact_attention_f32/_f64 are
+/// those). Shapes and geometry as exact_attention_f32; the result does not depend on the pool.
+void exact_attention_rounded(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, Precision precision,
+                             MatrixF& out, ThreadPool* pool, const QueryGeometry& geometry,
+                             const ScoreShaping* shaping = nullptr);
 
 /// Softmax attention of a few query rows (landmarks, samples: up to a few hundred) over many keys, with
 /// an optional bias per key: out_i = Σ_j softmax_j(scale·q_i·k_j + bias_j)·v_j (rows × pv) and, when

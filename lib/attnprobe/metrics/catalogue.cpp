@@ -35,6 +35,19 @@ const std::vector<Metric>& selection_metrics() {
   return kSelection;
 }
 
+const std::vector<Metric>& precision_metrics() {
+  static const std::vector<Metric> kPrecision = {
+      Metric::kApproxErr,       Metric::kRoundFloor,    Metric::kRoundExcess,
+      Metric::kFaRatio,         Metric::kApproxErrSpec, Metric::kRoundFloorSpec,
+      Metric::kRoundExcessSpec, Metric::kFaRatioSpec,   Metric::kNonfiniteRows};
+  return kPrecision;
+}
+
+bool is_precision_metric(Metric metric) {
+  const auto& p = precision_metrics();
+  return std::find(p.begin(), p.end(), metric) != p.end();
+}
+
 bool is_selection_metric(Metric metric) {
   const auto& s = selection_metrics();
   return std::find(s.begin(), s.end(), metric) != s.end();
@@ -133,6 +146,24 @@ const char* metric_name(Metric metric) {
       return "grad_v_fro_rel";
     case Metric::kGradPairs:
       return "grad_pairs";
+    case Metric::kApproxErr:
+      return "approx_err";
+    case Metric::kRoundFloor:
+      return "round_floor";
+    case Metric::kRoundExcess:
+      return "round_excess";
+    case Metric::kFaRatio:
+      return "fa_ratio";
+    case Metric::kApproxErrSpec:
+      return "approx_err_spec";
+    case Metric::kRoundFloorSpec:
+      return "round_floor_spec";
+    case Metric::kRoundExcessSpec:
+      return "round_excess_spec";
+    case Metric::kFaRatioSpec:
+      return "fa_ratio_spec";
+    case Metric::kNonfiniteRows:
+      return "nonfinite_rows";
   }
   return "?";
 }
@@ -145,6 +176,7 @@ const std::vector<Metric>& known_metrics() {
     known.insert(known.end(), weight_metrics().begin(), weight_metrics().end());
     known.insert(known.end(), selection_metrics().begin(), selection_metrics().end());
     known.insert(known.end(), gradient_metrics().begin(), gradient_metrics().end());
+    known.insert(known.end(), precision_metrics().begin(), precision_metrics().end());
     return known;
   }();
   return kKnown;
@@ -193,11 +225,12 @@ std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k) {
   };
   for (const std::string& raw : split(text, ',')) {
     const std::string name = trim(raw);
-    if (name == "all" || name == "case" || name == "weights" || name == "selection") {
-      for (Metric m : name == "all"       ? all_metrics()
-                      : name == "case"    ? case_metrics()
-                      : name == "weights" ? weight_metrics()
-                                          : selection_metrics())
+    if (name == "all" || name == "case" || name == "weights" || name == "selection" || name == "precision") {
+      for (Metric m : name == "all"         ? all_metrics()
+                      : name == "case"      ? case_metrics()
+                      : name == "weights"   ? weight_metrics()
+                      : name == "precision" ? precision_metrics()
+                                            : selection_metrics())
         add(m);
       continue;
     }
@@ -217,14 +250,20 @@ std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k) {
     if (it == names.end())
       throw UsageError(
           fmt::format("unknown metric '{}': use 'all' (per trial), 'case' (per case), 'weights' "
-                      "(attention weights), 'selection' (the keys a selection reads), or a list of {}",
+                      "(attention weights), 'selection' (the keys a selection reads), 'precision' (rounding vs "
+                      "approximation), or a list of {}",
                       name, join(names, ",")));
     add(known[it - names.begin()]);
   }
-  // The order rows are written in: plain per-trial metrics, attention-weight ones, selection ones, then per case.
+  // The order rows are written in: plain per-trial metrics, precision ones, attention-weight ones, selection ones,
+  // then per case.
   std::stable_sort(out.begin(), out.end(), [](Metric a, Metric b) {
     auto rank = [](Metric m) {
-      return is_case_metric(m) ? 3 : is_selection_metric(m) ? 2 : is_weight_metric(m) ? 1 : 0;
+      return is_case_metric(m)        ? 4
+             : is_selection_metric(m) ? 3
+             : is_weight_metric(m)    ? 2
+             : is_precision_metric(m) ? 1
+                                      : 0;
     };
     return rank(a) < rank(b);
   });

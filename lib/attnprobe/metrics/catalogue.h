@@ -46,6 +46,15 @@ enum class Metric {
   kNumRel,
   kEpsCover,
   kPilot,
+  kApproxErr,  // precision metrics: per trial, selected by name or by the word `precision` (docs/metrics.md)
+  kRoundFloor,
+  kRoundExcess,
+  kFaRatio,
+  kApproxErrSpec,
+  kRoundFloorSpec,
+  kRoundExcessSpec,
+  kFaRatioSpec,
+  kNonfiniteRows,
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.
@@ -65,6 +74,11 @@ bool is_weight_metric(Metric metric);
 /// keys each row reads (capabilities.h `selection`); O(n_q·n_k·p), selected by name or by the word `selection`.
 const std::vector<Metric>& selection_metrics();
 bool is_selection_metric(Metric metric);
+/// The precision metrics (docs/metrics.md, "Precision metrics"): per trial, the split of a case's error into the
+/// estimator's approximation and the rounding of its precision (`--precision`); selected by name or by the word
+/// `precision`. They cost one more estimate (in float32) and exact attention in the case's precision.
+const std::vector<Metric>& precision_metrics();
+bool is_precision_metric(Metric metric);
 /// The metric's name in the CSV. `topk_recall@K` carries its K: this form writes the default K (10); a sweep writes
 /// the K it computed with through the overload below.
 const char* metric_name(Metric metric);
@@ -72,7 +86,7 @@ const char* metric_name(Metric metric);
 std::string metric_name(Metric metric, int64_t recall_k);
 /// K of topk_recall@K when none is asked for (Quest's recall of the 10 heaviest keys).
 inline constexpr int64_t kDefaultRecallK = 10;
-/// Every metric attnprobe computes (per trial, per case, weights, selection, gradients), in that order.
+/// Every metric attnprobe computes (per trial, per case, weights, selection, gradients, precision), in that order.
 const std::vector<Metric>& known_metrics();
 /// The metric called `name` (topk_recall@K for any K ≥ 1), or nullopt for a name attnprobe does not compute.
 std::optional<Metric> find_metric(std::string_view name);
@@ -82,7 +96,8 @@ std::optional<Metric> find_metric(std::string_view name);
 /// its direction from here.
 bool larger_is_better(Metric metric);
 /// Parses "spec,angle", "all" (the per-trial metrics), "case" (the case-level ones), "weights" (the
-/// attention-weight ones), "selection" (the selection ones) or a mix such as "all,case"; throws UsageError
+/// attention-weight ones), "selection" (the selection ones), "precision" (the precision ones) or a mix such as
+/// "all,case"; throws UsageError
 /// listing valid names. `topk_recall@K` may name any K ≥ 1: with `recall_k` given, its K is stored there when
 /// *recall_k is 0 (not chosen yet) and must equal it otherwise (a sweep computes one K; UsageError).
 std::vector<Metric> parse_metrics(const std::string& text, int64_t* recall_k = nullptr);

@@ -139,7 +139,16 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kNumRel:
       case Metric::kEpsCover:
       case Metric::kPilot:
-        throw std::logic_error("a case-level, weight or selection metric asked of compute_metrics");
+      case Metric::kApproxErr:
+      case Metric::kRoundFloor:
+      case Metric::kRoundExcess:
+      case Metric::kFaRatio:
+      case Metric::kApproxErrSpec:
+      case Metric::kRoundFloorSpec:
+      case Metric::kRoundExcessSpec:
+      case Metric::kFaRatioSpec:
+      case Metric::kNonfiniteRows:
+        throw std::logic_error("a case-level, weight, selection or precision metric asked of compute_metrics");
     }
   }
   return values;
@@ -236,6 +245,57 @@ void set_gradient_metrics(const Gradients* reference, const Gradients* estimate,
         break;
     }
   }
+}
+
+std::vector<double> precision_metrics(const MatrixD& reference, const ReferenceNorms& norms, const RoundingParts& parts,
+                                      const std::vector<Metric>& which) {
+  const MatrixD plain = parts.float32_estimate.cast<double>();
+  const MatrixD rounded = parts.rounded_estimate.cast<double>();
+  const MatrixD exact = parts.rounded_exact.cast<double>();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // ‖a − b‖ in either norm; NaN or inf when a side is not finite (f16 overflow), never an exception.
+  const auto fro = [](const MatrixD& a, const MatrixD& b) { return (a - b).norm(); };
+  const auto spec = [](const MatrixD& a, const MatrixD& b) { return spectral_norm(a - b); };
+  const auto over = [nan](double value, double norm) { return norm > 0 ? value / norm : nan; };
+  std::vector<double> values;
+  values.reserve(which.size());
+  for (Metric m : which) {
+    switch (m) {
+      case Metric::kApproxErr:
+        values.push_back(over(fro(plain, reference), norms.fro));
+        break;
+      case Metric::kRoundFloor:
+        values.push_back(over(fro(exact, reference), norms.fro));
+        break;
+      case Metric::kRoundExcess:
+        values.push_back(over(fro(rounded, plain), norms.fro));
+        break;
+      case Metric::kFaRatio:  // 0/0 (an exact floor and an exact estimate) is NaN: there is no ratio
+        values.push_back(fro(rounded, reference) / fro(exact, reference));
+        break;
+      case Metric::kApproxErrSpec:
+        values.push_back(over(spec(plain, reference), norms.spec));
+        break;
+      case Metric::kRoundFloorSpec:
+        values.push_back(over(spec(exact, reference), norms.spec));
+        break;
+      case Metric::kRoundExcessSpec:
+        values.push_back(over(spec(rounded, plain), norms.spec));
+        break;
+      case Metric::kFaRatioSpec:
+        values.push_back(spec(rounded, reference) / spec(exact, reference));
+        break;
+      case Metric::kNonfiniteRows: {
+        int64_t rows = 0;
+        for (int64_t i = 0; i < rounded.rows(); ++i) rows += rounded.row(i).allFinite() ? 0 : 1;
+        values.push_back(rounded.rows() > 0 ? static_cast<double>(rows) / static_cast<double>(rounded.rows()) : 0.0);
+        break;
+      }
+      default:
+        throw std::logic_error(std::string("not a precision metric: ") + metric_name(m));
+    }
+  }
+  return values;
 }
 
 }  // namespace attnprobe

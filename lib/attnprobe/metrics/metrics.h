@@ -34,6 +34,23 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
 void set_gradient_metrics(const Gradients* reference, const Gradients* estimate, const std::vector<Metric>& which,
                           std::vector<double>& values);
 
+/// What the precision metrics compare (all n × pv): R̂ the estimate in float32, R̂_ℓ the same draws in the case's
+/// precision ℓ (inputs and declared intermediates rounded, Capabilities::rounding), R_ℓ exact attention in ℓ (for
+/// f32: exact_attention_f32; for bf16/f16: exact_attention_rounded).
+struct RoundingParts {
+  const MatrixF& float32_estimate;
+  const MatrixF& rounded_estimate;
+  const MatrixF& rounded_exact;
+};
+
+/// One value per entry of `which`, all precision metrics (catalogue.h), against the float64 reference R*:
+///   approx_err = ‖R̂ − R*‖/‖R*‖,  round_floor = ‖R_ℓ − R*‖/‖R*‖,  round_excess = ‖R̂_ℓ − R̂‖/‖R*‖,
+///   fa_ratio = ‖R̂_ℓ − R*‖/‖R_ℓ − R*‖ (FlashAttention's test: a kernel in ℓ errs at most ~2× the naive one),
+/// Frobenius norms, `_spec` the spectral ones; nonfinite_rows = the fraction of R̂_ℓ's rows with a NaN or infinity.
+/// Non-finite inputs give NaN or inf values, never an exception.
+std::vector<double> precision_metrics(const MatrixD& reference, const ReferenceNorms& norms, const RoundingParts& parts,
+                                      const std::vector<Metric>& which);
+
 /// The running mean R̄ and sum of squared deviations of a case's trial estimates (Welford, float64,
 /// per element), so the case-level metrics never keep T estimates. Fold the trials in trial order:
 /// the result is then the same for any thread count.

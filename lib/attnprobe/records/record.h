@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/view/mask.h"
 
 namespace attnprobe {
@@ -45,6 +46,9 @@ struct CaseKey {
   std::string spec;                ///< canonical spec
   std::optional<int64_t> samples;  ///< samples knob value; none when the estimator has no knob
   std::string reference;           ///< canonical spec of the reference
+  /// What it is computed in; `f32` for files written before the column. Last here (the CSV puts it after
+  /// `queries`): cases of one setting in several precisions sort together.
+  Precision precision = Precision::kF32;
 
   auto operator<=>(const CaseKey&) const = default;
   bool operator==(const CaseKey&) const = default;

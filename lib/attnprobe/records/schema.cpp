@@ -82,6 +82,15 @@ const std::vector<KeyColumn>& case_key_columns() {
          if (!rows) throw std::invalid_argument("not 'all', 'last:W' or 'dump'");
          k.queries = *rows;
        }},
+      {"precision", [](const CaseKey& k) { return std::string(precision_name(k.precision)); },
+       [](CaseKey& k, const std::string& t) {
+         for (Precision precision : kAllPrecisions)
+           if (t == precision_name(precision)) {
+             k.precision = precision;
+             return;
+           }
+         throw std::invalid_argument("not 'f64', 'f32', 'bf16' or 'f16'");
+       }},
       {"estimator", [](const CaseKey& k) { return k.estimator; },
        [](CaseKey& k, const std::string& t) { k.estimator = t; }},
       {"spec", [](const CaseKey& k) { return k.spec; }, [](CaseKey& k, const std::string& t) { k.spec = t; }},
@@ -169,8 +178,9 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
   static const std::vector<Column<DiagnosticRow>> kColumns = [] {
     std::vector<Column<DiagnosticRow>> c;
     for (const KeyColumn& k : case_key_columns()) {
-      // dump, layer, head, batch, n, p, mask, queries: diagnostics describe the case's rows, not an estimator
-      if (k.name == "estimator") break;
+      // dump, layer, head, batch, n, p, mask, queries: diagnostics describe the case's rows in float64, not an
+      // estimator or a precision
+      if (k.name == "precision") break;
       c.push_back({k.name, [get = k.get](const DiagnosticRow& r) { return get(slice_key(r)); },
                    [set = k.set](DiagnosticRow& r, const std::string& t) {
                      CaseKey key = slice_key(r);
@@ -187,12 +197,13 @@ const std::vector<Column<DiagnosticRow>>& diagnostic_columns() {
 }
 
 namespace {
-// Each earlier layout is the current one without the columns added since (docs/csv.md): before `queries`, and
-// before `mask` too.
+// Each earlier layout is the current one without the columns added since (docs/csv.md): before `precision`, before
+// `queries` too, and before `mask` too.
 template <class Row>
 std::vector<std::vector<Column<Row>>> layouts_of(const std::vector<Column<Row>>& current) {
-  const std::vector<Column<Row>> before_queries = without_column(current, "queries");
-  return {current, before_queries, without_column(before_queries, "mask")};
+  const std::vector<Column<Row>> before_precision = without_column(current, "precision");
+  const std::vector<Column<Row>> before_queries = without_column(before_precision, "queries");
+  return {current, before_precision, before_queries, without_column(before_queries, "mask")};
 }
 }  // namespace
 

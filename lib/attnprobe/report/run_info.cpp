@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -72,8 +73,11 @@ Json plan_json(const PlanRecord& plan) {
   Json units = Json::array();
   for (const UnitRecord& u : plan.units) {
     Json unit = {u.index, u.layer, u.head, u.batch, u.n, u.p};
-    if (u.mask != Mask::kFull || !u.queries.all()) unit.push_back(mask_text(u.mask, u.window));
-    if (!u.queries.all()) unit.push_back(query_rows_text(u.queries));
+    // Trailing fields only where not full, all and f32, so the units of earlier plans keep their form.
+    const bool f32 = u.precision == Precision::kF32;
+    if (u.mask != Mask::kFull || !u.queries.all() || !f32) unit.push_back(mask_text(u.mask, u.window));
+    if (!u.queries.all() || !f32) unit.push_back(query_rows_text(u.queries));
+    if (!f32) unit.push_back(precision_name(u.precision));
     units.push_back(std::move(unit));
   }
   return {{"dump", plan.dump},
@@ -108,6 +112,14 @@ PlanRecord plan_from_json(const Json& j) {
     const std::optional<MaskSpec> mask = u.size() > 6 ? parse_mask(u.at(6).get<std::string>()) : MaskSpec{};
     const std::optional<QueryRows> queries = u.size() > 7 ? parse_query_rows(u.at(7).get<std::string>()) : QueryRows{};
     if (!mask || !queries) throw std::invalid_argument("a plan unit's mask or query rows are not valid");
+    Precision precision = Precision::kF32;
+    if (u.size() > 8) {
+      const std::string name = u.at(8).get<std::string>();
+      const auto known = std::find_if(std::begin(kAllPrecisions), std::end(kAllPrecisions),
+                                      [&](Precision p) { return name == precision_name(p); });
+      if (known == std::end(kAllPrecisions)) throw std::invalid_argument("a plan unit's precision is not valid");
+      precision = *known;
+    }
     plan.units.push_back(UnitRecord{.index = u.at(0).get<long long>(),
                                     .layer = u.at(1).get<int>(),
                                     .head = u.at(2).get<int>(),
@@ -116,7 +128,8 @@ PlanRecord plan_from_json(const Json& j) {
                                     .p = u.at(5).get<long long>(),
                                     .mask = mask->mask,
                                     .window = mask->window,
-                                    .queries = *queries});
+                                    .queries = *queries,
+                                    .precision = precision});
   }
   return plan;
 }
@@ -174,6 +187,8 @@ RunInfo read_run_info(const std::string& path) {
     if (j.contains("plan")) info.plan = plan_from_json(j.at("plan"));
     return info;
   } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("'{}' is not a run.json that attnprobe wrote: {}", path, e.what()));
+  } catch (const std::invalid_argument& e) {  // a plan unit's mask, query rows or precision
     throw InputError(fmt::format("'{}' is not a run.json that attnprobe wrote: {}", path, e.what()));
   }
 }

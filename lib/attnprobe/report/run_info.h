@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/view/mask.h"
 
 namespace attnprobe {
@@ -24,10 +25,11 @@ struct SettingRecord {
 struct UnitRecord {
   long long index = 0;  ///< position among all units of the plan
   int layer = 0, head = 0, batch = 0;
-  long long n = 0, p = 0;   ///< length and head dim (the `n` and `p` columns)
-  Mask mask = Mask::kFull;  ///< the `mask` column (with `window`)
-  long long window = 0;     ///< W of window:W
-  QueryRows queries;        ///< the `queries` column
+  long long n = 0, p = 0;                 ///< length and head dim (the `n` and `p` columns)
+  Mask mask = Mask::kFull;                ///< the `mask` column (with `window`)
+  long long window = 0;                   ///< W of window:W
+  QueryRows queries;                      ///< the `queries` column
+  Precision precision = Precision::kF32;  ///< the `precision` column
   bool operator==(const UnitRecord&) const = default;
 };
 

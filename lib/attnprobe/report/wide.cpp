@@ -18,7 +18,7 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   std::set<int64_t> samples;
   std::map<std::string, std::set<int64_t>> samples_of;  // estimator name → its samples values
   std::set<std::string> masks;
-  bool decode = false;
+  bool decode = false, rounded = false;
   for (const SummaryRow& s : per_case) {
     lengths.insert(s.key.n);
     if (s.key.samples) samples.insert(*s.key.samples);
@@ -26,6 +26,7 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
     if (s.key.samples) own.insert(*s.key.samples);
     masks.insert(mask_text(s.key.mask, s.key.window));
     decode = decode || !s.key.queries.all();
+    rounded = rounded || s.key.precision != Precision::kF32;
   }
   const bool several_masks = masks.size() > 1;
   WideTable table;
@@ -38,6 +39,7 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
   table.header = {"dump", "layer", "head", "batch"};
   if (several_masks) table.header.push_back("mask");
   if (decode) table.header.push_back("queries");
+  if (rounded) table.header.push_back("precision");
   for (const char* column : {"estimator", "reference", "metric"}) table.header.push_back(column);
   const size_t key_columns = table.header.size();
 
@@ -66,6 +68,7 @@ WideTable wide_summary(const std::vector<SummaryRow>& per_case, bool people) {
     std::vector<std::string> key = {s.key.dump, s.key.layer.text(), s.key.head.text(), s.key.batch.text()};
     if (several_masks) key.push_back(mask_text(s.key.mask, s.key.window));
     if (decode) key.push_back(query_rows_text(s.key.queries));
+    if (rounded) key.push_back(precision_name(s.key.precision));
     key.push_back(brief(s.key.spec, by_samples ? Spec::Knob::kNever : Spec::Knob::kAlways));
     key.push_back(brief(s.key.reference, Spec::Knob::kIfNotDefault));
     key.push_back(s.metric);

@@ -31,7 +31,7 @@ CanonicalOrder::CanonicalOrder(const PlanRecord& plan) : plan_(plan), units_tota
   rows_per_unit_ = offset;
   for (size_t u = 0; u < plan_.units.size(); ++u) {
     const UnitRecord& unit = plan_.units[u];
-    unit_of_[{unit.layer, unit.head, unit.batch, unit.n, unit.queries}] = u;
+    unit_of_[{unit.layer, unit.head, unit.batch, unit.n, unit.queries, unit.precision}] = u;
     unit_by_index_[unit.index] = u;
   }
 }
@@ -46,7 +46,7 @@ std::optional<int64_t> CanonicalOrder::position(const TrialRow& row, size_t* uni
       k.n.is_all())
     return std::nullopt;
   const auto unit = unit_of_.find({static_cast<int>(k.layer.value()), static_cast<int>(k.head.value()),
-                                   static_cast<int>(k.batch.value()), k.n.value(), k.queries});
+                                   static_cast<int>(k.batch.value()), k.n.value(), k.queries, k.precision});
   const auto setting = setting_of_.find({k.spec, k.reference});
   const auto metric = metric_of_.find(row.metric);
   if (unit == unit_of_.end() || setting == setting_of_.end() || metric == metric_of_.end()) return std::nullopt;
@@ -88,7 +88,8 @@ TrialRow CanonicalOrder::row_at(int64_t position) const {
                     .estimator = setting.estimator,
                     .spec = setting.spec,
                     .samples = setting.samples ? std::optional<int64_t>(*setting.samples) : std::nullopt,
-                    .reference = setting.reference};
+                    .reference = setting.reference,
+                    .precision = u.precision};
   row.seed = plan_.seed;
   const int64_t per_trial = static_cast<int64_t>(trial_metrics_.size());
   const int64_t offset = within - setting_offset_[s];

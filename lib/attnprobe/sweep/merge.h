@@ -42,7 +42,7 @@ class CanonicalOrder {
   std::vector<int64_t> setting_offset_;                    ///< first row of each setting within a unit
   std::vector<std::string> trial_metrics_, case_metrics_;  ///< the record's metrics, split by kind
   /// (layer, head, batch, n, query rows) → units[i]
-  std::map<std::tuple<int, int, int, long long, QueryRows>, size_t> unit_of_;
+  std::map<std::tuple<int, int, int, long long, QueryRows, Precision>, size_t> unit_of_;
   std::map<std::pair<std::string, std::string>, size_t> setting_of_;  ///< (spec, reference) → settings[i]
   std::map<std::string, size_t> metric_of_;                           ///< index within its kind's list
   std::map<long long, size_t> unit_by_index_;                         ///< plan index → units[i]

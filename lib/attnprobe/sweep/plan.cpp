@@ -61,12 +61,17 @@ std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries) {
   return suffix;
 }
 
+std::string precision_suffix(Precision precision) {
+  return precision == Precision::kF32 ? "" : fmt::format(";precision={}", precision_name(precision));
+}
+
 namespace {
 
 // A case id with its head field given ("head=h", or "kv=g" for the draws a kv group shares).
 std::string case_text(const SliceRef& slice, const std::string& head_field, const std::string& canonical_spec) {
-  return fmt::format("layer={};{};batch={};n={};spec={}{}", slice.layer, head_field, slice.batch, slice.n,
-                     canonical_spec, geometry_suffix(slice.mask, slice.window, slice.queries));
+  return fmt::format("layer={};{};batch={};n={};spec={}{}{}", slice.layer, head_field, slice.batch, slice.n,
+                     canonical_spec, geometry_suffix(slice.mask, slice.window, slice.queries),
+                     precision_suffix(slice.precision));
 }
 
 }  // namespace
@@ -78,6 +83,7 @@ std::string case_id(const SliceRef& slice, const std::string& canonical_spec) {
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial) {
   SliceRef every_row = slice;
   every_row.queries = QueryRows{};
+  every_row.precision = Precision::kF32;
   return make_random_key(seed, case_id(every_row, canonical_spec), trial);
 }
 
@@ -85,6 +91,7 @@ RandomKey group_case_key(uint64_t seed, const SliceRef& slice, int kv_head, cons
                          uint32_t trial) {
   SliceRef every_row = slice;
   every_row.queries = QueryRows{};
+  every_row.precision = Precision::kF32;
   return make_random_key(seed, case_text(every_row, fmt::format("kv={}", kv_head), canonical_spec), trial);
 }
 
@@ -207,6 +214,20 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         "gradient metrics or the last:W queries",
         metric_name(*gradient)));
 
+  if (request.precisions.empty()) throw UsageError("--precision selects no precision (use f32, bf16, f16 or a list)");
+  if (std::find(request.precisions.begin(), request.precisions.end(), Precision::kF64) != request.precisions.end())
+    throw UsageError(
+        "--precision f64: estimators compute in float32 (f32) or rounded below it (bf16, f16); float64 is the "
+        "reference's precision, which every case is compared against already. Use f32, bf16 or f16.");
+  if (std::any_of(request.precisions.begin(), request.precisions.end(), below_float32))
+    for (Metric m : plan.metrics)
+      if (is_gradient_metric(m) || is_weight_metric(m) || is_selection_metric(m))
+        throw UsageError(fmt::format(
+            "{} is measured in float32 only: the gradient, attention-weight and selection metrics describe the "
+            "estimator's mathematics, not its rounding. Measure them in a run without bf16/f16 in --precision, "
+            "and the rounding with --metrics all,precision.",
+            metric_name(m, plan.recall_k)));
+
   std::vector<int> layer_numbers;
   for (const LayerInfo& info : dump.layers()) layer_numbers.push_back(info.number);
   for (int layer : resolve_indices(request.layers, 0, "layer", layer_numbers)) {
@@ -314,15 +335,16 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
         }
       }
     }
-    // Order: layer, head, batch item, length, query rows — the runner reads one (layer, head, item) once at
+    // Order: layer, head, batch item, length, query rows, precision — the runner reads one (layer, head, item) once at
     // its longest length and serves the shorter prefixes and their last rows from it.
     for (int h : heads)
       for (int b : batch)
         for (int64_t n : lengths_of[b])
           for (QueryRows rows : request.queries) {
             if (rows.prefill == n - rows.last) rows.prefill = -1;  // not lowered: the case of plain last:W
-            plan.slices.push_back(
-                SliceRef{layer, h, b, n, mask.mask, mask.window, own ? QueryRows{QueryRows::Kind::kDump, 0} : rows});
+            for (Precision precision : request.precisions)
+              plan.slices.push_back(SliceRef{layer, h, b, n, mask.mask, mask.window,
+                                             own ? QueryRows{QueryRows::Kind::kDump, 0} : rows, precision});
           }
   }
   return plan;

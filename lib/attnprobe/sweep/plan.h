@@ -21,9 +21,10 @@ struct SweepRequest {
   std::vector<int64_t> lengths;  ///< prefix lengths; empty: each batch item's full valid length
   int trials = 8;                ///< per random setting; deterministic ones run once
   uint64_t seed = 0;
-  std::string reference = "auto";                  ///< auto | softmax | any deterministic spec
-  std::string mask = "auto";                       ///< auto (each layer's attributes) | full | causal | window:W
-  std::vector<QueryRows> queries = {QueryRows{}};  ///< the query rows of each case: all | last:W (an axis)
+  std::string reference = "auto";                         ///< auto | softmax | any deterministic spec
+  std::string mask = "auto";                              ///< auto (each layer's attributes) | full | causal | window:W
+  std::vector<QueryRows> queries = {QueryRows{}};         ///< the query rows of each case: all | last:W (an axis)
+  std::vector<Precision> precisions = {Precision::kF32};  ///< what each case is computed in (an axis)
   std::vector<Metric> metrics = all_metrics();
   double eps = 0.05;     ///< ε of the metric eps_cover for samplers without their own (--eps)
   int64_t recall_k = 0;  ///< K of topk_recall@K (--recall-k); 0: kDefaultRecallK
@@ -42,8 +43,9 @@ struct SliceRef {
   int layer = 0, head = 0, batch = 0;
   int64_t n = 0;  ///< keys (self-attention: also the queries)
   Mask mask = Mask::kFull;
-  int64_t window = 0;  ///< W of Mask::kWindow
-  QueryRows queries;   ///< the rows evaluated: all, or the last W against the n keys
+  int64_t window = 0;                     ///< W of Mask::kWindow
+  QueryRows queries;                      ///< the rows evaluated: all, or the last W against the n keys
+  Precision precision = Precision::kF32;  ///< inputs and the estimator's stored intermediates rounded to it
 };
 
 struct SweepPlan {
@@ -83,8 +85,9 @@ std::vector<int> resolve_indices(const std::string& text, int64_t count, const s
 std::string case_id(const SliceRef& slice, const std::string& canonical_spec);
 
 /// The key of trial `trial` of a case: what the runner's estimators draw with, and what Python's
-/// estimate(case=...) draws with to give the same numbers. Keyed by the case id without its queries part, so the
-/// `last:W` case of a slice draws what its `all` case draws (its rows are the last rows of the `all` estimate).
+/// estimate(case=...) draws with to give the same numbers. Keyed by the case id without its queries and precision
+/// parts, so the `last:W` case of a slice draws what its `all` case draws (its rows are the last rows of the `all`
+/// estimate), and a bf16 case what its f32 case draws (the difference is rounding alone).
 RandomKey case_key(uint64_t seed, const SliceRef& slice, const std::string& canonical_spec, uint32_t trial);
 
 /// The key of the draws a kv group shares (EstimateContext::group_key): case_key's with the case id's `head=h`
@@ -95,5 +98,7 @@ RandomKey group_case_key(uint64_t seed, const SliceRef& slice, int kv_head, cons
 /// The ";mask=…" and ";queries=…" suffix of a case id or a plan unit's name: empty for a full-mask
 /// self-attention case.
 std::string geometry_suffix(Mask mask, int64_t window, QueryRows queries);
+/// The ";precision=…" suffix that follows it: empty for f32, so float32 cases keep their ids and fingerprints.
+std::string precision_suffix(Precision precision);
 
 }  // namespace attnprobe

@@ -9,11 +9,14 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/estimators/rounded_estimate.h"
+#include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "attnprobe/metrics/selection_metrics.h"
 #include "attnprobe/metrics/weight_metrics.h"
 #include "attnprobe/rng/random_matrix.h"
+#include "attnprobe/view/rounded_view.h"
 
 namespace attnprobe {
 
@@ -161,6 +164,11 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   // are made, so this usage error (exit 2) comes before a missing GPU (exit 3).
   for (const SliceRef& slice : plan.slices) {
     const LayerInfo& info = dump.layer(slice.layer);
+    // A device version computes in float32: the rounding points below it are declared for the CPU versions.
+    require_usage(options.device == Device::kCpu || !below_float32(slice.precision),
+                  "--precision {} rounds each estimator at the points its CPU version declares; run it with --device "
+                  "cpu (device versions compute in float32)",
+                  precision_name(slice.precision));
     for (const EstimatorSetting& s : plan.settings) {
       require_form_support(s.spec, slice.mask, !slice.queries.all(), options.device);
       if (info.shaped()) require_shaping_support(s.spec, info.shaping(), options.device);
@@ -196,14 +204,16 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   }
   // Per-trial metrics: the plain ones, then the attention-weight ones, then the selection ones (the rows' order);
   // then per case.
-  std::vector<Metric> plain_list, weight_list, selection_list, case_list;
+  std::vector<Metric> plain_list, precision_list, weight_list, selection_list, case_list;
   for (Metric m : plan.metrics)
     (is_case_metric(m)        ? case_list
      : is_weight_metric(m)    ? weight_list
      : is_selection_metric(m) ? selection_list
+     : is_precision_metric(m) ? precision_list
                               : plain_list)
         .push_back(m);
   std::vector<Metric> trial_list = plain_list;
+  trial_list.insert(trial_list.end(), precision_list.begin(), precision_list.end());
   trial_list.insert(trial_list.end(), weight_list.begin(), weight_list.end());
   trial_list.insert(trial_list.end(), selection_list.begin(), selection_list.end());
 
@@ -238,7 +248,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
                      .estimator = s.spec.name(),
                      .spec = s.canonical,
                      .samples = s.samples,
-                     .reference = s.reference};
+                     .reference = s.reference,
+                     .precision = slice.precision};
     };
     // Case-level metrics (trial −1) for settings with at least two trials whose case row is not yet
     // in the output; their finished trials are run again, silently, to rebuild the accumulator.
@@ -285,6 +296,14 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     }
     HeadView cut;
     const HeadView& view = view_of_case(cached, slice, cut, groups ? &group_rows : nullptr);
+    // Below float32 the estimators read inputs rounded to the case's precision; the reference stays the float64
+    // attention of the inputs as stored (docs/precision.md).
+    const bool rounding = below_float32(slice.precision);
+    const HeadView rounded = rounding ? rounded_view(view, slice.precision) : HeadView{};
+    const HeadView& case_view = rounding ? rounded : view;
+    // R_ℓ of the precision metrics: exact attention in the case's precision, once per slice.
+    const MatrixF exact_at_precision =
+        precision_list.empty() ? MatrixF() : exact_attention_at(view, slice.precision, &pool);
 
     // G: the dump's layer_NN/dy when present, else the keyed generator's.
     MatrixD upstream;
@@ -325,7 +344,7 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       const EstimateContext ctx{case_key(plan.seed, slice, setting.canonical, task.trial), inner_pool,
                                 group_case_key(plan.seed, slice, view.id.kv_head, setting.canonical, task.trial)};
       MatrixF out;
-      estimators[task.setting]->estimate(view, ctx, out);
+      estimate_at_precision(*estimators[task.setting], case_view, ctx, slice.precision, out);
       if (out.rows() != view.n() || out.cols() != view.pv())
         throw std::logic_error(fmt::format("estimator {} returned {}x{} for a {}x{} slice", setting.canonical,
                                            out.rows(), out.cols(), view.n(), view.pv()));
@@ -340,6 +359,14 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
             grad = backward_estimators[task.setting]->backward(view, upstream, ctx);
           set_gradient_metrics(ref.gradients ? &*ref.gradients : nullptr, grad ? &*grad : nullptr, plain_list,
                                values[i]);
+        }
+        if (!precision_list.empty()) {  // R̂ in float32 from the same draws, beside R̂_ℓ (out)
+          MatrixF float32_estimate;
+          if (rounding) estimators[task.setting]->estimate(view, ctx, float32_estimate);
+          const std::vector<double> split = precision_metrics(
+              ref.output, ref.norms, RoundingParts{rounding ? float32_estimate : out, out, exact_at_precision},
+              precision_list);
+          values[i].insert(values[i].end(), split.begin(), split.end());
         }
         if (!weight_list.empty()) {  // O(n²): only when asked for
           const std::vector<double> w =

@@ -101,8 +101,8 @@ PlanRecord plan_record(const Dump& dump, const SweepPlan& plan, const std::vecto
   record.shard_count = shard.count;
   auto unit = [&](size_t i) {
     const SliceRef& s = plan.slices[i];
-    return UnitRecord{static_cast<long long>(i), s.layer, s.head,   s.batch,  s.n,
-                      dump.layer(s.layer).dim,   s.mask,  s.window, s.queries};
+    return UnitRecord{static_cast<long long>(i), s.layer, s.head,   s.batch,   s.n,
+                      dump.layer(s.layer).dim,   s.mask,  s.window, s.queries, s.precision};
   };
   // The fingerprint covers everything that decides the rows: two runs with equal fingerprints
   // write the same rows for the same unit.
@@ -126,10 +126,10 @@ ShardPlan plan_shard(const Dump& dump, const SweepPlan& plan, const std::vector<
 }
 
 std::string unit_name(const UnitRecord& unit) {
-  // The mask and query rows only where not full and all, as in the case id: full-mask self-attention plans keep
-  // their fingerprints.
-  return fmt::format("layer={};head={};batch={};n={}{}", unit.layer, unit.head, unit.batch, unit.n,
-                     geometry_suffix(unit.mask, unit.window, unit.queries));
+  // The mask, query rows and precision only where not full, all and f32, as in the case id: full-mask float32
+  // self-attention plans keep their fingerprints.
+  return fmt::format("layer={};head={};batch={};n={}{}{}", unit.layer, unit.head, unit.batch, unit.n,
+                     geometry_suffix(unit.mask, unit.window, unit.queries), precision_suffix(unit.precision));
 }
 
 }  // namespace attnprobe

@@ -199,12 +199,12 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
                                        ? earlier["plan"]["fingerprint"].get<std::string>()
                                        : std::string();
   if (!earlier_plan.empty() && info_.plan && !info_.plan->fingerprint.empty())
-    require_usage(
-        earlier_plan == info_.plan->fingerprint,
-        "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
-        "trials, metrics, mask or query rows differ from the earlier run's{}. Resume with the same command, or write "
-        "to another -o file.",
-        csv_path_, command);
+    require_usage(earlier_plan == info_.plan->fingerprint,
+                  "--resume of '{}' with another grid: the estimators, samples, lengths, layers, heads, batch items, "
+                  "trials, metrics, mask, query rows or precisions differ from the earlier run's{}. Resume with the "
+                  "same command, or write "
+                  "to another -o file.",
+                  csv_path_, command);
   // The dump's contents and how they are read, and the device (its rounding differs): rows of two dumps
   // or devices would be summarized as one run.
   auto earlier_text = [&](const char* field) {
@@ -244,8 +244,9 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
     }
   }
   // Every row must be a case of this grid (a check that needs no run.json).
-  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask, int64_t, QueryRows>> slices;
-  for (const SliceRef& s : plan_.slices) slices.emplace(s.layer, s.head, s.batch, s.n, s.mask, s.window, s.queries);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, Mask, int64_t, QueryRows, Precision>> slices;
+  for (const SliceRef& s : plan_.slices)
+    slices.emplace(s.layer, s.head, s.batch, s.n, s.mask, s.window, s.queries, s.precision);
   std::set<std::pair<std::string, std::string>> settings;
   for (const EstimatorSetting& s : plan_.settings) settings.emplace(s.canonical, s.reference);
   const std::string label = dump_label(dump_.path());
@@ -253,16 +254,17 @@ void SweepRun::check_resumable(const std::vector<TrialRow>& rows) const {
   for (const TrialRow& r : rows) {
     if (!checked.insert(r.key).second) continue;
     const CaseKey& k = r.key;
-    const bool in_grid =
-        k.dump == label && !k.layer.is_all() && !k.head.is_all() && !k.batch.is_all() && !k.n.is_all() &&
-        slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value(), k.mask, k.window, k.queries}) &&
-        settings.count({k.spec, k.reference});
+    const bool in_grid = k.dump == label && !k.layer.is_all() && !k.head.is_all() && !k.batch.is_all() &&
+                         !k.n.is_all() &&
+                         slices.count({k.layer.value(), k.head.value(), k.batch.value(), k.n.value(), k.mask, k.window,
+                                       k.queries, k.precision}) &&
+                         settings.count({k.spec, k.reference});
     require_usage(
         in_grid,
-        "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} mask={} queries={} {} vs {}, which "
-        "this command does not measure{}. Resume with the same command, or write to another -o file.",
+        "--resume of '{}' with another grid: it has rows of {} L{} H{} B{} n={} mask={} queries={} precision={} {} "
+        "vs {}, which this command does not measure{}. Resume with the same command, or write to another -o file.",
         csv_path_, k.dump, k.layer.text(), k.head.text(), k.batch.text(), k.n.text(), mask_text(k.mask, k.window),
-        query_rows_text(k.queries), k.spec, k.reference, command);
+        query_rows_text(k.queries), precision_name(k.precision), k.spec, k.reference, command);
   }
 }
 

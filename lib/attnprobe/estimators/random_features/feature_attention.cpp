@@ -67,7 +67,7 @@ RowVectorF column_max(const MatrixF& x, const NextBlock& ahead) {
 }  // namespace
 
 void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q, const MatrixF& k, const MatrixF& v,
-                                ThreadPool* pool, MatrixF& out, int64_t first_position) {
+                                ThreadPool* pool, MatrixF& out, int64_t first_position, Precision stored) {
   const int64_t n = q.rows(), keys = k.rows(), pv = v.cols(), m = map.key_t.cols();
   const bool offsets = map.offsets.size() > 0;
 
@@ -107,6 +107,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
         }
       logits.rowwise() -= sums.max;
       logits = logits.array().exp();  // in place: exp of a rowwise() expression ran glibc's scalar expf (17%)
+      round_in_place(logits, stored);
       transpose_scaled(logits, 1.0f, logits_t);
       tile_product(logits_t, v.middleRows(j0, rows), block_kv);  // M × pv
       sums.kv += block_kv.cast<double>();
@@ -124,8 +125,10 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
     kv += rescale.transpose().asDiagonal() * sums.kv;
     key_sum += sums.sum.cwiseProduct(rescale);
   }
-  const MatrixF kv_f = kv.cast<float>();
-  const VectorF key_sum_f = key_sum.transpose().cast<float>();
+  MatrixF kv_f = kv.cast<float>();
+  VectorF key_sum_f = key_sum.transpose().cast<float>();
+  round_in_place(kv_f, stored);
+  round_in_place(key_sum_f.data(), key_sum_f.size(), stored);
   // The queries carry the keys' shift (and c_m); each row's own maximum is taken out.
   if (offsets) shift += map.offsets;
 
@@ -146,6 +149,7 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
     // Evaluated first (the update below aliases), with the next block's queries and output rows asked for.
     logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, next));
     logits = logits.array().exp();
+    round_in_place(logits, stored);
     if (lead == 0) {
       tile_product_assign(logits.data(), m, rows, m, kv_f.data(), pv, pv, out.row(i0).data(), pv);
       out.middleRows(i0, rows).array().colwise() /= (logits * key_sum_f).array();

@@ -11,6 +11,7 @@
 // and the float32 denominator is ≥ 1.
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 
 namespace attnprobe {
 
@@ -25,8 +26,17 @@ struct PositiveFeatureMapF {
 /// out (resized to n × pv) for queries q (n × p), keys k (keys × p), values v (keys × pv). Query row i is at
 /// position first_position + i (self-attention: 0): rows are blocked by absolute position, so the last rows
 /// of a slice evaluated alone get the very bits of the whole slice's (a decode step).
+/// `stored` below float32 (--precision bf16|f16) rounds what a GPU kernel stores between its steps: each
+/// block's key features exp(·) before their products, the key state Σ_j φ(k_j)ᵀv_j and Σ_j φ(k_j) once reduced,
+/// and the query features; the products and sums accumulate in float32 (here: wider) — kRandomFeatureRounding.
 void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q, const MatrixF& k, const MatrixF& v,
-                                ThreadPool* pool, MatrixF& out, int64_t first_position = 0);
+                                ThreadPool* pool, MatrixF& out, int64_t first_position = 0,
+                                Precision stored = Precision::kF32);
+
+/// The rounding points of positive_feature_attention below float32, as estimators that use it declare them.
+inline constexpr const char* kRandomFeatureRounding =
+    "features exp(·) (shifted per feature, so ≤ 1) stored in the precision, key state Σφ(k)vᵀ and Σφ(k) stored in "
+    "it once reduced, products and sums accumulated float32, output rounded";
 
 /// Bytes positive_feature_attention holds beyond its inputs and output, for M features and pv columns.
 double positive_feature_attention_bytes(int64_t features, int64_t p, int64_t pv);

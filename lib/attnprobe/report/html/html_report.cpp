@@ -23,22 +23,24 @@ namespace attnprobe {
 namespace {
 
 // What one chart is drawn over: the cases that differ only in slice, length and setting. A run of one dump, one
-// mask and one kind of query rows has one panel; `--queries all,last:16` gives two.
+// mask, one kind of query rows and one precision has one panel; `--queries all,last:16` gives two.
 struct Panel {
   std::string dump;
   int64_t p = 0;
   Mask mask = Mask::kFull;
   int64_t window = 0;
   QueryRows queries;
+  Precision precision = Precision::kF32;
   auto operator<=>(const Panel&) const = default;
   bool operator==(const Panel&) const = default;
 };
 
-Panel panel_of(const CaseKey& k) { return {k.dump, k.p, k.mask, k.window, k.queries}; }
+Panel panel_of(const CaseKey& k) { return {k.dump, k.p, k.mask, k.window, k.queries, k.precision}; }
 
 std::string panel_text(const Panel& p) {
   std::string text = fmt::format("{}, p = {}, mask {}", p.dump, p.p, mask_text(p.mask, p.window));
   if (p.queries.kind != QueryRows::Kind::kAll) text += ", queries " + query_rows_text(p.queries);
+  if (p.precision != Precision::kF32) text += fmt::format(", in {}", precision_name(p.precision));
   return text;
 }
 

@@ -12,6 +12,9 @@ namespace {
 class SoftmaxEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    if (below_float32(ctx.precision))
+      return exact_attention_rounded(view.qf, view.kf, view.vf, static_cast<float>(view.scale), ctx.precision, out,
+                                     ctx.pool, view.geometry(), &view.shaping);
     exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.geometry(),
                         &view.shaping);
   }
@@ -69,6 +72,9 @@ class SoftmaxEstimator final : public Estimator {
                      .decode = kAllMasks,
                      .weights = kAllMasks,
                      .shaping = true,
+                     .rounding = "FlashAttention-2's forward: S = s·QKᵀ and the row sums float32, P = exp(S − rowmax) "
+                                 "rounded for P·V, P·V float32, the output rounded (each float32 sum made in "
+                                 "float64 and stored once)",
                      .backward = Backward::kOut,
                      .backward_forms = kAllMasks},
     .target = [](const SoftmaxParams&) { return std::string("softmax"); },

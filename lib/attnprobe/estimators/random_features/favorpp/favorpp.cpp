@@ -79,7 +79,8 @@ class Favorpp final : public Estimator {
     }
     const GerfMap map =
         fit_gerf(params_.gerf, view.qf, view.kf, view.scale, params_.features, params_.orthogonal, ctx.key, ctx.pool);
-    positive_feature_attention(gerf_feature_map_f32(map, view.scale), view.qf, view.kf, view.vf, ctx.pool, out);
+    positive_feature_attention(gerf_feature_map_f32(map, view.scale), view.qf, view.kf, view.vf, ctx.pool, out, 0,
+                               ctx.precision);
   }
 
   // Â_ij = φ(q_i)·φ(k_j) / φ(q_i)·Σ_j′ φ(k_j′) with the fitted map of estimate() (same ω, same A), in
@@ -108,6 +109,9 @@ class Favorpp final : public Estimator {
  private:
   FavorppParams params_;
 };
+
+const std::string kFavorppRounding = std::string("positive maps (s=1): ") + kRandomFeatureRounding +
+                                     "; trigonometric maps (s=-1): inputs and output only";
 
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<FavorppParams>{
     .name = "favorpp",
@@ -145,7 +149,7 @@ class Favorpp final : public Estimator {
                           "favorpp: s=-1 needs variant=oprf and a numeric a (its optimal A is not derived here)");
                   }),
     .samples_knob = "M",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true, .weights = kFullOnly, .rounding = kFavorppRounding.c_str()},
     .ablations = {"favorpp(ortho=0)", "favorpp(variant=arf,arf_ref=1)"},  // iid features; ARF as the reference codes it
     .make = [](const FavorppParams& params) { return std::make_unique<Favorpp>(params); },
 });

@@ -25,7 +25,7 @@ class Performer final : public Estimator {
                       .transpose();
     map.key_t = map.query_t;
     map.key_square_weight = static_cast<float>(0.5 * view.scale);
-    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out, view.first_position);
+    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out, view.first_position, ctx.precision);
   }
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -227,6 +227,9 @@ class Performer final : public Estimator {
   bool orthogonal_;
 };
 
+const std::string kPerformerRounding = std::string("full mask and its decode rows: ") + kRandomFeatureRounding +
+                                       "; causal form: inputs and output only (its prefix sums stay float32)";
+
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<PerformerParams>{
     .name = "performer",
     .family = "random-features",
@@ -241,6 +244,7 @@ class Performer final : public Estimator {
                      .forms = kFullAndCausal,
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
+                     .rounding = kPerformerRounding.c_str(),
                      .backward = Backward::kOut,
                      .backward_forms = kFullAndCausal},
     // The same features, float64 sums on the device against float32 on the CPU.

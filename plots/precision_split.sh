@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Rounding against approximation (docs/precision.md): the estimators of a full-mask sweep computed in f32, bf16 and
+# f16 with the same draws, on our own model (data/charlm-hd64.h5) and stories260K (../shared/data, when present).
+# Each sweep is reduced to plots/data/precision-split-NAME.csv.gz (fro_rel and the precision metrics) and the
+# figure plots/figures/precision-split-NAME.png drawn from that file; the paired comparisons of the reading in
+# plots/README.md come from the same files (sweep_csv.py restore, then attnprobe summarize --compare).
+#
+#   plots/precision_split.sh               # about 4 minutes on 2 cores
+#   plots/precision_split.sh --from-data   # draw both from plots/data/ alone (FIGURES=DIR draws elsewhere)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${ATTNPROBE:-build/attnprobe}
+data=plots/data
+figures=${FIGURES:-plots/figures}
+py=/usr/bin/python3
+mode=${1:-sweep}
+case $mode in
+  sweep | --from-data) ;;
+  *) echo "precision_split.sh: unknown option '$mode' (use --from-data or nothing)" >&2; exit 2 ;;
+esac
+mkdir -p "$figures"
+
+split() {  # name dump length [slice selection...]
+  local name=$1 dump=$2 n=$3
+  shift 3
+  if [ "$mode" = sweep ] && [ -f "$dump" ]; then
+    mkdir -p out/precision
+    # --mask full: the estimators' full forms, as the seed papers measure them; --reference softmax for every one.
+    "$bin" sweep "$dump" "$@" --mask full --lengths "$n" --trials 2 --seed 0 --reference softmax \
+      --precision f32,bf16,f16 --metrics fro_rel,precision --overwrite -q -o "out/precision/$name.csv" \
+      -e softmax -e vmean -e 'performer(M=64)' -e 'favorpp(M=64)' -e 'nystrom(L=32)' -e 'skeinformer(d=32)' \
+      -e 'linformer(d=32)' -e 'yoso(m=32)' -e 'topk(k=32)'
+    $py plots/sweep_csv.py reduce "out/precision/$name.csv" --metrics fro_rel,approx_err,round_floor,round_excess,fa_ratio,nonfinite_rows \
+      -o "$data/precision-split-$name.csv.gz"
+  fi
+  $py plots/precision_split.py "$data/precision-split-$name.csv.gz" -o "$figures/precision-split-$name.png"
+}
+
+split charlm-hd64 data/charlm-hd64.h5 1024
+split stories260K ../shared/data/stories260K.h5 512 --batch 0

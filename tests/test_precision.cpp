@@ -1,0 +1,342 @@
+// Precision modes (docs/precision.md): rounding to bf16 and f16, exact attention at FlashAttention-2's rounding
+// points, the precision axis of a sweep (case ids, draws, the CSV column, old files) and the precision metrics.
+// python/tests/test_precision.py checks exact attention in bf16/f16 bit for bit against an independent numpy
+// emulation of the same rounding points; here: rounding against hand-computed values and its defining properties,
+// and the structure (decode rows, threads, masked infinities, overflow) of the rounded exact path.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "attnprobe/common/atomic_file.h"
+#include "attnprobe/common/error.h"
+#include "attnprobe/common/rounding.h"
+#include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/rounded_estimate.h"
+#include "attnprobe/exact/exact_at_precision.h"
+#include "attnprobe/exact/exact_attention.h"
+#include "attnprobe/metrics/metrics.h"
+#include "attnprobe/records/csv.h"
+#include "attnprobe/rng/random_stream.h"
+#include "attnprobe/sweep/plan.h"
+#include "attnprobe/view/rounded_view.h"
+#include "support.h"
+
+namespace attnprobe {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The two neighbours of x in a precision with `mantissa` bits and smallest normal exponent `min_exponent` (values
+// in float, exact): the largest representable ≤ |x| and the next one up, with the sign of x.
+std::pair<double, double> neighbours(float x, int mantissa, int min_exponent) {
+  const double magnitude = std::fabs(static_cast<double>(x));
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);
+  const double quantum = std::ldexp(1.0, std::max(exponent - 1, min_exponent) - mantissa);
+  const double below = std::floor(magnitude / quantum) * quantum;
+  return {std::copysign(below, x), std::copysign(below + quantum, x)};
+}
+
+MatrixF gaussian_f(int64_t rows, int64_t cols, uint32_t tag, double sigma = 1.0) {
+  return (sigma * test::synth_slice(std::max<int64_t>(rows, 8), static_cast<int>(cols), 1.0, tag).q.topRows(rows))
+      .cast<float>();
+}
+
+HeadView view_of(MatrixF q, MatrixF k, MatrixF v, Mask mask, int64_t window = 0) {
+  HeadView view = make_head_view(SliceId{}, 1.0 / std::sqrt(static_cast<double>(q.cols())), q.cast<double>(),
+                                 k.cast<double>(), v.cast<double>(), mask);
+  view.window = window;
+  return view;
+}
+
+}  // namespace
+
+TEST_CASE("rounding to bf16 and f16: ties to even, subnormals, overflow, NaN", "[precision]") {
+  // bf16 keeps 7 mantissa bits (ulp 2^-7 at 1), f16 10 (ulp 2^-10 at 1).
+  CHECK(round_to(1.0f + 0x1p-8f, Precision::kBf16) == 1.0f);                    // half an ulp: to even (1)
+  CHECK(round_to(1.0f + 3 * 0x1p-8f, Precision::kBf16) == 1.0f + 0x1p-6f);      // 1.5 ulp: to even (2 ulp)
+  CHECK(round_to(1.0f + 0x1p-8f + 0x1p-20f, Precision::kBf16) == 1.0f + 0x1p-7f);  // above half: up
+  CHECK(round_to(-1.0f - 0x1p-8f - 0x1p-20f, Precision::kBf16) == -1.0f - 0x1p-7f);
+  CHECK(round_to(std::numeric_limits<float>::max(), Precision::kBf16) == kInf);  // past bf16's largest + half ulp
+  CHECK(round_to(0x1p-130f, Precision::kBf16) == 0x1p-130f);  // a float32 subnormal bf16 has (quantum 2^-133)
+  CHECK(round_to(0x1p-140f, Precision::kBf16) == 0.0f);        // below half of bf16's smallest subnormal
+  CHECK(round_to(1.0f + 0x1p-11f, Precision::kF16) == 1.0f);
+  CHECK(round_to(1.0f + 3 * 0x1p-11f, Precision::kF16) == 1.0f + 0x1p-9f);
+  CHECK(round_to(65504.0f, Precision::kF16) == 65504.0f);  // the largest finite f16
+  CHECK(round_to(65519.99f, Precision::kF16) == 65504.0f);
+  CHECK(round_to(65520.0f, Precision::kF16) == kInf);  // half-way to 2^16: to even, which overflows
+  CHECK(round_to(-70000.0f, Precision::kF16) == -kInf);
+  CHECK(round_to(0x1p-24f, Precision::kF16) == 0x1p-24f);          // the smallest subnormal
+  CHECK(round_to(0x1p-25f, Precision::kF16) == 0.0f);              // half of it: to even (0)
+  CHECK(round_to(0x1.8p-25f, Precision::kF16) == 0x1p-24f);        // 0.75 of it: up
+  CHECK(round_to(3 * 0x1p-24f + 0x1p-25f, Precision::kF16) == 4 * 0x1p-24f);  // 3.5 quanta: to even (4)
+  CHECK(std::signbit(round_to(-0x1p-26f, Precision::kF16)));       // underflows to −0
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    CHECK(std::isnan(round_to(std::nanf(""), p)));
+    CHECK(round_to(-kInf, p) == -kInf);
+    CHECK(round_to(0.3f, Precision::kF32) == 0.3f);
+  }
+  // Every value: one of its two neighbours, the nearer one, the even one on a tie; and a representable value is
+  // its own rounding. Random bit patterns over the whole float32 range (seeded).
+  RandomStream stream(make_random_key(3, "rounding", 0), Purpose::kGeneric);
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = std::bit_cast<float>(stream.bits(static_cast<uint32_t>(i)).v[0]);
+    if (!std::isfinite(x)) continue;
+    for (const auto& [precision, mantissa, min_exponent] :
+         {std::tuple{Precision::kBf16, 7, -126}, std::tuple{Precision::kF16, 10, -14}}) {
+      const float r = round_to(x, precision);
+      if (precision == Precision::kF16 && std::fabs(x) >= 65520.0f) {
+        REQUIRE(r == std::copysign(kInf, x));
+        continue;
+      }
+      const auto [below, above] = neighbours(x, mantissa, min_exponent);
+      const double ax = std::fabs(static_cast<double>(x)), lo = std::fabs(below), hi = std::fabs(above);
+      const double expected = ax - lo < hi - ax   ? below
+                              : hi - ax < ax - lo ? above
+                              : std::fmod(std::ldexp(lo, -(std::ilogb(hi - lo))), 2.0) == 0 ? below
+                                                                                             : above;
+      INFO(fmt::format("x = {:a}, {}", x, precision_name(precision)));
+      if (std::isinf(r)) {  // bf16 overflow of the float32 values just below float32's largest
+        REQUIRE(precision == Precision::kBf16);
+        REQUIRE(std::fabs(expected) > 3.38e38);
+        continue;
+      }
+      REQUIRE(static_cast<double>(r) == expected);
+      REQUIRE(round_to(r, precision) == r);
+      ++checked;
+    }
+  }
+  CHECK(checked > 100000);  // observed: 2 × ~199 000 finite patterns, the f16 ones mostly overflowing
+}
+
+TEST_CASE("precision names parse strictly", "[precision]") {
+  CHECK(parse_precisions("f32,bf16,f16") ==
+        std::vector<Precision>{Precision::kF32, Precision::kBf16, Precision::kF16});
+  CHECK_THROWS_AS(parse_precisions("f32,fp16"), UsageError);
+  CHECK_THROWS_WITH(parse_precisions("bf16,bf16"), Catch::Contains("twice"));
+  CHECK_THROWS_AS(parse_precisions(""), UsageError);
+}
+
+TEST_CASE("exact attention in bf16/f16: the float32 floor's order, decode rows, threads and overflow",
+          "[precision][exact]") {
+  const int64_t n = 300, p = 64;
+  const MatrixF q = gaussian_f(n, p, 1, 2.0), k = gaussian_f(n, p, 2, 2.0), v = gaussian_f(n, p, 3);
+  ThreadPool pool(3);
+  for (Mask mask : {Mask::kFull, Mask::kCausal, Mask::kWindow}) {
+    const HeadView view = view_of(q, k, v, mask, 37);
+    const MatrixD reference = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
+    double floors[2];
+    for (int i = 0; i < 2; ++i) {
+      const Precision precision = i == 0 ? Precision::kBf16 : Precision::kF16;
+      INFO(mask_name(mask) << " " << precision_name(precision));
+      const MatrixF out = exact_attention_at(view, precision, &pool);
+      // Every value representable in the precision.
+      for (int64_t j = 0; j < out.size(); ++j) REQUIRE(round_to(out.data()[j], precision) == out.data()[j]);
+      floors[i] = (out.cast<double>() - reference).norm() / reference.norm();
+      // Without a pool: the same bits.
+      CHECK(exact_attention_at(view, precision, nullptr) == out);
+      // The last 7 rows alone (a decode step against the whole cache) equal the whole slice's rows.
+      const HeadView step = last_rows(view, 7);
+      CHECK(exact_attention_at(step, precision, &pool) == out.bottomRows(7));
+    }
+    // The relative floor sits near the unit roundoff: bf16 2^-8 = 3.9e-3, f16 2^-11 = 4.9e-4 (observed full/causal/
+    // window: bf16 ~2.5e-3, f16 ~3e-4). f32's is ~1e-7.
+    CHECK(floors[0] > 5e-4);
+    CHECK(floors[0] < 8e-3);
+    CHECK(floors[1] < floors[0] / 4);
+    CHECK(floors[1] > 5e-5);
+  }
+  // A causal row 0 sees key 0 alone: its output is v_0 rounded.
+  const HeadView causal = view_of(q, k, v, Mask::kCausal);
+  MatrixF v0 = v.topRows(1);
+  round_in_place(v0, Precision::kBf16);
+  CHECK(exact_attention_at(causal, Precision::kBf16, nullptr).topRows(1) == v0);
+  // f16 overflow: a value row beyond 65504 becomes inf and the rows that see it are non-finite, not an error; rows
+  // that do not see it (causal rows before it) stay finite, though their block's product would pass through it.
+  MatrixF big = v;
+  big(40, 3) = 1e5f;
+  const MatrixF out = exact_attention_at(view_of(q, k, big, Mask::kCausal), Precision::kF16, &pool);
+  CHECK(out.topRows(40).allFinite());
+  CHECK(!out.row(40).allFinite());
+  CHECK(exact_attention_at(view_of(q, k, big, Mask::kCausal), Precision::kBf16, &pool).allFinite());  // bf16's range
+  CHECK_THROWS_AS(exact_attention_at(causal, Precision::kF64, nullptr), UsageError);
+}
+
+TEST_CASE("a rounded view rounds every input the estimators read, and nothing else", "[precision]") {
+  const HeadView view = view_of(gaussian_f(40, 16, 4), gaussian_f(40, 16, 5), gaussian_f(40, 16, 6), Mask::kCausal);
+  const HeadView step = last_rows(view, 8);
+  const HeadView rounded = rounded_view(step, Precision::kF16);
+  for (const MatrixF* m : {&rounded.qf, &rounded.kf, &rounded.vf, &rounded.prompt_qf})
+    for (int64_t j = 0; j < m->size(); ++j) REQUIRE(round_to(m->data()[j], Precision::kF16) == m->data()[j]);
+  CHECK(rounded.q == rounded.qf.cast<double>());
+  CHECK(rounded.v == rounded.vf.cast<double>());
+  CHECK(rounded.qf != step.qf);
+  CHECK(rounded.first_position == step.first_position);
+  CHECK(rounded.prompt_qf.rows() == 32);
+  CHECK(rounded_view(step, Precision::kF32).qf == step.qf);
+}
+
+TEST_CASE("performer stores its features and key state in the precision, as it declares", "[precision]") {
+  const HeadView view = view_of(gaussian_f(200, 32, 7), gaussian_f(200, 32, 8), gaussian_f(200, 32, 9), Mask::kFull);
+  const std::unique_ptr<Estimator> performer = parse_spec("performer(M=64)").make();
+  const EstimateContext ctx{make_random_key(5, "performer-rounding", 0)};
+  MatrixF plain, inputs_only, declared;
+  performer->estimate(view, ctx, plain);
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(view, p);
+    // Inputs and output rounded, every intermediate float32: what an estimator without its own points gets.
+    performer->estimate(rounded, ctx, inputs_only);
+    round_in_place(inputs_only, p);
+    estimate_at_precision(*performer, rounded, ctx, p, declared);
+    const double base = plain.norm();
+    const double from_inputs = (inputs_only - plain).norm() / base, from_all = (declared - plain).norm() / base;
+    // The stored features and state add rounding of their own (observed bf16: 2.2e-3 → 3.4e-3; f16: 2.8e-4 →
+    // 4.1e-4), of the unit roundoff's order (bf16 3.9e-3, f16 4.9e-4): same draws, so nowhere near the estimator's
+    // own error (~0.3 here).
+    CHECK(declared != inputs_only);
+    CHECK(from_all > from_inputs);
+    CHECK(from_all < (p == Precision::kBf16 ? 2e-2 : 3e-3));
+  }
+}
+
+TEST_CASE("the precision metrics split an error into approximation and rounding", "[precision][metrics]") {
+  const MatrixD reference = (MatrixD(2, 2) << 1, 0, 0, 1).finished();
+  const MatrixF plain = (MatrixF(2, 2) << 1.1f, 0, 0, 1).finished();
+  const MatrixF rounded = (MatrixF(2, 2) << 1.1f, 0.1f, 0, 1).finished();
+  const MatrixF exact = (MatrixF(2, 2) << 1, 0.05f, 0, 1).finished();
+  const std::vector<double> values =
+      precision_metrics(reference, reference_norms(reference), RoundingParts{plain, rounded, exact},
+                        precision_metrics());
+  const double f = std::sqrt(2.0);  // ‖R*‖_F; ‖R*‖₂ = 1
+  // By hand: ‖R̂ − R*‖ = 0.1, ‖R_ℓ − R*‖ = 0.05, ‖R̂_ℓ − R̂‖ = 0.1, ‖R̂_ℓ − R*‖ = √0.02; all rank one but the
+  // last, whose spectral norm is that of [[0.1, 0.1], [0, 0]]: √0.02 too.
+  CHECK(values[0] == Approx(0.1 / f).epsilon(1e-6));                 // approx_err
+  CHECK(values[1] == Approx(0.05 / f).epsilon(1e-6));                // round_floor
+  CHECK(values[2] == Approx(0.1 / f).epsilon(1e-6));                 // round_excess
+  CHECK(values[3] == Approx(std::sqrt(0.02) / 0.05).epsilon(1e-6));  // fa_ratio
+  CHECK(values[4] == Approx(0.1).epsilon(1e-6));
+  CHECK(values[5] == Approx(0.05).epsilon(1e-6));
+  CHECK(values[6] == Approx(0.1).epsilon(1e-6));
+  CHECK(values[7] == Approx(std::sqrt(0.02) / 0.05).epsilon(1e-6));
+  CHECK(values[8] == 0);  // nonfinite_rows
+  MatrixF broken = rounded;
+  broken(1, 0) = kInf;
+  const std::vector<double> overflowed =
+      precision_metrics(reference, reference_norms(reference), RoundingParts{plain, broken, exact},
+                        precision_metrics());
+  CHECK(overflowed[8] == 0.5);
+  CHECK(!std::isfinite(overflowed[2]));
+  // An exact floor and an exact estimate: no ratio (0/0), NaN rather than a number.
+  const MatrixF identity = reference.cast<float>();
+  CHECK(std::isnan(precision_metrics(reference, reference_norms(reference), RoundingParts{identity, identity, identity},
+                                     {Metric::kFaRatio})[0]));
+}
+
+TEST_CASE("a precision case draws what its f32 case draws, and only its id and the CSV column say which it is",
+          "[precision][sweep]") {
+  SliceRef f32{0, 1, 0, 96, Mask::kCausal, 0, QueryRows{}};
+  SliceRef bf16 = f32;
+  bf16.precision = Precision::kBf16;
+  CHECK(case_id(f32, "performer(M=16)") == "layer=0;head=1;batch=0;n=96;spec=performer(M=16);mask=causal");
+  CHECK(case_id(bf16, "performer(M=16)") ==
+        "layer=0;head=1;batch=0;n=96;spec=performer(M=16);mask=causal;precision=bf16");
+  CHECK(case_key(7, f32, "performer(M=16)", 3).value == case_key(7, bf16, "performer(M=16)", 3).value);
+}
+
+TEST_CASE("sweep --precision f32,bf16,f16 with the precision metrics", "[precision][sweep][cli]") {
+  const std::string dump = test::write_synth("precision-sweep.h5", test::synth_options(1, 2, 1, 96, 32));
+  const std::string csv = test::temp_path("precision-sweep.csv"), plain = test::temp_path("precision-plain.csv");
+  const std::string grid = fmt::format("sweep {} -e softmax -e 'performer(M=32)' -e vmean --lengths 64,96 --trials 2 "
+                                       "--seed 3 --mask causal -q --overwrite",
+                                       dump);
+  const auto run = test::run_attnprobe(grid + " --precision f32,bf16,f16 --metrics all,precision -o " + csv);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(test::run_attnprobe(grid + " -o " + plain).exit_code == 0);
+  CHECK(test::read_text(csv).rfind("dump,layer,head,batch,n,p,mask,queries,precision,estimator", 0) == 0);
+  const CsvContents rows = read_csv(csv), before = read_csv(plain);
+  // f32 remains what a run without --precision computes: the same rows, number for number.
+  std::map<std::tuple<int64_t, int64_t, std::string, int64_t, std::string>, double> f32_values;
+  for (const TrialRow& r : rows.trials)
+    if (r.key.precision == Precision::kF32)
+      f32_values[{r.key.head.value(), r.key.n.value(), r.key.spec, r.trial, r.metric}] = r.value;
+  for (const TrialRow& r : before.trials) {
+    INFO(r.key.spec << " " << r.metric);
+    CHECK(f32_values.at({r.key.head.value(), r.key.n.value(), r.key.spec, r.trial, r.metric}) == r.value);
+  }
+  std::map<std::tuple<std::string, Precision, std::string>, double> head0;  // n = 96, trial 0
+  for (const TrialRow& r : rows.trials)
+    if (r.key.head.value() == 0 && r.key.n.value() == 96 && r.trial == 0)
+      head0[{r.key.estimator, r.key.precision, r.metric}] = r.value;
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    // Softmax in a precision is exact attention in it: R̂_ℓ = R_ℓ, so FlashAttention's ratio is 1 exactly and the
+    // rounding excess over the float32 kernel equals the floor up to that kernel's ~1e-7.
+    CHECK(head0.at({"softmax", p, "fa_ratio"}) == 1.0);
+    CHECK(head0.at({"softmax", p, "approx_err"}) < 1e-6);
+    CHECK(std::fabs(head0.at({"softmax", p, "round_excess"}) - head0.at({"softmax", p, "round_floor"})) < 1e-6);
+    // The rounded estimate's own error is its fro_rel.
+    CHECK(head0.at({"performer", p, "fro_rel"}) > 0);
+    CHECK(head0.at({"performer", p, "nonfinite_rows"}) == 0);
+    // Same draws: performer's rounding excess is of the floor's order, far below its approximation error (observed
+    // bf16: excess 3.6e-3 vs approx 0.33); different draws would move it by the approximation error itself.
+    CHECK(head0.at({"performer", p, "round_excess"}) < 0.1 * head0.at({"performer", p, "approx_err"}));
+    CHECK(head0.at({"performer", p, "approx_err"}) == head0.at({"performer", Precision::kF32, "approx_err"}));
+  }
+  // At f32 the estimate is its own float32 version: no excess; the floor is the float32 kernel's.
+  CHECK(head0.at({"performer", Precision::kF32, "round_excess"}) == 0);
+  CHECK(head0.at({"softmax", Precision::kF32, "round_floor"}) < 1e-6);
+  CHECK(head0.at({"performer", Precision::kF32, "approx_err"}) ==
+        head0.at({"performer", Precision::kF32, "fro_rel"}));
+  // bf16 rounds coarser than f16.
+  CHECK(head0.at({"softmax", Precision::kBf16, "round_floor"}) > head0.at({"softmax", Precision::kF16, "round_floor"}));
+
+  // --resume of a cut file completes it to the same bytes (run.json carries the axis).
+  const std::string whole = test::read_text(csv);
+  std::string cut = whole.substr(0, whole.size() / 2);
+  write_file_atomically(csv, cut.substr(0, cut.rfind('\n') + 1));
+  const auto resumed = test::run_attnprobe(
+      fmt::format("sweep {} -e softmax -e 'performer(M=32)' -e vmean --lengths 64,96 --trials 2 --seed 3 --mask "
+                  "causal -q --precision f32,bf16,f16 --metrics all,precision --resume -o {}",
+                  dump, csv));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(test::read_text(csv) == whole);
+}
+
+TEST_CASE("precision refusals say what to do", "[precision][cli]") {
+  const std::string dump = test::write_synth("precision-refusals.h5", test::synth_options(1, 1, 1, 32, 16));
+  const auto f64 = test::run_attnprobe(fmt::format("eval {} -e softmax --precision f64 -q", dump));
+  CHECK(f64.exit_code == 2);
+  CHECK_THAT(f64.output, Catch::Contains("reference's precision"));
+  const auto weights =
+      test::run_attnprobe(fmt::format("eval {} -e softmax --precision bf16 --metrics all,row_tv -q", dump));
+  CHECK(weights.exit_code == 2);
+  CHECK_THAT(weights.output, Catch::Contains("row_tv is measured in float32 only"));
+  const auto unknown = test::run_attnprobe(fmt::format("eval {} -e softmax --precision fp8 -q", dump));
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.output, Catch::Contains("f64, f32, bf16 or f16"));
+  const auto cuda = test::run_attnprobe(fmt::format("eval {} -e softmax --precision bf16 --device cuda -q", dump));
+  CHECK(cuda.exit_code == 2);
+  CHECK_THAT(cuda.output, Catch::Contains("--device cpu"));
+}
+
+TEST_CASE("a CSV written before the precision column reads as f32", "[precision][csv]") {
+  const std::string path = test::temp_path("before-precision.csv");
+  write_file_atomically(path,
+                        "dump,layer,head,batch,n,p,mask,queries,estimator,spec,samples,reference,trial,seed,metric,"
+                        "value\nd.h5,0,0,0,64,16,causal,all,vmean,vmean,,softmax,0,0,spec_rel,0.5\n");
+  const CsvContents rows = read_csv(path);
+  REQUIRE(rows.trials.size() == 1);
+  CHECK(rows.trials[0].key.precision == Precision::kF32);
+  CHECK(rows.trials[0].value == 0.5);
+}
+
+}  // namespace attnprobe
