@@ -8,6 +8,8 @@ diagonal is an estimator whose own error dominates its deployment in that dtype.
 
   plots/precision_split.sh                       # runs the sweeps and draws every dump's figure
   /usr/bin/python3 plots/precision_split.py plots/data/precision-split-charlm-hd64.csv.gz -o out.png
+  /usr/bin/python3 plots/precision_split.py plots/data/precision-split-synth-large.csv.gz --nonfinite
+                                                 # the fraction of non-finite rows per layer, estimator, precision
 """
 import argparse
 import os
@@ -36,15 +38,33 @@ def per_head(rows, metric, precision):
     return {key: sum(v) / len(v) for key, v in cells.items()}
 
 
+def print_nonfinite(rows):
+    """The fraction of non-finite rows, mean over heads and trials, per layer × estimator × precision."""
+    cells = defaultdict(list)
+    for r in rows:
+        if r["metric"] == "nonfinite_rows":
+            cells[(r["layer"], r["estimator"], r["precision"])].append(float(r["value"]))
+    print(f"{'layer':>5}  {'estimator':<14} {'f32':>8} {'bf16':>8} {'f16':>8}   (fraction of non-finite rows)")
+    for layer, name in sorted({(layer, name) for layer, name, _ in cells}):
+        values = [statistics.mean(cells.get((layer, name, p), [float("nan")])) for p in ("f32", "bf16", "f16")]
+        print(f"{layer:>5}  {name:<14} " + " ".join(f"{v:8.4g}" for v in values))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", help="a reduced sweep (plots/data/precision-split-NAME.csv.gz)")
-    parser.add_argument("-o", "--output", required=True, help="image file (.png, .svg)")
+    parser.add_argument("-o", "--output", help="image file (.png, .svg)")
+    parser.add_argument("--nonfinite", action="store_true",
+                        help="print the mean nonfinite_rows per layer, estimator and precision instead of drawing")
     args = parser.parse_args()
 
     rows = read_rows([args.data])
     if not rows or "precision" not in rows[0]:
         sys.exit(f"precision_split: {args.data} has no precision column (a sweep with --precision)")
+    if args.nonfinite:
+        return print_nonfinite(rows)
+    if not args.output:
+        parser.error("-o/--output is required unless --nonfinite")
     fig, axes = plt.subplots(1, len(PRECISIONS), figsize=(7.2 * len(PRECISIONS), 5.8), squeeze=False)
     for ax, precision in zip(axes[0], PRECISIONS):
         approx = per_head(rows, "approx_err", precision)

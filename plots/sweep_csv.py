@@ -83,6 +83,7 @@ DEFAULT_SPECS = [
     "favorpp(M=64,ortho=1,a=opt,variant=oprf,arf_ref=0,s=1)",
     "lara(C=64,proposal=segment,weights=decoupled,beta=1,mode=sample,noise=scaled)",
     "performer(M=64,ortho=1)",
+    "performer-raw(M=64,ortho=1)",
     "ra(S=1,variant=unbiased,noise=scaled)",
     "nystrom(L=64,pinv=iterative)",
     "duo(sink=128,window=257,pattern=,threshold=0.5,fraction=-1,mix=0)",
@@ -105,7 +106,8 @@ DEFAULT_SPECS = [
     "vattention(sink=4,window=64,k=64,base=0.05,eps=0.25,delta=0.25,draw=hh)",
 ]
 SAMPLES_KNOBS = {"yoso": "m", "informer": "d", "linformer": "d", "linformer-jlt": "d", "skeinformer": "d",
-                 "favorpp": "M", "lara": "C", "performer": "M", "ra": "S", "nystrom": "L", "expected": "budget", "h2o": "heavy",
+                 "favorpp": "M", "lara": "C", "performer": "M", "performer-raw": "M", "ra": "S", "nystrom": "L",
+                 "expected": "budget", "h2o": "heavy",
                  "hyper": "m", "kdeformer": "m", "magicpig": "L", "moba": "topk", "oracle_sample": "b",
                  "quest": "budget", "scatterbrain": "M", "snapkv": "budget", "sparq": "k", "streaming": "window",
                  "topk": "k", "tova": "budget", "uniform_keys": "b"}

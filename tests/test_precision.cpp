@@ -21,6 +21,7 @@
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/rng/random_matrix.h"
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/sweep/plan.h"
 #include "attnprobe/view/rounded_view.h"
@@ -58,24 +59,24 @@ HeadView view_of(MatrixF q, MatrixF k, MatrixF v, Mask mask, int64_t window = 0)
 
 TEST_CASE("rounding to bf16 and f16: ties to even, subnormals, overflow, NaN", "[precision]") {
   // bf16 keeps 7 mantissa bits (ulp 2^-7 at 1), f16 10 (ulp 2^-10 at 1).
-  CHECK(round_to(1.0f + 0x1p-8f, Precision::kBf16) == 1.0f);                    // half an ulp: to even (1)
-  CHECK(round_to(1.0f + 3 * 0x1p-8f, Precision::kBf16) == 1.0f + 0x1p-6f);      // 1.5 ulp: to even (2 ulp)
+  CHECK(round_to(1.0f + 0x1p-8f, Precision::kBf16) == 1.0f);                       // half an ulp: to even (1)
+  CHECK(round_to(1.0f + 3 * 0x1p-8f, Precision::kBf16) == 1.0f + 0x1p-6f);         // 1.5 ulp: to even (2 ulp)
   CHECK(round_to(1.0f + 0x1p-8f + 0x1p-20f, Precision::kBf16) == 1.0f + 0x1p-7f);  // above half: up
   CHECK(round_to(-1.0f - 0x1p-8f - 0x1p-20f, Precision::kBf16) == -1.0f - 0x1p-7f);
   CHECK(round_to(std::numeric_limits<float>::max(), Precision::kBf16) == kInf);  // past bf16's largest + half ulp
   CHECK(round_to(0x1p-130f, Precision::kBf16) == 0x1p-130f);  // a float32 subnormal bf16 has (quantum 2^-133)
-  CHECK(round_to(0x1p-140f, Precision::kBf16) == 0.0f);        // below half of bf16's smallest subnormal
+  CHECK(round_to(0x1p-140f, Precision::kBf16) == 0.0f);       // below half of bf16's smallest subnormal
   CHECK(round_to(1.0f + 0x1p-11f, Precision::kF16) == 1.0f);
   CHECK(round_to(1.0f + 3 * 0x1p-11f, Precision::kF16) == 1.0f + 0x1p-9f);
   CHECK(round_to(65504.0f, Precision::kF16) == 65504.0f);  // the largest finite f16
   CHECK(round_to(65519.99f, Precision::kF16) == 65504.0f);
   CHECK(round_to(65520.0f, Precision::kF16) == kInf);  // half-way to 2^16: to even, which overflows
   CHECK(round_to(-70000.0f, Precision::kF16) == -kInf);
-  CHECK(round_to(0x1p-24f, Precision::kF16) == 0x1p-24f);          // the smallest subnormal
-  CHECK(round_to(0x1p-25f, Precision::kF16) == 0.0f);              // half of it: to even (0)
-  CHECK(round_to(0x1.8p-25f, Precision::kF16) == 0x1p-24f);        // 0.75 of it: up
+  CHECK(round_to(0x1p-24f, Precision::kF16) == 0x1p-24f);                     // the smallest subnormal
+  CHECK(round_to(0x1p-25f, Precision::kF16) == 0.0f);                         // half of it: to even (0)
+  CHECK(round_to(0x1.8p-25f, Precision::kF16) == 0x1p-24f);                   // 0.75 of it: up
   CHECK(round_to(3 * 0x1p-24f + 0x1p-25f, Precision::kF16) == 4 * 0x1p-24f);  // 3.5 quanta: to even (4)
-  CHECK(std::signbit(round_to(-0x1p-26f, Precision::kF16)));       // underflows to −0
+  CHECK(std::signbit(round_to(-0x1p-26f, Precision::kF16)));                  // underflows to −0
   for (Precision p : {Precision::kBf16, Precision::kF16}) {
     CHECK(std::isnan(round_to(std::nanf(""), p)));
     CHECK(round_to(-kInf, p) == -kInf);
@@ -97,10 +98,10 @@ TEST_CASE("rounding to bf16 and f16: ties to even, subnormals, overflow, NaN", "
       }
       const auto [below, above] = neighbours(x, mantissa, min_exponent);
       const double ax = std::fabs(static_cast<double>(x)), lo = std::fabs(below), hi = std::fabs(above);
-      const double expected = ax - lo < hi - ax   ? below
-                              : hi - ax < ax - lo ? above
+      const double expected = ax - lo < hi - ax                                             ? below
+                              : hi - ax < ax - lo                                           ? above
                               : std::fmod(std::ldexp(lo, -(std::ilogb(hi - lo))), 2.0) == 0 ? below
-                                                                                             : above;
+                                                                                            : above;
       INFO(fmt::format("x = {:a}, {}", x, precision_name(precision)));
       if (std::isinf(r)) {  // bf16 overflow of the float32 values just below float32's largest
         REQUIRE(precision == Precision::kBf16);
@@ -116,8 +117,7 @@ TEST_CASE("rounding to bf16 and f16: ties to even, subnormals, overflow, NaN", "
 }
 
 TEST_CASE("precision names parse strictly", "[precision]") {
-  CHECK(parse_precisions("f32,bf16,f16") ==
-        std::vector<Precision>{Precision::kF32, Precision::kBf16, Precision::kF16});
+  CHECK(parse_precisions("f32,bf16,f16") == std::vector<Precision>{Precision::kF32, Precision::kBf16, Precision::kF16});
   CHECK_THROWS_AS(parse_precisions("f32,fp16"), UsageError);
   CHECK_THROWS_WITH(parse_precisions("bf16,bf16"), Catch::Contains("twice"));
   CHECK_THROWS_AS(parse_precisions(""), UsageError);
@@ -206,14 +206,51 @@ TEST_CASE("performer stores its features and key state in the precision, as it d
   }
 }
 
+TEST_CASE("performer-raw is performer without its shifts: equal in float32, 0/0 in f16 on large logits",
+          "[precision][random-features]") {
+  const std::unique_ptr<Estimator> shifted = parse_spec("performer(M=64)").make();
+  const std::unique_ptr<Estimator> raw = parse_spec("performer-raw(M=64)").make();
+  const EstimateContext ctx{make_random_key(9, "performer-raw", 0)};
+  const auto normal = [](double sigma, uint32_t tag) {
+    const RandomStream stream(make_random_key(9, "performer-raw-rows", tag), Purpose::kGeneric);
+    return MatrixF((sigma * normal_rows(stream, 128, 16)).cast<float>());
+  };
+  // Ordinary logits (N(0, 1) rows, s = 1/4): the same ω, and the shifts cancel in the ratio, so the two estimates
+  // agree to float32 rounding (observed 4.3e-7 relative).
+  const HeadView ordinary = view_of(normal(1, 0), normal(1, 1), normal(1, 2), Mask::kFull);
+  MatrixF a, b;
+  shifted->estimate(ordinary, ctx, a);
+  raw->estimate(ordinary, ctx, b);
+  CHECK((a - b).norm() / a.norm() < 1e-5);
+  // Large logits: N(0, 25) rows of norm ~20 (‖√s·x‖ ≈ 10, scores up to ~100). The textbook exponents ω·x̃ − ‖x̃‖²/2 are
+  // then ≲ −28: representable in float32 and bf16 (same exponent range), below f16's smallest subnormal 2^-24 ≈
+  // 6e-8, where every feature of a row rounds to 0 and the row is 0/0. The shifted map keeps a 1 in each row.
+  const HeadView large = view_of(normal(5, 3), normal(5, 4), normal(1, 5), Mask::kFull);
+  MatrixF out;
+  raw->estimate(large, ctx, out);
+  CHECK(out.allFinite());
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(large, p);
+    estimate_at_precision(*raw, rounded, ctx, p, out);
+    int64_t broken = 0;
+    for (int64_t i = 0; i < out.rows(); ++i) broken += out.row(i).allFinite() ? 0 : 1;
+    if (p == Precision::kF16)
+      CHECK(broken > 64);  // observed: 104 of 128 rows (the others keep a feature above 2^-24)
+    else
+      CHECK(broken == 0);
+    estimate_at_precision(*shifted, rounded, ctx, p, out);
+    CHECK(out.allFinite());
+  }
+}
+
 TEST_CASE("the precision metrics split an error into approximation and rounding", "[precision][metrics]") {
   const MatrixD reference = (MatrixD(2, 2) << 1, 0, 0, 1).finished();
   const MatrixF plain = (MatrixF(2, 2) << 1.1f, 0, 0, 1).finished();
   const MatrixF rounded = (MatrixF(2, 2) << 1.1f, 0.1f, 0, 1).finished();
   const MatrixF exact = (MatrixF(2, 2) << 1, 0.05f, 0, 1).finished();
-  const std::vector<double> values =
-      precision_metrics(reference, reference_norms(reference), RoundingParts{plain, rounded, exact},
-                        precision_metrics());
+  const std::vector<double> values = precision_metrics(reference, reference_norms(reference),
+                                                       RoundingParts{plain, rounded, exact}, precision_metrics());
   const double f = std::sqrt(2.0);  // ‖R*‖_F; ‖R*‖₂ = 1
   // By hand: ‖R̂ − R*‖ = 0.1, ‖R_ℓ − R*‖ = 0.05, ‖R̂_ℓ − R̂‖ = 0.1, ‖R̂_ℓ − R*‖ = √0.02; all rank one but the
   // last, whose spectral norm is that of [[0.1, 0.1], [0, 0]]: √0.02 too.
@@ -228,9 +265,8 @@ TEST_CASE("the precision metrics split an error into approximation and rounding"
   CHECK(values[8] == 0);  // nonfinite_rows
   MatrixF broken = rounded;
   broken(1, 0) = kInf;
-  const std::vector<double> overflowed =
-      precision_metrics(reference, reference_norms(reference), RoundingParts{plain, broken, exact},
-                        precision_metrics());
+  const std::vector<double> overflowed = precision_metrics(reference, reference_norms(reference),
+                                                           RoundingParts{plain, broken, exact}, precision_metrics());
   CHECK(overflowed[8] == 0.5);
   CHECK(!std::isfinite(overflowed[2]));
   // An exact floor and an exact estimate: no ratio (0/0), NaN rather than a number.
@@ -253,9 +289,10 @@ TEST_CASE("a precision case draws what its f32 case draws, and only its id and t
 TEST_CASE("sweep --precision f32,bf16,f16 with the precision metrics", "[precision][sweep][cli]") {
   const std::string dump = test::write_synth("precision-sweep.h5", test::synth_options(1, 2, 1, 96, 32));
   const std::string csv = test::temp_path("precision-sweep.csv"), plain = test::temp_path("precision-plain.csv");
-  const std::string grid = fmt::format("sweep {} -e softmax -e 'performer(M=32)' -e vmean --lengths 64,96 --trials 2 "
-                                       "--seed 3 --mask causal -q --overwrite",
-                                       dump);
+  const std::string grid = fmt::format(
+      "sweep {} -e softmax -e 'performer(M=32)' -e vmean --lengths 64,96 --trials 2 "
+      "--seed 3 --mask causal -q --overwrite",
+      dump);
   const auto run = test::run_attnprobe(grid + " --precision f32,bf16,f16 --metrics all,precision -o " + csv);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
@@ -293,8 +330,7 @@ TEST_CASE("sweep --precision f32,bf16,f16 with the precision metrics", "[precisi
   // At f32 the estimate is its own float32 version: no excess; the floor is the float32 kernel's.
   CHECK(head0.at({"performer", Precision::kF32, "round_excess"}) == 0);
   CHECK(head0.at({"softmax", Precision::kF32, "round_floor"}) < 1e-6);
-  CHECK(head0.at({"performer", Precision::kF32, "approx_err"}) ==
-        head0.at({"performer", Precision::kF32, "fro_rel"}));
+  CHECK(head0.at({"performer", Precision::kF32, "approx_err"}) == head0.at({"performer", Precision::kF32, "fro_rel"}));
   // bf16 rounds coarser than f16.
   CHECK(head0.at({"softmax", Precision::kBf16, "round_floor"}) > head0.at({"softmax", Precision::kF16, "round_floor"}));
 

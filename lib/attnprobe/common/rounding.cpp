@@ -1,8 +1,8 @@
 #include "attnprobe/common/rounding.h"
 
+#include <fmt/format.h>
 #include <bit>
 #include <cmath>
-#include <fmt/format.h>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/text.h"

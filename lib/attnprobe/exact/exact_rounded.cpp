@@ -90,7 +90,8 @@ void exact_attention_rounded(const MatrixF& q, const MatrixF& k, const MatrixF& 
 }
 
 MatrixF exact_attention_at(const HeadView& view, Precision precision, ThreadPool* pool) {
-  require_usage(precision != Precision::kF64, "exact_attention_at computes f32, bf16 or f16; f64 is exact_attention_f64");
+  require_usage(precision != Precision::kF64,
+                "exact_attention_at computes f32, bf16 or f16; f64 is exact_attention_f64");
   MatrixF out;
   if (below_float32(precision))
     exact_attention_rounded(view.qf, view.kf, view.vf, static_cast<float>(view.scale), precision, out, pool,

@@ -84,7 +84,8 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
   chunks.resize(chunk_count);
   for_each_index(pool, chunk_count, [&](int64_t c) {
     KeySums& sums = chunks[c];
-    sums.max = RowVectorF::Constant(m, -std::numeric_limits<float>::infinity());
+    // Unshifted: every feature's shift stays 0, so nothing is rescaled and the merge below multiplies by 1.
+    sums.max = RowVectorF::Constant(m, map.shifted ? -std::numeric_limits<float>::infinity() : 0.0f);
     sums.kv = MatrixD::Zero(m, pv);
     sums.sum = RowVectorD::Zero(m);
     MatrixF& logits = workspace().logits;
@@ -96,7 +97,8 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
       tile_product(k.middleRows(j0, rows), map.key_t, logits);  // rows × M
       if (offsets) logits.rowwise() += map.offsets;
       subtract_key_squares(map, k, j0, rows, logits);
-      const RowVectorF block_max = column_max(logits, next_rows(k, v, j0 + rows, std::min(kRowBlock, end - j0 - rows)));
+      const RowVectorF block_max =
+          map.shifted ? column_max(logits, next_rows(k, v, j0 + rows, std::min(kRowBlock, end - j0 - rows))) : sums.max;
       for (int64_t f = 0; f < m; ++f)
         if (block_max(f) > sums.max(f)) {
           // exp(−inf) = 0 for the first block; the sums are 0 then anyway.
@@ -146,8 +148,13 @@ void positive_feature_attention(const PositiveFeatureMapF& map, const MatrixF& q
     else
       tile_product(with_lead(q, i0, rows, lead), map.query_t, logits);
     logits.rowwise() += shift;
-    // Evaluated first (the update below aliases), with the next block's queries and output rows asked for.
-    logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, next));
+    if (map.shifted) {
+      // Evaluated first (the update below aliases), with the next block's queries and output rows asked for.
+      logits.colwise() -= row_max(logits, next_rows(q, out, i0 + rows, next));
+    } else {  // the textbook map's −h·‖q‖², on the lead rows' zeros too (they are dropped)
+      const MatrixF rows_used = lead == 0 ? MatrixF(q.middleRows(i0, rows)) : with_lead(q, i0, rows, lead);
+      logits.colwise() -= map.key_square_weight * rows_used.rowwise().squaredNorm();
+    }
     logits = logits.array().exp();
     round_in_place(logits, stored);
     if (lead == 0) {

@@ -21,6 +21,10 @@ struct PositiveFeatureMapF {
   RowVectorF offsets;             ///< M: c_m (empty: none)
   RowVectorF key_square_weights;  ///< p: h_l (empty: `key_square_weight` for every coordinate)
   float key_square_weight = 0;    ///< h when it is one number (Performer's s/2): h·‖k‖²
+  /// false: no stabilising shifts — the textbook map, log φ(q) = q·w^Q + c_m − h·‖q‖² as the keys' (h one number),
+  /// exponentiated as it stands (performer-raw, the precision study's unstabilised variant: its features
+  /// underflow f16 for large logits). Exact in real arithmetic either way: the shifts cancel in the ratio.
+  bool shifted = true;
 };
 
 /// out (resized to n × pv) for queries q (n × p), keys k (keys × p), values v (keys × pv). Query row i is at

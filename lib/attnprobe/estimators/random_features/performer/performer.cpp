@@ -1,4 +1,5 @@
 #include "attnprobe/estimators/random_features/performer/performer.h"
+#include "attnprobe/estimators/random_features/performer/performer_params.h"
 
 #include <cmath>
 
@@ -227,6 +228,19 @@ class Performer final : public Estimator {
   bool orthogonal_;
 };
 
+}  // namespace
+
+const ParamSet<PerformerParams>& performer_param_set() {
+  static const ParamSet<PerformerParams> kKeys =
+      ParamSet<PerformerParams>()
+          .integer("M", &PerformerParams::features, 1, 1 << 20, "random features")
+          .integer("ortho", &PerformerParams::orthogonal, 0, 1,
+                   "1: orthogonal blocks of features (norms ~ chi_p); 0: iid");
+  return kKeys;
+}
+
+namespace {
+
 const std::string kPerformerRounding = std::string("full mask and its decode rows: ") + kRandomFeatureRounding +
                                        "; causal form: inputs and output only (its prefix sums stay float32)";
 
@@ -235,10 +249,7 @@ const std::string kPerformerRounding = std::string("full mask and its decode row
     .family = "random-features",
     .summary = "Performer/RFA positive random features, log-space stabilised, no epsilon (O(n M p))",
     .page = "estimators/random-features.md",
-    .params = ParamSet<PerformerParams>()
-                  .integer("M", &PerformerParams::features, 1, 1 << 20, "random features")
-                  .integer("ortho", &PerformerParams::orthogonal, 0, 1,
-                           "1: orthogonal blocks of features (norms ~ chi_p); 0: iid"),
+    .params = performer_param_set(),
     .samples_knob = "M",
     .capabilities = {.random = true,
                      .forms = kFullAndCausal,
