@@ -1,5 +1,5 @@
 #include "attnprobe/estimators/random_features/performer/performer.h"
-#include "attnprobe/estimators/random_features/performer/performer_params.h"
+#include "attnprobe/estimators/random_features/performer/performer_map.h"
 
 #include <cmath>
 
@@ -20,13 +20,8 @@ class Performer final : public Estimator {
   // (feature_attention.h; √s folded into the projections: ω·q̃ = (√s·ω)·q).
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     if (view.mask == Mask::kCausal) return estimate_causal(view, ctx, out);
-    PositiveFeatureMapF map;
-    map.query_t = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key, ctx.pool))
-                      .cast<float>()
-                      .transpose();
-    map.key_t = map.query_t;
-    map.key_square_weight = static_cast<float>(0.5 * view.scale);
-    positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out, view.first_position, ctx.precision);
+    positive_feature_attention(performer_feature_map(view, ctx, {features_, orthogonal_}), view.qf, view.kf, view.vf,
+                               ctx.pool, out, view.first_position, ctx.precision);
   }
 
   std::optional<Gradients> backward(const HeadView& view, const MatrixD& upstream,
@@ -229,6 +224,17 @@ class Performer final : public Estimator {
 };
 
 }  // namespace
+
+PositiveFeatureMapF performer_feature_map(const HeadView& view, const EstimateContext& ctx,
+                                          const PerformerParams& params) {
+  PositiveFeatureMapF map;
+  map.query_t = (std::sqrt(view.scale) * draw_omegas(params.features, view.p(), params.orthogonal, ctx.key, ctx.pool))
+                    .cast<float>()
+                    .transpose();
+  map.key_t = map.query_t;
+  map.key_square_weight = static_cast<float>(0.5 * view.scale);
+  return map;
+}
 
 const ParamSet<PerformerParams>& performer_param_set() {
   static const ParamSet<PerformerParams> kKeys =

@@ -4,8 +4,7 @@
 #include <string>
 
 #include "attnprobe/estimators/random_features/feature_attention.h"
-#include "attnprobe/estimators/random_features/features.h"
-#include "attnprobe/estimators/random_features/performer/performer_params.h"
+#include "attnprobe/estimators/random_features/performer/performer_map.h"
 #include "attnprobe/estimators/registry.h"
 
 namespace attnprobe {
@@ -13,33 +12,28 @@ namespace {
 
 class PerformerRaw final : public Estimator {
  public:
-  explicit PerformerRaw(PerformerParams params) : features_(params.features), orthogonal_(params.orthogonal) {}
+  explicit PerformerRaw(PerformerParams params) : params_(params) {}
 
-  // The full form of feature_attention.h without its shifts: the textbook map's ‖x̃‖²/2 on both sides and the
-  // M^{-1/2} as an offset of every log-feature.
+  // performer's full form without its shifts: the textbook map's ‖x̃‖²/2 on both sides and the M^{-1/2} as an
+  // offset of every log-feature.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    PositiveFeatureMapF map;
-    map.query_t = (std::sqrt(view.scale) * draw_omegas(features_, view.p(), orthogonal_, ctx.key, ctx.pool))
-                      .cast<float>()
-                      .transpose();
-    map.key_t = map.query_t;
-    map.key_square_weight = static_cast<float>(0.5 * view.scale);
-    map.offsets = RowVectorF::Constant(features_, static_cast<float>(-0.5 * std::log(static_cast<double>(features_))));
+    PositiveFeatureMapF map = performer_feature_map(view, ctx, params_);
+    map.offsets = RowVectorF::Constant(params_.features,
+                                       static_cast<float>(-0.5 * std::log(static_cast<double>(params_.features))));
     map.shifted = false;
     positive_feature_attention(map, view.qf, view.kf, view.vf, ctx.pool, out, view.first_position, ctx.precision);
   }
 
   double memory_bytes(int64_t n, int64_t p, int64_t pv) const override {
-    return 8.0 * features_ * p + positive_feature_attention_bytes(features_, p, pv);
+    return 8.0 * params_.features * p + positive_feature_attention_bytes(params_.features, p, pv);
   }
   // performer's: Q·ω and K·ω, the key sums and the output.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
-    return 2.0 * 2.0 * n * features_ * p + 2.0 * 2.0 * n * features_ * pv;
+    return 2.0 * 2.0 * n * params_.features * p + 2.0 * 2.0 * n * params_.features * pv;
   }
 
  private:
-  int64_t features_;
-  bool orthogonal_;
+  PerformerParams params_;
 };
 
 const std::string kPerformerRawRounding = std::string(kRandomFeatureRounding) + " (unshifted: features can underflow)";
