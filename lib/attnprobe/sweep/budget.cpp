@@ -61,6 +61,12 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     const double forward = e.memory_bytes(s.n, info.dim, info.value_dim);
     return gradients ? std::max(forward, e.backward_memory_bytes(s.n, info.dim, info.value_dim)) : forward;
   };
+  // Below float32 a slice also holds its rounded copy and exact attention in the precision, and with the precision
+  // metrics each trial runs its estimator a second time, in float32, beside the rounded estimate (docs/precision.md).
+  // Counted for every slice when any is rounded: a plan's precisions share their slices' kinds below.
+  const bool rounds =
+      std::any_of(plan.slices.begin(), plan.slices.end(), [](const SliceRef& s) { return below_float32(s.precision); });
+  const bool splits = rounds && std::any_of(plan.metrics.begin(), plan.metrics.end(), is_precision_metric);
   std::map<std::tuple<int, int, int>, int64_t> longest;
   for (const SliceRef& s : plan.slices) {
     auto& n = longest[{s.layer, s.head, s.batch}];
@@ -95,6 +101,7 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     const double pv = static_cast<double>(info.value_dim);
     double bytes = 12.0 * static_cast<double>(n0) * (2 * p + pv);
     if (s.n != n0) bytes += 12.0 * n * (2 * p + pv);
+    if (rounds) bytes += 12.0 * n * (2 * p + pv) + 4.0 * n * pv;
     double slice_flops = 0;
     for (const auto& [name, ref] : references) {
       bytes += 8.0 * n * pv + call_bytes(*ref, s, info);
@@ -105,9 +112,9 @@ PlanBudget estimate_budget(const Dump& dump, const SweepPlan& plan, int threads)
     for (size_t i = 0; i < estimators.size(); ++i) {
       const double mem = call_bytes(*estimators[i], s, info);
       if (mem > largest) largest = mem, largest_setting = i;
-      slice_flops += plan.settings[i].trials * estimators[i]->flops(s.n, info.dim, info.value_dim);
+      slice_flops += (splits ? 2 : 1) * plan.settings[i].trials * estimators[i]->flops(s.n, info.dim, info.value_dim);
     }
-    bytes += workers * (20.0 * n * pv + largest) + inflated;
+    bytes += workers * ((splits ? 24.0 : 20.0) * n * pv + largest) + inflated;
     budget.flops += copies * slice_flops;
     if (bytes > budget.peak_bytes) {
       budget.peak_bytes = bytes;

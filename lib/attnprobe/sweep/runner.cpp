@@ -202,8 +202,8 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
     auto& n = longest[{s.layer, s.head, s.batch}];
     n = std::max(n, s.n);
   }
-  // Per-trial metrics: the plain ones, then the attention-weight ones, then the selection ones (the rows' order);
-  // then per case.
+  // Per-trial metrics: the plain ones, then the precision ones, then the attention-weight ones, then the selection ones
+  // (the rows' order); then per case.
   std::vector<Metric> plain_list, precision_list, weight_list, selection_list, case_list;
   for (Metric m : plan.metrics)
     (is_case_metric(m)        ? case_list
