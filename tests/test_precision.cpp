@@ -364,6 +364,19 @@ TEST_CASE("precision refusals say what to do", "[precision][cli]") {
   CHECK_THAT(cuda.output, Catch::Contains("--device cpu"));
 }
 
+TEST_CASE("eval prints one line per setting and precision, not their mean", "[precision][cli]") {
+  const std::string dump = test::write_synth("precision-eval.h5", test::synth_options(1, 1, 1, 64, 16));
+  const auto run =
+      test::run_attnprobe(fmt::format("eval {} -e vmean --precision f32,f16 --metrics fro_rel,round_excess -q", dump));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("1 slices of"));
+  CHECK_THAT(run.output, Catch::Contains("precision"));
+  // vmean at f32: no rounding excess, printed as 0; at f16 a small one of its own line.
+  CHECK_THAT(run.output, Catch::Matches("(.|\\n)*vmean +softmax +f32 +[0-9.e-]+ +0\\n(.|\\n)*"));
+  CHECK_THAT(run.output, Catch::Matches("(.|\\n)*vmean +softmax +f16 +[0-9.e-]+ +[1-9][0-9.e-]*\\n(.|\\n)*"));
+}
+
 TEST_CASE("a CSV written before the precision column reads as f32", "[precision][csv]") {
   const std::string path = test::temp_path("before-precision.csv");
   write_file_atomically(path,

@@ -224,7 +224,8 @@ bool progress_wanted(const RunCommandOptions& o) { return !o.quiet && isatty(STD
 int run_eval(const RunCommandOptions& o) {
   require_separate_files({{"the dump", o.dump}}, {{"-o", o.output}});
   const Dump dump = Dump::open(o.dump, o.dump_options);
-  const SweepPlan plan = plan_sweep(dump, make_request(o, true));
+  const SweepRequest request = make_request(o, true);
+  const SweepPlan plan = plan_sweep(dump, request);
   check_budget(dump, plan, o);
   if (o.dry_run) return 0;
   std::vector<TrialRow> all_rows;
@@ -238,18 +239,25 @@ int run_eval(const RunCommandOptions& o) {
   bar.finish();
   if (!o.output.empty()) rewrite_trial_csv(o.output, all_rows);
 
-  // One line per setting: each metric's mean ± standard error over the slices (summarize --over).
+  // One line per setting (and per kind of query rows and precision, when the command asks for several): each
+  // metric's mean ± standard error over the slices (summarize --over).
+  const bool several_queries = request.queries.size() > 1, several_precisions = request.precisions.size() > 1;
   std::vector<std::vector<std::string>> table = {{"estimator", "reference"}};
+  if (several_queries) table[0].push_back("queries");
+  if (several_precisions) table[0].push_back("precision");
   std::map<std::string, size_t> column_of;  // a deterministic setting has no case-level metrics: "-"
   for (Metric m : plan.metrics) {
     column_of[metric_name(m, plan.recall_k)] = table[0].size();
     table[0].push_back(metric_name(m, plan.recall_k));
   }
-  std::map<std::pair<std::string, std::string>, size_t> row_of;
+  std::map<std::tuple<std::string, std::string, QueryRows, Precision>, size_t> row_of;
   for (const SummaryRow& s : pool_over_slices(all_rows)) {
-    auto [it, added] = row_of.emplace(std::pair(s.key.spec, s.key.reference), table.size());
+    auto [it, added] =
+        row_of.emplace(std::tuple(s.key.spec, s.key.reference, s.key.queries, s.key.precision), table.size());
     if (added) {
       table.push_back({s.key.spec, s.key.reference});
+      if (several_queries) table.back().push_back(query_rows_text(s.key.queries));
+      if (several_precisions) table.back().push_back(precision_name(s.key.precision));
       table.back().resize(table[0].size(), "-");
     }
     table[it->second][column_of.at(s.metric)] =
@@ -259,7 +267,7 @@ int run_eval(const RunCommandOptions& o) {
       !plan.slices.empty() && std::all_of(plan.slices.begin(), plan.slices.end(),
                                           [&](const SliceRef& r) { return r.n == plan.slices.front().n; });
   fmt::print("{} slices of {}, {}; mean ± standard error over slices (each slice's mean over its trials)\n",
-             plan.slices.size(), dump_label(o.dump),
+             plan.slices.size() / (request.queries.size() * request.precisions.size()), dump_label(o.dump),
              one_length ? fmt::format("n = {}{}", plan.slices.front().n, o.lengths.empty() ? " (full length)" : "")
                         : std::string("n = each batch item's full valid length"));
   fmt::print("{}", format_table(table));
