@@ -25,9 +25,11 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/rounded_estimate.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/rng/random_matrix.h"
+#include "attnprobe/view/rounded_view.h"
 #include "support.h"
 
 using namespace attnprobe;
@@ -300,6 +302,34 @@ std::string last_rows_equal(const ConformanceCase& c) {
   return "";
 }
 
+// Below float32 (--precision, docs/precision.md), on the CPU: the estimate of the view rounded to bf16 and to f16 is
+// deterministic, finite on these ordinary slices and representable in the precision; and a decode form that
+// last_rows_equal holds keeps it there: the last rows of the rounded slice alone are the same rows of its estimate.
+std::string rounded_forms(const ConformanceCase& c) {
+  const Spec spec = parse_spec(c.spec);
+  const auto estimator = spec.make();
+  const Capabilities can = spec.capabilities();
+  const bool decode = can.decode.has(c.mask) && !can.decode_only() && !can.anchored;
+  for (const Precision precision : {Precision::kBf16, Precision::kF16}) {
+    const HeadView whole = rounded_view(c.view(), precision);
+    MatrixF first, again;
+    estimate_at_precision(*estimator, whole, c.context(2), precision, first);
+    estimate_at_precision(*estimator, whole, c.context(2), precision, again);
+    const char* name = precision_name(precision);
+    if (!first.allFinite()) return fmt::format("{}: non-finite values", name);
+    if (first != again) return fmt::format("{}: two calls with one key differ", name);
+    for (int64_t i = 0; i < first.size(); ++i)
+      if (round_to(first.data()[i], precision) != first.data()[i])
+        return fmt::format("{}: a value not representable in it", name);
+    if (!decode) continue;
+    MatrixF last;
+    estimate_at_precision(*estimator, last_rows(whole, 7), c.context(2), precision, last);
+    if (!rows_identical(last, first.bottomRows(7), 7))
+      return fmt::format("{}: the last 7 rows alone differ from those of the whole slice", name);
+  }
+  return "";
+}
+
 // Checks `property` on every case, printing each case's id; counts what it checked.
 int check_all(const std::vector<ConformanceCase>& all,
               const std::function<std::string(const ConformanceCase&)>& property) {
@@ -358,6 +388,11 @@ TEST_CASE("conformance: no causal form lets a later token change an earlier row"
 TEST_CASE("conformance: decode rows equal the same rows of the whole slice, bit for bit", "[conformance][decode]") {
   // Every variant with a decode form, under each mask of it, at awkward shapes (devices: device_decode_parity).
   CHECK(check_all(cases({{37, 8, 11}, {300, 16, 19}, {1100, 32, 32}}, kAllMasks, true, true), last_rows_equal) > 0);
+}
+
+TEST_CASE("conformance: in bf16 and f16, deterministic, finite, representable, and decode rows kept",
+          "[conformance][precision]") {
+  CHECK(check_all(cases({{97, 16, 19}}, kAllMasks, true), rounded_forms) >= 57);
 }
 
 TEST_CASE("conformance: stated weights reproduce the output", "[conformance][weights]") {
