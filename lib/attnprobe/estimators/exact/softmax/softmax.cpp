@@ -4,6 +4,7 @@
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
 
 namespace attnprobe {
@@ -12,11 +13,7 @@ namespace {
 class SoftmaxEstimator final : public Estimator {
  public:
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    if (below_float32(ctx.precision))
-      return exact_attention_rounded(view.qf, view.kf, view.vf, static_cast<float>(view.scale), ctx.precision, out,
-                                     ctx.pool, view.geometry(), &view.shaping);
-    exact_attention_f32(view.qf, view.kf, view.vf, static_cast<float>(view.scale), out, ctx.pool, view.geometry(),
-                        &view.shaping);
+    out = exact_attention_at(view, ctx.precision, ctx.pool);  // float32, or FlashAttention-2's points below it
   }
   std::optional<MatrixD> reference(const HeadView& view, ThreadPool* pool) const override {
     return exact_attention_f64(view.q, view.k, view.v, view.scale, pool, view.geometry(), &view.shaping);
