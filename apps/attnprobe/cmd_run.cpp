@@ -137,8 +137,9 @@ void add_common_options(CLI::App& cmd, RunCommandOptions& o) {
          "random setting over its trials, written with trial -1; 'weights' (or row_tv,row_kl,topk_recall) to "
          "compare the attention matrix each estimator implies with the exact one; 'selection' (or keys_attended,"
          "keys_scored,density,density_scored,mass_recall,tail_mass,tail_gap,tail_pred,row_kl_rev,kept_overlap,"
-         "topk_recall@K,den_rel,num_rel,eps_cover,pilot) for the keys a "
-         "selection or sampling estimator reads and the attention it keeps; "
+         "topk_recall@K,den_rel,num_rel,eps_cover,pilot,reps_attended,kept_overlap_f32,score_ties,cut_ties) for the "
+         "keys a selection or sampling estimator reads and the attention it keeps (under --precision bf16/f16: the "
+         "keys its rounded scores choose); "
          "'precision' (or approx_err,round_floor,round_excess,fa_ratio, their _spec forms, nonfinite_rows) for "
          "rounding vs approximation under --precision; "
          "grad_q_fro_rel,grad_q_angle,grad_v_fro_rel,grad_pairs for the backward pass (docs/metrics.md)")

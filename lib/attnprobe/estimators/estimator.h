@@ -64,6 +64,22 @@ struct Completion {
   std::vector<int64_t> summarises;  ///< ascending absolute key indices; empty: every key the row sees (V_t)
 };
 
+/// How the scores of a row's rankings could decide its kept set below float32 (score_ties, cut_ties;
+/// docs/precision.md): a method that ranks keys by scores stored in the case's precision counts, per ranking that
+/// drops some candidates, the candidates, those whose stored score equals another candidate's, and whether the
+/// last kept score equals the first dropped one (then tie-breaking, not the scores, chose the kept set). Counted
+/// below float32 only (float32 cases rank float64 scores): all zero otherwise.
+struct ScoreTies {
+  double rankings = 0;  ///< rankings that dropped some candidates
+  double cut_ties = 0;  ///< of those, the ones whose cut fell inside a tie
+  double scores = 0;    ///< candidates those rankings ordered
+  double tied = 0;      ///< of those, the ones whose stored score equals another candidate's
+  ScoreTies& operator+=(const ScoreTies& other) {
+    rankings += other.rankings, cut_ties += other.cut_ties, scores += other.scores, tied += other.tied;
+    return *this;
+  }
+};
+
 struct KeptKeys {
   std::vector<int64_t> keys;
   std::vector<double> log_weights;
@@ -71,6 +87,7 @@ struct KeptKeys {
   double pilot = std::numeric_limits<double>::quiet_NaN();  ///< the pilot draws behind this row's budget
   double eps = std::numeric_limits<double>::quiet_NaN();  ///< the ε of the method's own ‖ô − o‖ ≤ ε‖o‖ promise
   std::vector<Completion> completions;                    ///< none for every method but sparq
+  ScoreTies ties;  ///< the row's rankings below float32 (a prompt compressed once: that one ranking, on every row)
 };
 
 class Estimator {

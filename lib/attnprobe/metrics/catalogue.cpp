@@ -28,10 +28,10 @@ const std::vector<Metric>& weight_metrics() {
 
 const std::vector<Metric>& selection_metrics() {
   static const std::vector<Metric> kSelection = {
-      Metric::kKeysAttended,  Metric::kKeysScored, Metric::kDensity,  Metric::kDensityScored, Metric::kMassRecall,
-      Metric::kTailMass,      Metric::kTailGap,    Metric::kTailPred, Metric::kRowKlRev,      Metric::kKeptOverlap,
-      Metric::kTopkRecallAtK, Metric::kDenRel,     Metric::kNumRel,   Metric::kEpsCover,      Metric::kPilot,
-      Metric::kRepsAttended};  // last, so the others keep their places
+      Metric::kKeysAttended,  Metric::kKeysScored,     Metric::kDensity,   Metric::kDensityScored, Metric::kMassRecall,
+      Metric::kTailMass,      Metric::kTailGap,        Metric::kTailPred,  Metric::kRowKlRev,      Metric::kKeptOverlap,
+      Metric::kTopkRecallAtK, Metric::kDenRel,         Metric::kNumRel,    Metric::kEpsCover,      Metric::kPilot,
+      Metric::kRepsAttended,  Metric::kKeptOverlapF32, Metric::kScoreTies, Metric::kCutTies};  // later ones last
   return kSelection;
 }
 
@@ -164,6 +164,12 @@ const char* metric_name(Metric metric) {
       return "fa_ratio_spec";
     case Metric::kNonfiniteRows:
       return "nonfinite_rows";
+    case Metric::kKeptOverlapF32:
+      return "kept_overlap_f32";
+    case Metric::kScoreTies:
+      return "score_ties";
+    case Metric::kCutTies:
+      return "cut_ties";
   }
   return "?";
 }
@@ -184,7 +190,7 @@ const std::vector<Metric>& known_metrics() {
 
 bool larger_is_better(Metric metric) {
   return metric == Metric::kTopkRecall || metric == Metric::kMassRecall || metric == Metric::kKeptOverlap ||
-         metric == Metric::kTopkRecallAtK || metric == Metric::kEpsCover;
+         metric == Metric::kTopkRecallAtK || metric == Metric::kEpsCover || metric == Metric::kKeptOverlapF32;
 }
 
 std::string metric_name(Metric metric, int64_t recall_k) {

@@ -55,6 +55,9 @@ enum class Metric {
   kRoundExcessSpec,
   kFaRatioSpec,
   kNonfiniteRows,
+  kKeptOverlapF32,  // selection metrics of a case below float32 (docs/metrics.md, docs/precision.md)
+  kScoreTies,
+  kCutTies,
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.

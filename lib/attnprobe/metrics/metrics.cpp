@@ -148,6 +148,9 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kRoundExcessSpec:
       case Metric::kFaRatioSpec:
       case Metric::kNonfiniteRows:
+      case Metric::kKeptOverlapF32:
+      case Metric::kScoreTies:
+      case Metric::kCutTies:
         throw std::logic_error("a case-level, weight, selection or precision metric asked of compute_metrics");
     }
   }

@@ -37,10 +37,19 @@ int64_t common(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
   return both;
 }
 
+// |x ∩ y| / |x ∪ y| of two ascending index lists (1 for two empty ones).
+double jaccard(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  const int64_t both = common(x, y);
+  const int64_t either = static_cast<int64_t>(x.size() + y.size()) - both;
+  return either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+}
+
 // Per-row values, summed over the rows for their means.
 struct Sums {
   double attended = 0, scored = 0, reps = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
-         tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0, den_rel = 0, num_rel = 0, covered = 0, pilot = 0;
+         tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0, den_rel = 0, num_rel = 0, covered = 0, pilot = 0,
+         overlap_f32 = 0;
+  ScoreTies ties;
 };
 
 // log D = log Σ_{V_t} e^{ℓ_j} of a row, from its float64 logits (shifted by their maximum).
@@ -56,7 +65,8 @@ double row_log_normaliser(const HeadView& view, int64_t row) {
 
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
                                       const std::vector<Metric>& which, double eps, int64_t recall_k,
-                                      const Estimator::KeptRows* reference_kept) {
+                                      const Estimator::KeptRows* reference_kept,
+                                      const Estimator::KeptRows* float32_kept) {
   if (!kept) throw std::logic_error("selection metrics of an estimator that states no kept keys");
   const int64_t n = view.n();
   Sums sums;
@@ -65,6 +75,7 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   bool weighted = false;
   const bool wants_overlap = std::find(which.begin(), which.end(), Metric::kKeptOverlap) != which.end();
   const bool wants_recall = std::find(which.begin(), which.end(), Metric::kTopkRecallAtK) != which.end();
+  const bool wants_overlap_f32 = std::find(which.begin(), which.end(), Metric::kKeptOverlapF32) != which.end();
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, n - r0);
     const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, r0, rows, view.geometry(), &view.shaping);
@@ -144,10 +155,10 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       if (wants_overlap) {
         const std::vector<int64_t> other =
             reference_kept ? (*reference_kept)(r0 + r).keys : ascending_prefix(largest, size);
-        const int64_t both = common(row.keys, other);
-        const int64_t either = size + static_cast<int64_t>(other.size()) - both;
-        sums.overlap += either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+        sums.overlap += jaccard(row.keys, other);
       }
+      sums.ties += row.ties;
+      if (wants_overlap_f32) sums.overlap_f32 += float32_kept ? jaccard(row.keys, (*float32_kept)(r0 + r).keys) : 1.0;
       if (wants_recall) {
         const std::vector<int64_t> top = ascending_prefix(largest, recall_k);
         sums.recall += static_cast<double>(common(row.keys, top)) / static_cast<double>(top.size());
@@ -205,6 +216,15 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         break;
       case Metric::kPilot:
         out.push_back(weighted ? sums.pilot / rows : nan);
+        break;
+      case Metric::kKeptOverlapF32:
+        out.push_back(sums.overlap_f32 / rows);
+        break;
+      case Metric::kScoreTies:
+        out.push_back(sums.ties.scores > 0 ? sums.ties.tied / sums.ties.scores : nan);
+        break;
+      case Metric::kCutTies:
+        out.push_back(sums.ties.rankings > 0 ? sums.ties.cut_ties / sums.ties.rankings : nan);
         break;
       default:
         throw std::logic_error(std::string("not a selection metric: ") + metric_name(metric));

@@ -21,11 +21,16 @@ namespace attnprobe {
 /// kept_overlap = |S_t ∩ O_t| / |S_t ∪ O_t| with O_t the |S_t| heaviest keys (the size-matched oracle), or, given
 /// `reference_kept` (the case's --reference is a selection estimator), O_t = that estimator's kept set of the row:
 /// method against method on the same case. topk_recall@K =
-/// |S_t ∩ Top_K(a_t)| / min(K, |V_t|) with K = `recall_k` (--recall-k), ties to the lower index. Values in the order of
+/// |S_t ∩ Top_K(a_t)| / min(K, |V_t|) with K = `recall_k` (--recall-k), ties to the lower index. Below float32
+/// (`kept` from the rounded inputs and scores, `view` the inputs as stored): kept_overlap_f32 = |S_t ∩ F_t| /
+/// |S_t ∪ F_t| with F_t the same method's float32 kept set of the row, `float32_kept` (1 when it is null: a float32
+/// case is its own), score_ties = Σ tied / Σ ranked scores and cut_ties = the share of rankings whose cut fell inside
+/// a tie, pooled over the rows' ScoreTies (NaN when no ranking dropped a key below float32). Values in the order of
 /// `which` (selection metrics only).
 std::vector<double> selection_metrics(const HeadView& view, const Estimator::KeptRows& kept,
                                       const std::vector<Metric>& which, double eps = 0.05,
                                       int64_t recall_k = kDefaultRecallK,
-                                      const Estimator::KeptRows* reference_kept = nullptr);
+                                      const Estimator::KeptRows* reference_kept = nullptr,
+                                      const Estimator::KeptRows* float32_kept = nullptr);
 
 }  // namespace attnprobe

@@ -219,13 +219,15 @@ SweepPlan plan_sweep(const Dump& dump, const SweepRequest& request) {
     throw UsageError(
         "--precision f64: estimators compute in float32 (f32) or rounded below it (bf16, f16); float64 is the "
         "reference's precision, which every case is compared against already. Use f32, bf16 or f16.");
+  // Below float32 a selection's kept set is the one its rounded scores choose (kept_overlap_f32, score_ties); the
+  // gradients and the implied weights are the estimator's mathematics, measured in float32.
   if (std::any_of(request.precisions.begin(), request.precisions.end(), below_float32))
     for (Metric m : plan.metrics)
-      if (is_gradient_metric(m) || is_weight_metric(m) || is_selection_metric(m))
+      if (is_gradient_metric(m) || is_weight_metric(m))
         throw UsageError(fmt::format(
-            "{} is measured in float32 only: the gradient, attention-weight and selection metrics describe the "
-            "estimator's mathematics, not its rounding. Measure them in a run without bf16/f16 in --precision, "
-            "and the rounding with --metrics all,precision.",
+            "{} is measured in float32 only: the gradient and attention-weight metrics describe the estimator's "
+            "mathematics, not its rounding. Measure them in a run without bf16/f16 in --precision, and the "
+            "rounding with --metrics all,precision (a selection's kept sets with --metrics selection).",
             metric_name(m, plan.recall_k)));
 
   std::vector<int> layer_numbers;

@@ -376,10 +376,15 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         // A selection estimator's kept sets are stated again for each metric group, not cached: a cache would
         // hold n × |S| keys (1.7 GB for 5% of 65536 keys at n = 65536), and the restatement costs the order of
         // the metrics' own O(n²·p) exact rows.
+        // Below float32 the kept sets are those the rounded inputs and scores choose, measured against the exact
+        // weights of the inputs as stored, and beside the float32 kept sets of the same draws (kept_overlap_f32).
         if (!selection_list.empty()) {
-          const std::vector<double> kept =
-              selection_metrics(view, estimators[task.setting]->kept_keys(view, ctx), selection_list, plan.eps,
-                                plan.recall_k, ref.kept ? &ref.kept : nullptr);
+          EstimateContext at_precision = ctx;
+          at_precision.precision = slice.precision;
+          const Estimator::KeptRows float32_kept = rounding ? estimators[task.setting]->kept_keys(view, ctx) : nullptr;
+          const std::vector<double> kept = selection_metrics(
+              view, estimators[task.setting]->kept_keys(case_view, at_precision), selection_list, plan.eps,
+              plan.recall_k, ref.kept ? &ref.kept : nullptr, rounding ? &float32_kept : nullptr);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }

@@ -198,10 +198,11 @@ int64_t compressed_prompt_end(const HeadView& view, const char* method) {
 }
 
 Estimator::KeptRows rows_after_prompt(const HeadView& view, std::shared_ptr<const std::vector<int64_t>> prompt,
-                                      int64_t P) {
-  return [&view, prompt = std::move(prompt), P](int64_t i) {
+                                      int64_t P, ScoreTies ties) {
+  return [&view, prompt = std::move(prompt), P, ties](int64_t i) {
     const KeyRange seen = view.visible(i);
     KeptKeys kept{{}, {}, 0.0};
+    kept.ties = ties;
     kept.keys.reserve(prompt->size() + static_cast<size_t>(std::max<int64_t>(0, seen.end - P)));
     for (int64_t j : *prompt)
       if (j >= seen.begin && j < seen.end) kept.keys.push_back(j);
@@ -216,15 +217,44 @@ void positional_forms(int64_t sink, int64_t window, Capabilities& can) {
   can.decode = can.weights = can.forms;
 }
 
+std::vector<double> stored_scores(std::vector<double> scores, Precision precision) {
+  if (below_float32(precision))
+    for (double& score : scores) score = store_as(score, precision);
+  return scores;
+}
+
+ScoreTies ranking_ties(const std::vector<double>& ordered, int64_t kept) {
+  const int64_t ranked = static_cast<int64_t>(ordered.size());
+  ScoreTies ties;
+  if (kept <= 0 || kept >= ranked) return ties;  // nothing dropped or nothing kept: the scores decided nothing
+  ties.rankings = 1;
+  ties.scores = static_cast<double>(ranked);
+  ties.cut_ties = ordered[kept - 1] == ordered[kept] ? 1 : 0;
+  // Equal scores sit side by side in an ordered list: a score is tied when a neighbour equals it.
+  for (int64_t r = 0; r < ranked; ++r)
+    ties.tied += (r > 0 && ordered[r - 1] == ordered[r]) || (r + 1 < ranked && ordered[r + 1] == ordered[r]) ? 1 : 0;
+  return ties;
+}
+
 std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
-                                   int64_t count) {
+                                   int64_t count, Precision precision, ScoreTies* ties) {
   if (count >= static_cast<int64_t>(candidates.size())) return candidates;
   if (count <= 0) return {};
+  const bool rounding = below_float32(precision);
+  const std::vector<double> stored = rounding ? stored_scores(scores, precision) : std::vector<double>();
+  const std::vector<double>& compared = rounding ? stored : scores;
   const auto better = [&](int64_t a, int64_t b) {
-    const double sa = scores[a - first], sb = scores[b - first];
+    const double sa = compared[a - first], sb = compared[b - first];
     return sa > sb || (sa == sb && a < b);
   };
-  std::nth_element(candidates.begin(), candidates.begin() + count, candidates.end(), better);
+  if (rounding && ties) {  // a full order for the tie counts (the rounded path is an emulation already)
+    std::sort(candidates.begin(), candidates.end(), better);
+    std::vector<double> ordered(candidates.size());
+    for (size_t r = 0; r < candidates.size(); ++r) ordered[r] = compared[candidates[r] - first];
+    *ties += ranking_ties(ordered, count);
+  } else {
+    std::nth_element(candidates.begin(), candidates.begin() + count, candidates.end(), better);
+  }
   candidates.resize(count);
   return candidates;
 }

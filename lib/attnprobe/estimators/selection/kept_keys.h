@@ -75,11 +75,28 @@ std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fix
 /// scores them all) and, in `rest`, the keys it ranks beyond that part (R_t), ascending.
 KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window, std::vector<int64_t>& rest);
 
+/// The rounding points of a method that ranks keys by scores (Capabilities::rounding, docs/precision.md).
+inline constexpr const char* kRankingScoresRounded =
+    "inputs and output in the precision; the scores that rank keys stored in it (each computed in float64 from the "
+    "rounded inputs, stored once through float32), so scores that round alike tie and the older key is kept; the "
+    "kept keys' logits and their softmax float32";
+
+/// `can` with the rounding points of a method that ranks keys by scores.
+constexpr Capabilities ranking_scores_rounded(Capabilities can) {
+  can.rounding = kRankingScoresRounded;
+  return can;
+}
+
 /// The capabilities of an oracle selection (topk, topp): deterministic; every mask, and its decode form; it states its
 /// weights and kept keys; it ranks and attends by the model's logits, so it honours score shaping (score_visible and
 /// the kept-key exponentials apply it). Settings narrow it (positional_forms, narrow_sharing).
-inline constexpr Capabilities kOracleSelection = {
-    .random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true, .shaping = true};
+inline constexpr Capabilities kOracleSelection = {.random = false,
+                                                  .forms = kAllMasks,
+                                                  .decode = kAllMasks,
+                                                  .weights = kAllMasks,
+                                                  .selection = true,
+                                                  .shaping = true,
+                                                  .rounding = kRankingScoresRounded};
 
 /// P, where the prompt of a view ends (HeadView::prompt_end), for a method that compresses the cache once from the
 /// prompt's query rows: InputError naming `method` when the view does not hold the query rows before its
@@ -89,7 +106,7 @@ int64_t compressed_prompt_end(const HeadView& view, const char* method);
 /// The rows after a prompt compressed once (class B): row i attends the kept prompt keys it sees and every key from
 /// P up to its own (decode keys are never evicted); keys_scored 0 a row (the compression is state work).
 Estimator::KeptRows rows_after_prompt(const HeadView& view, std::shared_ptr<const std::vector<int64_t>> prompt,
-                                      int64_t P);
+                                      int64_t P, ScoreTies ties = {});
 
 /// Sinks and windows are positions: a setting with either computes under the causal and window masks only (the full
 /// mask has no recency), for its declaration's `narrow`.
@@ -97,7 +114,18 @@ void positional_forms(int64_t sink, int64_t window, Capabilities& can);
 
 /// The `count` best of `candidates` (absolute indices into the row's visible range starting at `first`) by
 /// (score descending, index ascending); scores[j − first] is key j's score. Every candidate when count ≥ their number.
+/// Below float32 the scores are compared as a device stores them in `precision` (each rounded from float32:
+/// store_as), so scores that round to one value tie and the older key wins; `ties` (when given) then adds the
+/// ranking's ScoreTies. float32 ranks the float64 scores as they are.
 std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
-                                   int64_t count);
+                                   int64_t count, Precision precision = Precision::kF32, ScoreTies* ties = nullptr);
+
+/// `scores` as a device stores them in `precision` (store_as each; float32: unchanged, the float64 scores): what a
+/// method that ranks by more than best_by_score (topp's masses) rounds before it ranks.
+std::vector<double> stored_scores(std::vector<double> scores, Precision precision);
+
+/// The ScoreTies of one ranking of `ranked` candidates, ordered best first by their stored scores `ordered`
+/// (ordered[r] the r-th best's), of which the first `kept` are kept.
+ScoreTies ranking_ties(const std::vector<double>& ordered, int64_t kept);
 
 }  // namespace attnprobe

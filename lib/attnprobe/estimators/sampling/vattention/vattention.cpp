@@ -88,7 +88,7 @@ class Vattention final : public KeptKeysEstimator {
   explicit Vattention(VattentionParams params) : o_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    return [&view, o = o_, pilot_stream = RandomStream(ctx.key, Purpose::kPilotSample),
+    return [&view, o = o_, precision = ctx.precision, pilot_stream = RandomStream(ctx.key, Purpose::kPilotSample),
             sample_stream = RandomStream(ctx.key, Purpose::kColumnSample)](int64_t i) {
       const bool full = view.mask == Mask::kFull;  // no positions: sink = window = 0
       const KeyRange seen = view.visible(i);
@@ -108,7 +108,7 @@ class Vattention final : public KeptKeysEstimator {
       const double top = *std::max_element(logits.begin(), logits.end());
       std::vector<double> e(logits.size());
       for (size_t j = 0; j < e.size(); ++j) e[j] = std::exp(logits[j] - top);
-      const std::vector<int64_t> best = best_by_score(rest, logits, seen.begin, o.k);
+      const std::vector<int64_t> best = best_by_score(rest, logits, seen.begin, o.k, precision, &kept.ties);
       kept.keys.insert(kept.keys.end(), best.begin(), best.end());
       finish_kept(kept.keys);  // T_t
       std::vector<char> in_top(e.size(), 0);
@@ -170,6 +170,11 @@ class Vattention final : public KeptKeysEstimator {
   VattentionParams o_;
 };
 
+// Only the top-k part ranks; the budget, the samples and their weights come from the float64 logits.
+constexpr const char* kVattentionRounding =
+    "inputs and output in the precision; the logits that rank its top-k part stored in it (ties keep the older key); "
+    "the pilot, the budget and the Horvitz-Thompson weights from the float64 logits, the softmax float32";
+
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<VattentionParams>{
     .name = "vattention",
     .family = "sampling",
@@ -191,7 +196,8 @@ class Vattention final : public KeptKeysEstimator {
                      .forms = kFullAndCausal,
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
-                     .selection = true},
+                     .selection = true,
+                     .rounding = kVattentionRounding},
     .ablations = {"vattention(sink=2,window=8,k=8,base=0.1,eps=0.1,delta=0.1)"},
     .make = [](const VattentionParams& params) { return std::make_unique<Vattention>(params); },
 });

@@ -38,7 +38,9 @@ std::vector<double> expected_weights(const MatrixF& prompt, const MatrixF& keys,
 }
 
 // The kept prompt keys K_P, ascending.
-std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const ExpectedParams& o) {
+// Its scores are compared as stored in `precision`; `ties` gets the ranking's counts.
+std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const ExpectedParams& o, Precision precision,
+                                 ScoreTies& ties) {
   std::vector<int64_t> kept;
   if (P <= o.budget) {
     append_range(kept, 0, P);
@@ -54,7 +56,7 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const Expected
   if (o.vnorm)
     for (int64_t j = o.sink; j < P; ++j)
       score[j - o.sink] = (score[j - o.sink] + o.eps) * view.vf.row(j).cast<double>().norm();
-  kept = best_by_score(std::move(candidates), score, o.sink, o.budget - o.sink);
+  kept = best_by_score(std::move(candidates), score, o.sink, o.budget - o.sink, precision, &ties);
   append_range(kept, 0, o.sink);
   finish_kept(kept);
   return kept;
@@ -64,13 +66,15 @@ class Expected final : public KeptKeysEstimator {
  public:
   explicit Expected(ExpectedParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     const int64_t P = compressed_prompt_end(view, "expected");
     require_input(P > params_.sink + 1,
                   "expected(sink={}) models future queries from the prompt's rows after its sinks, but the evaluated "
                   "rows start at position {}: use a smaller W in --queries last:W, a longer --lengths, or fewer sinks.",
                   params_.sink, P);
-    return rows_after_prompt(view, std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_)), P);
+    ScoreTies ties;
+    auto kept = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_, ctx.precision, ties));
+    return rows_after_prompt(view, std::move(kept), P, ties);
   }
   // The statistics and the expected scores (once), then each row's kept keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -103,7 +107,7 @@ class Expected final : public KeptKeysEstimator {
                                   p.budget, p.sink);
                   }),
     .samples_knob = "budget",
-    .capabilities = kDecodeAfterPrompt,
+    .capabilities = ranking_scores_rounded(kDecodeAfterPrompt),
     .narrow = narrow_sharing<ExpectedParams>,
     .ablations = {"expected(budget=32,sink=2,cov=0,vnorm=0,share=head)"},
     .make = [](const ExpectedParams& params) { return std::make_unique<Expected>(params); },

@@ -13,7 +13,7 @@ class Moba final : public KeptKeysEstimator {
  public:
   explicit Moba(MobaParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     // The mean key of every whole block, once per call (float64 sums of the float32 keys, in key order).
     const int64_t whole = view.keys() / params_.block, p = view.p();
     auto means = std::make_shared<MatrixD>(MatrixD::Zero(whole, p));
@@ -25,7 +25,7 @@ class Moba final : public KeptKeysEstimator {
       }
       for (int64_t d = 0; d < p; ++d) mean[d] /= static_cast<double>(params_.block);
     }
-    return [&view, params = params_, means](int64_t i) {
+    return [&view, params = params_, means, precision = ctx.precision](int64_t i) {
       const int64_t t = view.position(i), own = t / params.block;
       KeptKeys kept{{}, {}, static_cast<double>(own)};
       std::vector<int64_t> past(own);
@@ -45,7 +45,7 @@ class Moba final : public KeptKeysEstimator {
           }
         }
         const std::vector<double> gate = aggregate_scores(std::move(gates), past, 0, params.agg, /*logits=*/true);
-        past = best_by_score(std::move(past), gate, 0, params.topk - 1);
+        past = best_by_score(std::move(past), gate, 0, params.topk - 1, precision, &kept.ties);
       }
       for (int64_t b : past) append_range(kept.keys, b * params.block, (b + 1) * params.block);
       append_range(kept.keys, own * params.block, t + 1);
@@ -78,7 +78,8 @@ class Moba final : public KeptKeysEstimator {
                      .forms = {Mask::kCausal},
                      .decode = {Mask::kCausal},
                      .weights = {Mask::kCausal},
-                     .selection = true},
+                     .selection = true,
+                     .rounding = kRankingScoresRounded},
     .narrow = narrow_sharing<MobaParams>,
     .ablations = {"moba(block=16,topk=3)", "moba(block=8,topk=3,share=group,agg=max)"},
     .make = [](const MobaParams& params) { return std::make_unique<Moba>(params); },

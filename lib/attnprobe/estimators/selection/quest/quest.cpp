@@ -49,9 +49,9 @@ class Quest final : public KeptKeysEstimator {
  public:
   explicit Quest(QuestParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     auto bounds = std::make_shared<const PageBounds>(view.kf, params_.page);
-    return [&view, params = params_, bounds](int64_t i) {
+    return [&view, params = params_, bounds, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       const int64_t page = params.page, first = seen.begin / page, last = (seen.end - 1) / page;
       const int64_t pages = last - first + 1;
@@ -84,10 +84,10 @@ class Quest final : public KeptKeysEstimator {
         for (std::vector<double>& bound : upper)
           for (double& u : bound) u *= view.scale;
       const std::vector<double> score = aggregate_scores(std::move(upper), candidates, first, params.agg, true);
-      const std::vector<int64_t> best =
-          best_by_score(std::move(candidates), score, first, n - static_cast<int64_t>(chosen.size()));
-      chosen.insert(chosen.end(), best.begin(), best.end());
       KeptKeys kept{{}, {}, 2.0 * static_cast<double>(pages)};
+      const std::vector<int64_t> best = best_by_score(std::move(candidates), score, first,
+                                                      n - static_cast<int64_t>(chosen.size()), precision, &kept.ties);
+      chosen.insert(chosen.end(), best.begin(), best.end());
       for (int64_t b : chosen)
         append_range(kept.keys, std::max(seen.begin, b * page), std::min(seen.end, (b + 1) * page));
       finish_kept(kept.keys);
@@ -123,7 +123,8 @@ class Quest final : public KeptKeysEstimator {
                     "reference)")
             .integer("min_pages", &QuestParams::min_pages, 0, int64_t{1} << 20, "the fewest pages kept")),
     .samples_knob = "budget",
-    .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    .capabilities = ranking_scores_rounded(
+        {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true}),
     // The query's own page is a position: the full mask has none.
     .narrow =
         [](const QuestParams& params, Capabilities& can) {

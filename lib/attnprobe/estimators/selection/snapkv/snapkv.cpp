@@ -47,7 +47,9 @@ std::vector<double> pooled_votes(const MatrixF& prompt, const MatrixF& keys, dou
 }
 
 // The kept prompt keys K_P, ascending, for a prompt of P tokens (the header's steps).
-std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvParams& o) {
+// Its scores are compared as stored in `precision`; `ties` gets the ranking's counts.
+std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvParams& o, Precision precision,
+                                 ScoreTies& ties) {
   std::vector<int64_t> kept;
   if (P <= o.budget) {
     append_range(kept, 0, P);
@@ -60,7 +62,7 @@ std::vector<int64_t> kept_prompt(const HeadView& view, int64_t P, const SnapkvPa
   std::vector<int64_t> all(candidates);
   for (int64_t j = 0; j < candidates; ++j) all[j] = j;
   const std::vector<double> pooled = aggregate_scores(std::move(votes), all, 0, o.agg, /*logits=*/false);
-  kept = best_by_score(std::move(all), pooled, 0, o.budget - o.window);
+  kept = best_by_score(std::move(all), pooled, 0, o.budget - o.window, precision, &ties);
   append_range(kept, candidates, P);
   finish_kept(kept);
   return kept;
@@ -70,14 +72,16 @@ class Snapkv final : public KeptKeysEstimator {
  public:
   explicit Snapkv(SnapkvParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     const int64_t P = compressed_prompt_end(view, "snapkv");
     require_input(
         P > params_.window,
         "snapkv(window={}) needs a prompt longer than its observation window, but the evaluated rows start at "
         "position {}: use a smaller W in --queries last:W, a longer --lengths, or a smaller window.",
         params_.window, P);
-    return rows_after_prompt(view, std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_)), P);
+    ScoreTies ties;
+    auto kept = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_, ctx.precision, ties));
+    return rows_after_prompt(view, std::move(kept), P, ties);
   }
   // The votes of the window rows over the prompt (once), then each row's kept keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -115,7 +119,7 @@ class Snapkv final : public KeptKeysEstimator {
             }),
     .samples_knob = "budget",
     // Positions from key 0: causal decode rows only, after a prompt.
-    .capabilities = kDecodeAfterPrompt,
+    .capabilities = ranking_scores_rounded(kDecodeAfterPrompt),
     .narrow = narrow_sharing<SnapkvParams>,
     .ablations = {"snapkv(window=8,budget=32,kernel=7,pool=max)", "snapkv(window=8,budget=32,share=group,agg=max)"},
     .make = [](const SnapkvParams& params) { return std::make_unique<Snapkv>(params); },

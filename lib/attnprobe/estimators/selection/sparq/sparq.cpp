@@ -83,9 +83,9 @@ class Sparq final : public KeptKeysEstimator {
  public:
   explicit Sparq(SparqParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     auto prefix = params_.realloc ? std::make_shared<const ValuePrefix>(view.vf) : nullptr;
-    return [&view, params = params_, prefix](int64_t i) {
+    return [&view, params = params_, prefix, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       const int64_t p = view.p(), r = std::min(params.r, p);
       // keys_scored: the partial keys of r channels, r/p of a key each, over every key the row sees.
@@ -110,7 +110,7 @@ class Sparq final : public KeptKeysEstimator {
       const std::vector<double> shared =
           aggregate_scores(std::move(scores), rest, seen.begin, params.agg, /*logits=*/true);
       const int64_t wanted = params.k - static_cast<int64_t>(kept.keys.size());
-      const std::vector<int64_t> best = best_by_score(rest, shared, seen.begin, wanted);
+      const std::vector<int64_t> best = best_by_score(rest, shared, seen.begin, wanted, precision, &kept.ties);
       kept.keys.insert(kept.keys.end(), best.begin(), best.end());
       finish_kept(kept.keys);
       if (params.realloc) {
@@ -158,7 +158,8 @@ class Sparq final : public KeptKeysEstimator {
                                   p.k, p.window);
                   }),
     .samples_knob = "k",
-    .capabilities = {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    .capabilities = ranking_scores_rounded(
+        {.random = false, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true}),
     .narrow =
         [](const SparqParams& params, Capabilities& can) {
           positional_forms(0, params.window, can);

@@ -10,8 +10,8 @@ class Topk final : public KeptKeysEstimator {
  public:
   explicit Topk(TopkParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    return [&view, params = params_](int64_t i) {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
+    return [&view, params = params_, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       std::vector<int64_t> rest;  // R_t
       KeptKeys kept = oracle_fixed_part(view, i, params.sink, params.window, rest);
@@ -23,7 +23,8 @@ class Topk final : public KeptKeysEstimator {
           scores.push_back(score_visible(view, *rows, i));
         const std::vector<double> shared =
             aggregate_scores(std::move(scores), rest, seen.begin, params.agg, /*logits=*/true);
-        const std::vector<int64_t> best = best_by_score(std::move(rest), shared, seen.begin, params.k);
+        const std::vector<int64_t> best =
+            best_by_score(std::move(rest), shared, seen.begin, params.k, precision, &kept.ties);
         kept.keys.insert(kept.keys.end(), best.begin(), best.end());
       }
       finish_kept(kept.keys);

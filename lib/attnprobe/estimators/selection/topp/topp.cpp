@@ -13,15 +13,15 @@ class Topp final : public KeptKeysEstimator {
  public:
   explicit Topp(ToppParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
-    return [&view, params = params_](int64_t i) {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
+    return [&view, params = params_, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       std::vector<int64_t> rest;  // R_t
       KeptKeys kept = oracle_fixed_part(view, i, params.sink, params.window, rest);
       if (params.p >= 1.0 || rest.empty()) {
         kept.keys.insert(kept.keys.end(), rest.begin(), rest.end());
       } else {
-        kept_by_mass(score_visible(view, i), seen.begin, params, rest, kept.keys);
+        kept_by_mass(stored_scores(score_visible(view, i), precision), seen.begin, params, rest, kept, precision);
       }
       finish_kept(kept.keys);
       return kept;
@@ -32,9 +32,10 @@ class Topp final : public KeptKeysEstimator {
   }
 
  private:
-  // Appends to `kept` the keys of `rest` (R_t) that reach the mass p, ordered by (mass desc, index asc).
+  // Appends to kept.keys the keys of `rest` (R_t) that reach the mass p, ordered by (mass desc, index asc), and to
+  // kept.ties the ranking's ties when the scores are stored below float32 (their masses are then those scores').
   static void kept_by_mass(const std::vector<double>& scores, int64_t first, const ToppParams& params,
-                           std::vector<int64_t> rest, std::vector<int64_t>& kept) {
+                           std::vector<int64_t> rest, KeptKeys& kept, Precision precision) {
     std::sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
       const double sa = scores[a - first], sb = scores[b - first];
       return sa > sb || (sa == sb && a < b);
@@ -51,7 +52,12 @@ class Topp final : public KeptKeysEstimator {
     while (count < rest.size() && !reached()) cumulative += mass[count++] / total;
     if (params.strict && count > 0)  // the hub keeps every key whose mass reaches the last kept one's (ties join)
       while (count < rest.size() && mass[count] >= mass[count - 1]) ++count;
-    kept.insert(kept.end(), rest.begin(), rest.begin() + static_cast<int64_t>(count));
+    if (below_float32(precision)) {
+      std::vector<double> ordered(rest.size());
+      for (size_t r = 0; r < rest.size(); ++r) ordered[r] = scores[rest[r] - first];
+      kept.ties += ranking_ties(ordered, static_cast<int64_t>(count));
+    }
+    kept.keys.insert(kept.keys.end(), rest.begin(), rest.begin() + static_cast<int64_t>(count));
   }
 
   ToppParams params_;

@@ -12,8 +12,10 @@
 namespace attnprobe {
 namespace {
 
-// kvpress's one-shot form: K_P = {P − 1} ∪ the budget − 1 best older prompt keys by the last prompt row's weights.
-std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t budget, Share share) {
+// kvpress's one-shot form: K_P = {P − 1} ∪ the budget − 1 best older prompt keys by the last prompt row's weights,
+// compared as stored in `precision` (`ties` gets the ranking's counts).
+std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t budget, Share share,
+                                       Precision precision, ScoreTies& ties) {
   std::vector<int64_t> kept(P);
   std::iota(kept.begin(), kept.end(), 0);
   if (P <= budget) return kept;
@@ -22,7 +24,7 @@ std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t 
     weights.push_back(prefill_scores(member, PrefillScores::kLastRow, P));
   kept.pop_back();  // P − 1 is forced; the rest compete
   const std::vector<double> mean = aggregate_scores(std::move(weights), kept, 0, Aggregate::kMean, false);
-  kept = best_by_score(std::move(kept), mean, 0, budget - 1);
+  kept = best_by_score(std::move(kept), mean, 0, budget - 1, precision, &ties);
   kept.push_back(P - 1);
   finish_kept(kept);
   return kept;
@@ -32,14 +34,16 @@ class Tova final : public KeptKeysEstimator {
  public:
   explicit Tova(TovaParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     const int64_t P = replay_prompt(view, "tova");
     if (params_.mode == TovaMode::kPrefill) {
       require_usage(P > 0,
                     "tova(mode=prefill) compresses a prompt once, but the evaluated rows start at position 0: measure "
                     "the last rows with --queries last:W, W below the length (or use mode=replay).");
-      return rows_after_prompt(
-          view, std::make_shared<const std::vector<int64_t>>(compressed_prompt(view, P, params_.budget, share())), P);
+      ScoreTies ties;
+      auto kept = std::make_shared<const std::vector<int64_t>>(
+          compressed_prompt(view, P, params_.budget, share(), ctx.precision, ties));
+      return rows_after_prompt(view, std::move(kept), P, ties);
     }
     const ReplayPolicy policy{.prefill = PrefillScores::kLastRow,
                               .accumulate = false,
@@ -83,7 +87,12 @@ class Tova final : public KeptKeysEstimator {
     .samples_knob = "budget",
     // A cache built from key 0: causal decode rows only, after a prompt (replay: the prompt may be empty).
     .capabilities = kDecodeAfterPrompt,
-    .narrow = [](const TovaParams& params, Capabilities& can) { can.group = params.heads == TovaHeads::kGroup; },
+    .narrow =
+        [](const TovaParams& params, Capabilities& can) {
+          can.group = params.heads == TovaHeads::kGroup;
+          // The replay's eviction scores are float64 accumulations (replay.h); the one-shot form ranks once.
+          if (params.mode == TovaMode::kPrefill) can.rounding = kRankingScoresRounded;
+        },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },
 });
