@@ -527,11 +527,12 @@ TEST_CASE("bench --queries last:W times decode steps beside the measured bandwid
   std::getline(lines, line);
   CHECK(line ==
         "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction,"
-        "queries,bytes_per_second,bandwidth_fraction");
+        "queries,bytes_per_second,bandwidth_fraction,precision");
   std::vector<std::string> rows;
   while (std::getline(lines, line)) {
     const auto cells = split(line, ',');
-    REQUIRE(cells.size() == 17);
+    REQUIRE(cells.size() == 18);
+    CHECK(cells[17] == "f32");
     rows.push_back(cells[0] + "/" + cells[14]);
     if (cells[0] == "read-bandwidth") CHECK(cells[16] == "1");
     if (cells[0] == "softmax" || cells[0] == "vmean") {
@@ -563,12 +564,12 @@ TEST_CASE("bench --backward times backward passes and refuses estimators without
   REQUIRE(r.exit_code == 0);
   const std::string text = read_text(csv);
   CHECK(text.rfind("estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,"
-                   "peak_fraction,queries,bytes_per_second,bandwidth_fraction\n",
+                   "peak_fraction,queries,bytes_per_second,bandwidth_fraction,precision\n",
                    0) == 0);
   CHECK(count_lines(text) == 5);  // header + 2 lengths x 2 estimators, no ceiling rows
   size_t backward_rows = 0;
-  for (size_t at = text.find(",backward,,all,,\n"); at != std::string::npos;
-       at = text.find(",backward,,all,,\n", at + 1))
+  for (size_t at = text.find(",backward,,all,,,f32\n"); at != std::string::npos;
+       at = text.find(",backward,,all,,,f32\n", at + 1))
     ++backward_rows;
   CHECK(backward_rows == 4);
   // The causal forms' backward passes: the same rows with mask causal.

@@ -17,6 +17,7 @@
 #include "attnprobe/common/atomic_file.h"
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/rounding.h"
+#include "attnprobe/common/text.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/rounded_estimate.h"
 #include "attnprobe/exact/exact_at_precision.h"
@@ -535,6 +536,34 @@ TEST_CASE("sweep --precision bf16 --metrics selection measures the kept sets the
       test::run_attnprobe(fmt::format("eval {} -e 'topk(k=8)' --precision bf16 --metrics all,row_tv -q", dump));
   CHECK(weights.exit_code == 2);
   CHECK_THAT(weights.output, Catch::Contains("row_tv is measured in float32 only"));
+}
+
+TEST_CASE("bench --precision times each estimate at each precision, and refuses what it cannot time",
+          "[precision][bench][cli]") {
+  const std::string csv = test::temp_path("precision-bench.csv");
+  const auto run = test::run_attnprobe(
+      "bench -e softmax -e 'performer(M=16)' --lengths 64 --queries all,last:4 --precision f32,bf16 --threads 1 "
+      "--repeat 1 --no-sgemm --csv " +
+      csv);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.output, Catch::Contains("precision"));
+  std::vector<std::string> rows;  // estimator/queries/precision of each timed row, in order
+  for (const std::string& line : split(test::read_text(csv), '\n')) {
+    // The last four columns: queries, bytes_per_second, bandwidth_fraction, precision (a quoted spec has commas).
+    const std::vector<std::string> cells = split(line, ',');
+    if (cells.size() < 18 || cells[0] == "estimator") continue;
+    rows.push_back(cells[0] + "/" + cells[cells.size() - 4] + "/" + cells.back());
+  }
+  // Lengths, then query rows, then precisions, then specs (both have a decode form under the full mask).
+  CHECK(rows == std::vector<std::string>{"softmax/all/f32", "performer/all/f32", "softmax/all/bf16",
+                                         "performer/all/bf16", "softmax/last:4/f32", "performer/last:4/f32",
+                                         "softmax/last:4/bf16", "performer/last:4/bf16"});
+  for (const std::string bad :
+       {"--precision f64", "--precision bf16 --backward", "--precision bf16 --device cuda", "--precision fp8"}) {
+    INFO(bad);
+    CHECK(test::run_attnprobe("bench -e softmax --lengths 64 --threads 1 --repeat 1 " + bad).exit_code == 2);
+  }
 }
 
 }  // namespace attnprobe

@@ -16,7 +16,8 @@ namespace attnprobe::cli {
 namespace {
 struct BenchCommandOptions {
   std::vector<std::string> estimators;
-  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", queries = "all", csv;
+  std::string lengths = "512..4096:x2", samples, threads = "1,2", device = "cpu", mask = "full", queries = "all", csv,
+              precision = "f32";
   int64_t p = 64;
   int repeat = 5;
   bool no_sgemm = false, backward = false;
@@ -43,6 +44,12 @@ Action add_bench(CLI::App& app) {
                  "these), e.g. last:1,last:64; decode rows report bytes read "
                  "per second beside the read and copy bandwidths measured in the same run")
       ->capture_default_str();
+  app.add_option("--precision", o->precision,
+                 "f32, bf16 or f16, a list: below f32 the estimate at that precision (inputs rounded before the "
+                 "timing, each estimator's declared rounding points, the output rounded; docs/precision.md). It "
+                 "times the CPU's emulation of the rounding, the cost of a --precision sweep, not a GPU's speed in "
+                 "the dtype")
+      ->capture_default_str();
   app.add_option("--repeat", o->repeat, "timed calls per point (after one warm-up call)")->capture_default_str();
   app.add_option("--csv", o->csv, "also write the rows to this CSV");
   app.add_flag("--no-sgemm", o->no_sgemm, "skip the fma-peak and sgemm-floor rows");
@@ -53,7 +60,8 @@ Action add_bench(CLI::App& app) {
   app.footer(
       "Example:\n  attnprobe bench --lengths 512..4096:x2 --threads 1,2\n  attnprobe bench -e vmean -e softmax "
       "--lengths 4096 --threads 1 --csv out/bench.csv\n  attnprobe bench --backward -e yoso -e softmax "
-      "--lengths 1024..16384:x2 --threads 1\n\n"
+      "--lengths 1024..16384:x2 --threads 1\n  attnprobe bench -e softmax -e 'performer(M=64)' --lengths 1024 "
+      "--threads 1 --precision f32,bf16\n\n"
       "Inputs are N(0,1) queries, keys and values with scale 1/sqrt(p). gflops counts useful work (4*n^2*p for "
       "exact attention). Two ceilings are measured in the same run on the CPU: fma-peak (vector FMA chains, no memory "
       "traffic: the machine's fp32 peak) and sgemm-floor (the same two products as whole OpenBLAS calls, Q*K^T into an "
@@ -78,6 +86,7 @@ Action add_bench(CLI::App& app) {
     r.mask = mask->mask;
     r.backward = o->backward;
     r.queries = parse_query_rows_list(o->queries, "--queries");
+    r.precisions = parse_precisions(o->precision);
     check_bench_request(r);  // fail before any output (device, specs, masks, backward passes)
     std::ofstream csv;
     if (!o->csv.empty()) {
@@ -97,18 +106,24 @@ Action add_bench(CLI::App& app) {
     const bool decode = std::any_of(r.queries.begin(), r.queries.end(), [](const QueryRows& q) { return !q.all(); });
     const std::string decode_header =
         decode ? fmt::format(" {:>8} {:>7} {:>5}", "queries", "GB/s", "%read") : std::string();
-    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8} {:>6}{}\n", "estimator", "spec", "n", "p",
-               "samples", "threads", "median ms", "min ms", "GFLOP/s", "%peak", decode_header);
+    // A run with a precision other than f32 names each row's.
+    const bool rounding = r.precisions.size() > 1 || r.precisions.front() != Precision::kF32;
+    const std::string precision_header = rounding ? fmt::format(" {:>9}", "precision") : std::string();
+    fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12} {:>12} {:>8} {:>6}{}{}\n", "estimator", "spec", "n", "p",
+               "samples", "threads", "median ms", "min ms", "GFLOP/s", "%peak", decode_header, precision_header);
     run_bench(r, [&](const BenchRow& row) {
       const std::string decode_columns =
           decode ? fmt::format(" {:>8} {:>7} {:>5}", row.n > 0 ? query_rows_text(row.queries) : "",
                                row.bytes_per_second ? fmt::format("{:.1f}", *row.bytes_per_second * 1e-9) : "",
                                row.bandwidth_fraction ? fmt::format("{:.0f}", 100 * *row.bandwidth_fraction) : "")
                  : std::string();
-      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8} {:>6}{}\n", row.estimator, row.spec,
+      const std::string precision_column =
+          rounding ? fmt::format(" {:>9}", row.n > 0 ? precision_name(row.precision) : "") : std::string();
+      fmt::print("{:<14} {:<34} {:>6} {:>4} {:>7} {:>7} {:>12.3f} {:>12.3f} {:>8} {:>6}{}{}\n", row.estimator, row.spec,
                  row.n, row.p, row.samples, row.threads, row.seconds_median * 1e3, row.seconds_min * 1e3,
                  row.gflops ? fmt::format("{:.1f}", *row.gflops) : "",
-                 row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "", decode_columns);
+                 row.peak_fraction ? fmt::format("{:.1f}", 100 * *row.peak_fraction) : "", decode_columns,
+                 precision_column);
       std::fflush(stdout);
       if (!o->csv.empty()) {
         csv << format_bench_csv_row(row) << std::flush;

@@ -14,22 +14,25 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/parallel.h"
 #include "attnprobe/estimators/registry.h"
+#include "attnprobe/estimators/rounded_estimate.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/rng/random_matrix.h"
+#include "attnprobe/view/rounded_view.h"
 
 namespace attnprobe {
 
 const char* const kBenchHeader =
     "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction,"
-    "queries,bytes_per_second,bandwidth_fraction";
+    "queries,bytes_per_second,bandwidth_fraction,precision";
 
 std::string format_bench_csv_row(const BenchRow& r) {
   auto optional = [](const std::optional<double>& x) { return x ? fmt::format("{:.4g}", *x) : std::string(); };
-  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{},{},{},{},{}\n", csv_field(r.estimator),
+  return fmt::format("{},{},{},{},{},{},{},{},{:.9g},{:.9g},{},{},{},{},{},{},{},{}\n", csv_field(r.estimator),
                      csv_field(r.spec), r.n, r.p, r.samples, r.threads, r.device, r.repeats, r.seconds_median,
                      r.seconds_min, optional(r.gflops), mask_name(r.mask), r.pass, optional(r.peak_fraction),
-                     query_rows_text(r.queries), optional(r.bytes_per_second), optional(r.bandwidth_fraction));
+                     query_rows_text(r.queries), optional(r.bytes_per_second), optional(r.bandwidth_fraction),
+                     precision_name(r.precision));
 }
 
 namespace {
@@ -122,6 +125,19 @@ void check_bench_request(const BenchRequest& request) {
                                      query_rows_text(rows), n));
   }
   if (decode && request.backward) throw UsageError("--backward times whole slices: leave --queries all");
+  if (request.precisions.empty()) throw UsageError("--precision selects no precision (use f32, bf16, f16 or a list)");
+  for (Precision precision : request.precisions) {
+    if (precision == Precision::kF64)
+      throw UsageError(
+          "--precision f64: estimators compute in float32 (f32) or rounded below it (bf16, f16); use f32, bf16 or "
+          "f16");
+    if (!below_float32(precision)) continue;
+    if (request.backward) throw UsageError("--backward times float64 backward passes: leave --precision f32");
+    if (device != Device::kCpu)
+      throw UsageError(
+          fmt::format("--precision {} times the CPU's emulation of the rounding points; run it with --device cpu",
+                      precision_name(precision)));
+  }
   const bool all_rows =
       std::any_of(request.queries.begin(), request.queries.end(), [](const QueryRows& q) { return q.all(); });
   for (const Spec& spec : bench_specs(request)) {
@@ -194,73 +210,79 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int64_t threads : request.threads) pools.push_back(std::make_unique<ThreadPool>(static_cast<int>(threads)));
   for (int64_t n : request.lengths)
-    for (const QueryRows& queries : request.queries) {
-      HeadView whole = random_view(n, request.p, request.seed);
-      whole.mask = request.mask;
-      // A decode step: the last W rows at positions n − W..n − 1 against all n keys (view/head_view.h).
-      const HeadView view = queries.all() ? std::move(whole) : last_rows(whole, queries.last);
-      const int64_t rows_timed = view.n();
-      const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
-      for (const Spec& spec : specs) {
-        const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
-        const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
-        std::vector<MatrixF> outs(pools.size());
-        std::vector<std::function<void()>> calls, wake;
-        for (size_t t = 0; t < pools.size(); ++t) {
-          const EstimateContext ctx{key, pools[t].get()};
-          if (request.backward)
-            calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
-          else
-            calls.push_back([&, ctx, t] { estimator->estimate(view, ctx, outs[t]); });
-          // An empty parallel region before each timed call: the pool's threads went to sleep during the other
-          // thread counts' calls (they spin only 1 ms), and the call's first region would pay their futex
-          // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
-          // on one pool, as a sweep makes them, find them awake.
-          ThreadPool* pool = pools[t].get();
-          wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
-        }
-        const auto times = time_interleaved(request.repeat, calls, wake);
-        // flops() counts the forward pass: no GFLOP/s for a backward row.
-        double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
-        // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
-        // linear estimators' causal forms do the same work as their full forms.
-        if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
-        // Decode rows: exact attention does W of the n rows' work (bottom-right rows see nearly every key); the
-        // other estimators' flops() count whole slices, so their decode rows have none.
-        if (!queries.all())
-          flops = spec.def().family == "exact"
-                      ? estimator->flops(n, request.p, view.pv()) * static_cast<double>(rows_timed) / n
-                      : 0;
-        // The least a decode step reads and writes: K and V once, the W query rows and the W output rows.
-        const double bytes =
-            queries.all() ? 0 : 4.0 * (n * (request.p + view.pv()) + rows_timed * (request.p + view.pv()));
-        for (size_t t = 0; t < pools.size(); ++t) {
-          const int64_t threads = request.threads[t];
-          const auto [median, min] = times[t];
-          const std::optional<double> gflops = flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
-          BenchRow row{spec.name(),
-                       spec.canonical(),
-                       n,
-                       request.p,
-                       spec.has_samples_knob() ? std::to_string(spec.samples()) : "",
-                       threads,
-                       request.device,
-                       request.repeat,
-                       median,
-                       min,
-                       gflops,
-                       request.mask,
-                       request.backward ? "backward" : "forward",
-                       fraction(threads, gflops)};
-          row.queries = queries;
-          if (bytes > 0) {
-            row.bytes_per_second = bytes / median;
-            if (read_bandwidth.count(threads)) row.bandwidth_fraction = bytes / median / read_bandwidth[threads];
+    for (const QueryRows& queries : request.queries)
+      for (const Precision precision : request.precisions) {
+        HeadView whole = random_view(n, request.p, request.seed);
+        whole.mask = request.mask;
+        // A decode step: the last W rows at positions n − W..n − 1 against all n keys (view/head_view.h).
+        const HeadView stored = queries.all() ? std::move(whole) : last_rows(whole, queries.last);
+        // Below float32 the inputs are rounded once, before the timing, as a sweep rounds them once per slice.
+        const HeadView rounded = below_float32(precision) ? rounded_view(stored, precision) : HeadView{};
+        const HeadView& view = below_float32(precision) ? rounded : stored;
+        const int64_t rows_timed = view.n();
+        const MatrixD upstream = request.backward ? random_upstream(n, view.pv(), request.seed) : MatrixD();
+        for (const Spec& spec : specs) {
+          const std::unique_ptr<Estimator> estimator = make_estimator(spec, device);
+          const RandomKey key = make_random_key(request.seed, "bench;" + spec.canonical(), 0);
+          std::vector<MatrixF> outs(pools.size());
+          std::vector<std::function<void()>> calls, wake;
+          for (size_t t = 0; t < pools.size(); ++t) {
+            const EstimateContext ctx{key, pools[t].get()};
+            if (request.backward)
+              calls.push_back([&, ctx] { estimator->backward(view, upstream, ctx); });
+            else
+              calls.push_back([&, ctx, t] { estimate_at_precision(*estimator, view, ctx, precision, outs[t]); });
+            // An empty parallel region before each timed call: the pool's threads went to sleep during the other
+            // thread counts' calls (they spin only 1 ms), and the call's first region would pay their futex
+            // wake-up (tens of µs on these VMs: common/parallel.h), a few percent of a 1 ms call. Calls in a row
+            // on one pool, as a sweep makes them, find them awake.
+            ThreadPool* pool = pools[t].get();
+            wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
           }
-          emit(row);
+          const auto times = time_interleaved(request.repeat, calls, wake);
+          // flops() counts the forward pass: no GFLOP/s for a backward row.
+          double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
+          // A causal exact estimator does the (n + 1)/(2n) of the score pairs that are not masked; the
+          // linear estimators' causal forms do the same work as their full forms.
+          if (request.mask == Mask::kCausal && spec.def().family == "exact") flops *= (n + 1.0) / (2.0 * n);
+          // Decode rows: exact attention does W of the n rows' work (bottom-right rows see nearly every key); the
+          // other estimators' flops() count whole slices, so their decode rows have none.
+          if (!queries.all())
+            flops = spec.def().family == "exact"
+                        ? estimator->flops(n, request.p, view.pv()) * static_cast<double>(rows_timed) / n
+                        : 0;
+          // The least a decode step reads and writes: K and V once, the W query rows and the W output rows.
+          const double bytes =
+              queries.all() ? 0 : 4.0 * (n * (request.p + view.pv()) + rows_timed * (request.p + view.pv()));
+          for (size_t t = 0; t < pools.size(); ++t) {
+            const int64_t threads = request.threads[t];
+            const auto [median, min] = times[t];
+            const std::optional<double> gflops =
+                flops > 0 ? std::optional<double>(flops / median * 1e-9) : std::nullopt;
+            BenchRow row{spec.name(),
+                         spec.canonical(),
+                         n,
+                         request.p,
+                         spec.has_samples_knob() ? std::to_string(spec.samples()) : "",
+                         threads,
+                         request.device,
+                         request.repeat,
+                         median,
+                         min,
+                         gflops,
+                         request.mask,
+                         request.backward ? "backward" : "forward",
+                         fraction(threads, gflops)};
+            row.queries = queries;
+            row.precision = precision;
+            if (bytes > 0) {
+              row.bytes_per_second = bytes / median;
+              if (read_bandwidth.count(threads)) row.bandwidth_fraction = bytes / median / read_bandwidth[threads];
+            }
+            emit(row);
+          }
         }
       }
-    }
   const OpenBlasFloor& blas = OpenBlasFloor::instance();
   // The floor is a whole slice's two products (an n × n score matrix): nothing to compare a decode step with.
   const bool whole_slices =

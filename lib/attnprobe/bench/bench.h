@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/view/mask.h"
 
 namespace attnprobe {
@@ -33,6 +34,10 @@ struct BenchRequest {
   /// all (self-attention of n rows) or last:W (the last W rows against the n keys: a decode step; CPU, forward,
   /// estimators with a decode form). Each length is timed for each entry, in this order.
   std::vector<QueryRows> queries = {QueryRows{}};
+  /// f32, or bf16/f16: the estimate at that precision (estimate_at_precision on inputs rounded before the timing,
+  /// docs/precision.md): the CPU emulation's cost, what a --precision sweep pays, not a GPU's speed in the dtype.
+  /// Each entry is timed for each length and query rows, in this order (CPU, forward).
+  std::vector<Precision> precisions = {Precision::kF32};
 };
 
 struct BenchRow {
@@ -56,6 +61,7 @@ struct BenchRow {
   std::optional<double> bytes_per_second;
   /// bytes_per_second over the read bandwidth measured in the same run on as many threads (1 on that row).
   std::optional<double> bandwidth_fraction;
+  Precision precision = Precision::kF32;  ///< f32 on every ceiling row
 };
 
 extern const char* const kBenchHeader;
