@@ -846,7 +846,9 @@ def sweep(source, estimators: Union[str, Sequence[str]] = (), *,
                   ["all", "last:16"] or "all,last:16", as the CLI's --queries; ``n`` stays the keys
       precision   what each case is computed in, an axis: "f32", "bf16", "f16", a list or "f32,bf16", as the
                   CLI's --precision; metrics="all,precision" adds the split of the error into approximation
-                  and rounding (approx_err, round_floor, round_excess, fa_ratio, nonfinite_rows)
+                  and rounding (approx_err, round_floor, round_excess, fa_ratio, nonfinite_rows), and
+                  metrics="selection" a selection's kept set as its rounded scores choose it beside
+                  kept_overlap_f32, score_ties, cut_ties (docs/precision.md)
       shard       "I/N": only shard I (0-based) of N, dealt as the CLI's ``--shard`` (the same units on
                   every machine); ``attnprobe merge`` joins it with the other shards, CLI or Python
 
