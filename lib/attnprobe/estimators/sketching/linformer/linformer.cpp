@@ -34,8 +34,10 @@ struct ProjectionTile {
   MatrixF k_part, v_part;                            ///< one tile's rows of E·K and E·V
 };
 
+// Below float32 (`stored`), E's entries are stored in the precision as drawn (a model's projection weights are in
+// its dtype), the tile sums stay float32, and E·K and E·V are stored in the precision once summed.
 void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, const RandomStream& stream, int64_t d,
-                         ThreadPool* pool, MatrixF& k_proj, MatrixF& v_proj) {
+                         ThreadPool* pool, MatrixF& k_proj, MatrixF& v_proj, Precision stored = Precision::kF32) {
   const int64_t n = k.rows();
   k_proj.setZero(d, k.cols());
   v_proj.setZero(d, v.cols());
@@ -48,7 +50,10 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
       const int64_t r0 = g * kGroupRows, rows = std::min(kGroupRows, d - r0);
       for (int64_t t0 = s0; t0 < std::min(n, s0 + span); t0 += kTileColumns) {
         const int64_t cols = std::min(kTileColumns, n - t0);
-        for (int64_t r = 0; r < rows; ++r) gaussian_row(stream, r0 + r, t0, cols, scale, work.tile.row(r).data());
+        for (int64_t r = 0; r < rows; ++r) {
+          gaussian_row(stream, r0 + r, t0, cols, scale, work.tile.row(r).data());
+          round_in_place(work.tile.row(r).data(), cols, stored);
+        }
         // Each tile's products into zeroed buffers, then added: chaining every tile's FMAs onto EK would make
         // one float32 sum of all n terms per element (the exact kernel's P·V does the same, for that reason).
         tile_product(work.tile.topLeftCorner(rows, cols), k.middleRows(t0, cols), work.k_part);
@@ -57,6 +62,8 @@ void project_keys_values(const MatrixF& k, const MatrixF& v, double stddev, cons
         v_proj.middleRows(r0, rows) += work.v_part;
       }
     });
+  round_in_place(k_proj, stored);
+  round_in_place(v_proj, stored);
 }
 
 class Linformer final : public Estimator {
@@ -66,9 +73,14 @@ class Linformer final : public Estimator {
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     MatrixF k_proj, v_proj;  // d × p, d × pv
     project_keys_values(view.kf, view.vf, params_.effective_stddev(), RandomStream(ctx.key, Purpose::kProjection),
-                        params_.d, ctx.pool, k_proj, v_proj);
-    // The query rows' geometry keeps their blocks at their absolute positions (the same bits for any rows).
-    exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
+                        params_.d, ctx.pool, k_proj, v_proj, ctx.precision);
+    // The query rows' geometry keeps their blocks at their absolute positions (the same bits for any rows). Below
+    // float32 the attention over the projected keys is exact attention's at FlashAttention-2's rounding points.
+    if (below_float32(ctx.precision))
+      exact_attention_rounded(view.qf, k_proj, v_proj, static_cast<float>(view.scale), ctx.precision, out, ctx.pool,
+                              view.geometry());
+    else
+      exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
   }
 
   // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × keys): row i is a mixture of E's rows,
@@ -114,7 +126,12 @@ class Linformer final : public Estimator {
                   .real("std", &LinformerParams::stddev, 0, 1e6,
                         "std of E's entries; 0 = 1/sqrt(d) (JL), 0.02 = reference code"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .decode = kFullOnly, .weights = kFullOnly},
+    .capabilities = {.random = true,
+                     .decode = kFullOnly,
+                     .weights = kFullOnly,
+                     .rounding = "E stored in the precision as drawn; E·K and E·V summed float32 (per key tile, then "
+                                 "across tiles) and stored in it; the attention over the d projected keys at "
+                                 "FlashAttention-2's rounding points (softmax's)"},
     // Its attention over the projected keys runs on the tf32x3 kernel: observed ≤ 1.2e-6 (H100, seed 12345).
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     .ablations = {"linformer(std=0.02)"},  // the reference code's unscaled projection
