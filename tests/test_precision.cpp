@@ -244,7 +244,11 @@ TEST_CASE("linformer stores E, E·K and E·V in the precision and attends them a
     for (int64_t i = 0; i < declared.size(); ++i) equal += declared.data()[i] == emulated.data()[i] ? 1 : 0;
     WARN(precision_name(p) << ": " << equal << " of " << declared.size() << " entries equal the emulation");
     CHECK(equal >= declared.size() * 99 / 100);
-    CHECK((declared - emulated).cwiseAbs().maxCoeff() <= 0.05 * emulated.cwiseAbs().maxCoeff());
+    const double largest_gap = (declared - emulated).cwiseAbs().maxCoeff() / emulated.cwiseAbs().maxCoeff();
+    WARN(precision_name(p) << ": largest difference " << largest_gap << " of the largest entry");
+    // Observed: 0 in bf16, 6.1e-5 in f16; a flipped stored entry moves an output by about one unit in the last place,
+    // so two unit roundoffs of the precision (bf16 2^-8·2, f16 2^-11·2) bound it.
+    CHECK(largest_gap <= (p == Precision::kBf16 ? 2 * 0x1p-8 : 2 * 0x1p-11));
     // And the declared points act: inputs and output alone give other values.
     CHECK(declared != inputs_only);
   }

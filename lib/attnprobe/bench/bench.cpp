@@ -210,12 +210,12 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int64_t threads : request.threads) pools.push_back(std::make_unique<ThreadPool>(static_cast<int>(threads)));
   for (int64_t n : request.lengths)
-    for (const QueryRows& queries : request.queries)
+    for (const QueryRows& queries : request.queries) {
+      HeadView whole = random_view(n, request.p, request.seed);
+      whole.mask = request.mask;
+      // A decode step: the last W rows at positions n − W..n − 1 against all n keys (view/head_view.h).
+      const HeadView stored = queries.all() ? std::move(whole) : last_rows(whole, queries.last);
       for (const Precision precision : request.precisions) {
-        HeadView whole = random_view(n, request.p, request.seed);
-        whole.mask = request.mask;
-        // A decode step: the last W rows at positions n − W..n − 1 against all n keys (view/head_view.h).
-        const HeadView stored = queries.all() ? std::move(whole) : last_rows(whole, queries.last);
         // Below float32 the inputs are rounded once, before the timing, as a sweep rounds them once per slice.
         const HeadView rounded = below_float32(precision) ? rounded_view(stored, precision) : HeadView{};
         const HeadView& view = below_float32(precision) ? rounded : stored;
@@ -283,6 +283,7 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
           }
         }
       }
+    }
   const OpenBlasFloor& blas = OpenBlasFloor::instance();
   // The floor is a whole slice's two products (an n × n score matrix): nothing to compare a decode step with.
   const bool whole_slices =

@@ -216,6 +216,9 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
   trial_list.insert(trial_list.end(), precision_list.begin(), precision_list.end());
   trial_list.insert(trial_list.end(), weight_list.begin(), weight_list.end());
   trial_list.insert(trial_list.end(), selection_list.begin(), selection_list.end());
+  // The float32 kept sets beside a rounded case's are stated only for the metric that compares them.
+  const bool wants_overlap_f32 =
+      std::find(selection_list.begin(), selection_list.end(), Metric::kKeptOverlapF32) != selection_list.end();
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
@@ -381,10 +384,11 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
         if (!selection_list.empty()) {
           EstimateContext at_precision = ctx;
           at_precision.precision = slice.precision;
-          const Estimator::KeptRows float32_kept = rounding ? estimators[task.setting]->kept_keys(view, ctx) : nullptr;
+          const Estimator::KeptRows float32_kept =
+              rounding && wants_overlap_f32 ? estimators[task.setting]->kept_keys(view, ctx) : nullptr;
           const std::vector<double> kept = selection_metrics(
               view, estimators[task.setting]->kept_keys(case_view, at_precision), selection_list, plan.eps,
-              plan.recall_k, ref.kept ? &ref.kept : nullptr, rounding ? &float32_kept : nullptr);
+              plan.recall_k, ref.kept ? &ref.kept : nullptr, float32_kept ? &float32_kept : nullptr);
           values[i].insert(values[i].end(), kept.begin(), kept.end());
         }
       }

@@ -223,16 +223,18 @@ std::vector<double> stored_scores(std::vector<double> scores, Precision precisio
   return scores;
 }
 
-ScoreTies ranking_ties(const std::vector<double>& ordered, int64_t kept) {
-  const int64_t ranked = static_cast<int64_t>(ordered.size());
+ScoreTies ranking_ties(const std::vector<int64_t>& order, const std::vector<double>& scores, int64_t first,
+                       int64_t kept) {
+  const int64_t ranked = static_cast<int64_t>(order.size());
   ScoreTies ties;
   if (kept <= 0 || kept >= ranked) return ties;  // nothing dropped or nothing kept: the scores decided nothing
+  const auto score = [&](int64_t r) { return scores[order[r] - first]; };
   ties.rankings = 1;
   ties.scores = static_cast<double>(ranked);
-  ties.cut_ties = ordered[kept - 1] == ordered[kept] ? 1 : 0;
+  ties.cut_ties = score(kept - 1) == score(kept) ? 1 : 0;
   // Equal scores sit side by side in an ordered list: a score is tied when a neighbour equals it.
   for (int64_t r = 0; r < ranked; ++r)
-    ties.tied += (r > 0 && ordered[r - 1] == ordered[r]) || (r + 1 < ranked && ordered[r + 1] == ordered[r]) ? 1 : 0;
+    ties.tied += (r > 0 && score(r - 1) == score(r)) || (r + 1 < ranked && score(r + 1) == score(r)) ? 1 : 0;
   return ties;
 }
 
@@ -249,9 +251,7 @@ std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::v
   };
   if (rounding && ties) {  // a full order for the tie counts (the rounded path is an emulation already)
     std::sort(candidates.begin(), candidates.end(), better);
-    std::vector<double> ordered(candidates.size());
-    for (size_t r = 0; r < candidates.size(); ++r) ordered[r] = compared[candidates[r] - first];
-    *ties += ranking_ties(ordered, count);
+    *ties += ranking_ties(candidates, compared, first, count);
   } else {
     std::nth_element(candidates.begin(), candidates.begin() + count, candidates.end(), better);
   }

@@ -124,8 +124,9 @@ std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::v
 /// method that ranks by more than best_by_score (topp's masses) rounds before it ranks.
 std::vector<double> stored_scores(std::vector<double> scores, Precision precision);
 
-/// The ScoreTies of one ranking of `ranked` candidates, ordered best first by their stored scores `ordered`
-/// (ordered[r] the r-th best's), of which the first `kept` are kept.
-ScoreTies ranking_ties(const std::vector<double>& ordered, int64_t kept);
+/// The ScoreTies of one ranking: `order` the candidates best first (absolute indices; scores[j − first] is key j's
+/// stored score), of which the first `kept` are kept.
+ScoreTies ranking_ties(const std::vector<int64_t>& order, const std::vector<double>& scores, int64_t first,
+                       int64_t kept);
 
 }  // namespace attnprobe

@@ -52,11 +52,7 @@ class Topp final : public KeptKeysEstimator {
     while (count < rest.size() && !reached()) cumulative += mass[count++] / total;
     if (params.strict && count > 0)  // the hub keeps every key whose mass reaches the last kept one's (ties join)
       while (count < rest.size() && mass[count] >= mass[count - 1]) ++count;
-    if (below_float32(precision)) {
-      std::vector<double> ordered(rest.size());
-      for (size_t r = 0; r < rest.size(); ++r) ordered[r] = scores[rest[r] - first];
-      kept.ties += ranking_ties(ordered, static_cast<int64_t>(count));
-    }
+    if (below_float32(precision)) kept.ties += ranking_ties(rest, scores, first, static_cast<int64_t>(count));
     kept.keys.insert(kept.keys.end(), rest.begin(), rest.begin() + static_cast<int64_t>(count));
   }
 
