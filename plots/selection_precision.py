@@ -29,13 +29,18 @@ PRECISIONS = ("bf16", "f16")
 IDENTICAL = 1e-4  # where 1 − overlap = 0 is drawn
 
 
+def method_label(row):
+    """The estimator's name, with tova's one-shot form told apart from its replay (both are named tova)."""
+    return row["estimator"] + ("(prefill)" if "mode=prefill" in row["spec"] else "")
+
+
 def per_head(rows, metric, precision):
-    """{estimator: {(layer, head): mean over batch items and trials}} of one metric at one precision (NaN dropped)."""
+    """{label: {(layer, head): mean over batch items and trials}} of one metric at one precision (NaN dropped)."""
     cells = defaultdict(list)
     for r in rows:
         value = float(r["value"])
         if r["metric"] == metric and r["precision"] == precision and not math.isnan(value):
-            cells[(r["estimator"], (r["layer"], r["head"]))].append(value)
+            cells[(method_label(r), (r["layer"], r["head"]))].append(value)
     out = defaultdict(dict)
     for (name, head), values in cells.items():
         out[name][head] = sum(values) / len(values)
@@ -54,7 +59,7 @@ def sign_test(wins, losses):
 def print_paired(rows, order):
     """Per estimator: the heads whose f16 kept set is nearer the float32 one than the bf16 set, and the reverse."""
     bf16, f16 = per_head(rows, "kept_overlap_f32", "bf16"), per_head(rows, "kept_overlap_f32", "f16")
-    print(f"{'estimator':<10} {'heads':>5} {'f16 nearer':>10} {'bf16 nearer':>11} {'equal':>5} {'sign p':>8} "
+    print(f"{'estimator':<13} {'heads':>5} {'f16 nearer':>10} {'bf16 nearer':>11} {'equal':>5} {'sign p':>8} "
           f"{'mean bf16':>9} {'mean f16':>8}   (kept_overlap_f32 per head, batch items averaged)")
     for name in order:
         heads = sorted(set(bf16[name]) & set(f16[name]))
@@ -62,7 +67,7 @@ def print_paired(rows, order):
         bf16_wins = sum(f16[name][h] < bf16[name][h] for h in heads)
         mean_b = sum(bf16[name][h] for h in heads) / len(heads)
         mean_f = sum(f16[name][h] for h in heads) / len(heads)
-        print(f"{name:<10} {len(heads):>5} {f16_wins:>10} {bf16_wins:>11} {len(heads) - f16_wins - bf16_wins:>5} "
+        print(f"{name:<13} {len(heads):>5} {f16_wins:>10} {bf16_wins:>11} {len(heads) - f16_wins - bf16_wins:>5} "
               f"{sign_test(f16_wins, bf16_wins):>8.2g} {mean_b:>9.4f} {mean_f:>8.4f}")
 
 
@@ -75,7 +80,7 @@ def main():
     rows = read_rows([args.data])
     if not rows:
         sys.exit(f"{args.data}: no rows")
-    order = list(dict.fromkeys(r["estimator"] for r in rows))
+    order = list(dict.fromkeys(method_label(r) for r in rows))
     if args.paired:
         print_paired(rows, order)
         return
@@ -94,7 +99,7 @@ def main():
                     ys = [max(1 - y, IDENTICAL) for y in ys]
                 # A fixed spread per head (its index), so the same head sits at the same x in every panel.
                 xs = [x + 0.5 * ((i + 0.5) / len(heads) - 0.5) for i in range(len(heads))]
-                ax.scatter(xs, ys, s=9, color=style.colour(name), alpha=0.75, linewidths=0)
+                ax.scatter(xs, ys, s=9, color=style.colour(name.split("(")[0]), alpha=0.75, linewidths=0)
             if metric == "kept_overlap_f32":
                 ax.set_yscale("log")
                 ax.set_ylim(IDENTICAL / 2, 1.2)

@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "attnprobe/common/matrix.h"
+#include "attnprobe/common/rounding.h"
+#include "attnprobe/estimators/capabilities.h"
+#include "attnprobe/estimators/estimator.h"
 #include "attnprobe/estimators/selection/sharing.h"
 #include "attnprobe/view/head_view.h"
 
@@ -63,15 +66,43 @@ struct ReplayPolicy {
   int64_t capacity = 0;    ///< |C| after an eviction (H2O: heavy + window − 1; TOVA: budget)
   int64_t protect = 0;     ///< the newest keys never evicted (H2O: window − 1; TOVA: 0)
   ReplayAggregate aggregate = ReplayAggregate::kMean;
+  /// Below float32: the scores as a cache in that dtype keeps them (kReplayedScoresRounded); f32: float64 sums.
+  Precision stored = Precision::kF32;
 };
 
-/// The attended sets A_t (ascending) of rows t = first..keys − 1, from a replay with prompt P ≤ first over
-/// positions 0..keys − 1 (steps from P; the steps before `first` update the cache unevaluated).
-std::vector<std::vector<int64_t>> replay_sets(const std::vector<ReplayMember>& members, const ReplayPolicy& policy,
-                                              int64_t prompt, int64_t first, int64_t keys);
+/// The rounding points of a replayed cache below float32 (Capabilities::rounding, docs/precision.md).
+inline constexpr const char* kReplayedScoresRounded =
+    "inputs and output in the precision; the scores as the reference code keeps them in the model's dtype: the logits "
+    "that score the cache (float64 of the rounded inputs) and their softmax weights stored in it, the prefill's "
+    "column sums of the stored weights stored once, each step's stored weights added to the stored scores and the "
+    "sum stored (accumulating) or put in their place (replacing); an eviction among equal stored scores drops the "
+    "newest; the attended keys' logits and their softmax float32";
+
+struct ReplaySets {
+  std::vector<std::vector<int64_t>> sets;  ///< A_t (ascending) of rows t = first..keys − 1
+  /// Row t's: the tie counts of the eviction that left the cache it attends (the prefill's or step t − 1's), below
+  /// float32; zero counts at f32 and where nothing was evicted.
+  std::vector<ScoreTies> ties;
+};
+
+/// `can` with the rounding points of a replayed cache.
+constexpr Capabilities replayed_scores_rounded(Capabilities can) {
+  can.rounding = kReplayedScoresRounded;
+  return can;
+}
+
+/// The attended sets of rows t = first..keys − 1, from a replay with prompt P ≤ first over positions 0..keys − 1
+/// (steps from P; the steps before `first` update the cache unevaluated).
+ReplaySets replay_sets(const std::vector<ReplayMember>& members, const ReplayPolicy& policy, int64_t prompt,
+                       int64_t first, int64_t keys);
+
+/// The kept keys of a replay's evaluated rows (row i: its set and its ties; keys_scored 0 a row, since the step's own
+/// weights score the cache and the replay is state work).
+Estimator::KeptRows replayed_rows(ReplaySets replay);
 
 /// The prefill scores of one member over keys 0..P − 1 (float64): the column sums σ_j of the causal weights of
-/// rows 0..P − 1, or the last row's weights.
-std::vector<double> prefill_scores(const ReplayMember& member, PrefillScores kind, int64_t prompt);
+/// rows 0..P − 1, or the last row's weights; below float32, of the weights as stored (kReplayedScoresRounded).
+std::vector<double> prefill_scores(const ReplayMember& member, PrefillScores kind, int64_t prompt,
+                                   Precision stored = Precision::kF32);
 
 }  // namespace attnprobe

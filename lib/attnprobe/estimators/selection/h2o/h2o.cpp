@@ -14,17 +14,15 @@ class H2o final : public KeptKeysEstimator {
  public:
   explicit H2o(H2oParams params) : params_(params) {}
 
-  KeptRows kept_keys(const HeadView& view, const EstimateContext&) const override {
+  KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     const int64_t P = replay_prompt(view, "h2o");
     const ReplayPolicy policy{.prefill = PrefillScores::kColumnSums,
                               .accumulate = true,
                               .capacity = params_.heavy + params_.window - 1,
                               .protect = params_.window - 1,
-                              .aggregate = replay_aggregate(params_.agg)};
-    auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets(replay_members(view, params_.share), policy, P, view.first_position, view.keys()));
-    // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
-    return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
+                              .aggregate = replay_aggregate(params_.agg),
+                              .stored = ctx.precision};
+    return replayed_rows(replay_sets(replay_members(view, params_.share), policy, P, view.first_position, view.keys()));
   }
   // The prefill's column sums (n²/2 logits of 2p flops), then each row's cache of heavy + window keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -54,7 +52,7 @@ class H2o final : public KeptKeysEstimator {
                                         "the newest keys attended, the query's own included (H2O's recent_size + 1)")),
     .samples_knob = "heavy",
     // A cache replayed from key 0: causal decode rows only, after a prompt (the prompt may be empty).
-    .capabilities = kDecodeAfterPrompt,
+    .capabilities = replayed_scores_rounded(kDecodeAfterPrompt),
     .narrow = narrow_sharing<H2oParams>,
     .ablations = {"h2o(heavy=32,window=1)", "h2o(heavy=16,window=8,share=group,agg=max)"},
     .make = [](const H2oParams& params) { return std::make_unique<H2o>(params); },

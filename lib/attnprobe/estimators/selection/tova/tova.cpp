@@ -49,11 +49,9 @@ class Tova final : public KeptKeysEstimator {
                               .accumulate = false,
                               .capacity = params_.budget,
                               .protect = 0,
-                              .aggregate = ReplayAggregate::kMean};
-    auto sets = std::make_shared<const std::vector<std::vector<int64_t>>>(
-        replay_sets(replay_members(view, share()), policy, P, view.first_position, view.keys()));
-    // keys_scored: 0 a row (the step's own weights score the cache; the replay is state work).
-    return [sets](int64_t i) { return KeptKeys{(*sets)[i], {}, 0.0}; };
+                              .aggregate = ReplayAggregate::kMean,
+                              .stored = ctx.precision};
+    return replayed_rows(replay_sets(replay_members(view, share()), policy, P, view.first_position, view.keys()));
   }
   // The last prompt row's logits, then each row's cache of budget + 1 keys.
   double flops(int64_t n, int64_t p, int64_t pv) const override {
@@ -86,11 +84,11 @@ class Tova final : public KeptKeysEstimator {
                           "with its last key forced"),
     .samples_knob = "budget",
     // A cache built from key 0: causal decode rows only, after a prompt (replay: the prompt may be empty).
-    .capabilities = kDecodeAfterPrompt,
+    .capabilities = replayed_scores_rounded(kDecodeAfterPrompt),
     .narrow =
         [](const TovaParams& params, Capabilities& can) {
           can.group = params.heads == TovaHeads::kGroup;
-          // The replay's eviction scores are float64 accumulations (replay.h); the one-shot form ranks once.
+          // The one-shot form ranks the prompt once, by scores stored as any ranking's.
           if (params.mode == TovaMode::kPrefill) can.rounding = kRankingScoresRounded;
         },
     .ablations = {"tova(budget=64,mode=prefill)"},
