@@ -18,8 +18,10 @@
 #include "attnprobe/common/error.h"
 #include "attnprobe/common/rounding.h"
 #include "attnprobe/common/text.h"
+#include "attnprobe/estimators/random_features/features.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/rounded_estimate.h"
+#include "attnprobe/estimators/sampling/uniform_keys/uniform_keys.h"
 #include "attnprobe/estimators/sketching/gaussian_projection.h"
 #include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -58,6 +60,27 @@ HeadView view_of(MatrixF q, MatrixF k, MatrixF v, Mask mask, int64_t window = 0)
                                  k.cast<double>(), v.cast<double>(), mask);
   view.window = window;
   return view;
+}
+
+// An estimator's estimate in a precision with its declared rounding points (estimate_at_precision), and with its
+// inputs and output rounded only (every intermediate float32): what its declaration adds is their difference.
+struct RoundedEstimates {
+  MatrixF declared, inputs_only;
+};
+RoundedEstimates rounded_estimates(const Estimator& estimator, const HeadView& rounded, const EstimateContext& ctx,
+                                   Precision p) {
+  RoundedEstimates out;
+  estimate_at_precision(estimator, rounded, ctx, p, out.declared);
+  estimator.estimate(rounded, ctx, out.inputs_only);
+  round_in_place(out.inputs_only, p);
+  return out;
+}
+
+// How many entries of a and b (same shape) are bit for bit equal.
+int64_t equal_entries(const MatrixF& a, const MatrixF& b) {
+  int64_t equal = 0;
+  for (int64_t i = 0; i < a.size(); ++i) equal += a.data()[i] == b.data()[i] ? 1 : 0;
+  return equal;
 }
 
 }  // namespace
@@ -191,15 +214,13 @@ TEST_CASE("performer stores its features and key state in the precision, as it d
   const HeadView view = view_of(gaussian_f(200, 32, 7), gaussian_f(200, 32, 8), gaussian_f(200, 32, 9), Mask::kFull);
   const std::unique_ptr<Estimator> performer = parse_spec("performer(M=64)").make();
   const EstimateContext ctx{make_random_key(5, "performer-rounding", 0)};
-  MatrixF plain, inputs_only, declared;
+  MatrixF plain;
   performer->estimate(view, ctx, plain);
   for (Precision p : {Precision::kBf16, Precision::kF16}) {
     INFO(precision_name(p));
-    const HeadView rounded = rounded_view(view, p);
-    // Inputs and output rounded, every intermediate float32: what an estimator without its own points gets.
-    performer->estimate(rounded, ctx, inputs_only);
-    round_in_place(inputs_only, p);
-    estimate_at_precision(*performer, rounded, ctx, p, declared);
+    // inputs_only: inputs and output rounded, every intermediate float32: what an estimator without its own points
+    // gets.
+    const auto [declared, inputs_only] = rounded_estimates(*performer, rounded_view(view, p), ctx, p);
     const double base = plain.norm();
     const double from_inputs = (inputs_only - plain).norm() / base, from_all = (declared - plain).norm() / base;
     // The stored features and state add rounding of their own (observed, relative to the float32 estimate, inputs
@@ -208,6 +229,111 @@ TEST_CASE("performer stores its features and key state in the precision, as it d
     CHECK(declared != inputs_only);
     CHECK(from_all > from_inputs);
     CHECK(from_all < (p == Precision::kBf16 ? 2e-2 : 3e-3));
+  }
+}
+
+TEST_CASE("causal performer keeps its recurrent state in the precision after every key, as it declares",
+          "[precision][random-features]") {
+  // n = 300 rows: the query and key blocks of 256 are crossed once.
+  const HeadView view =
+      view_of(gaussian_f(300, 16, 21), gaussian_f(300, 16, 22), gaussian_f(300, 8, 23), Mask::kCausal);
+  const int64_t m = 32;
+  const std::unique_ptr<Estimator> performer = parse_spec(fmt::format("performer(M={})", m)).make();
+  const EstimateContext ctx{make_random_key(4, "performer-causal-rounding", 0)};
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(view, p);
+    const auto [declared, inputs_only] = rounded_estimates(*performer, rounded, ctx, p);
+    // The declaration written out, token by token: per feature f the running maximum c_f of the keys' log-features;
+    // when a key raises it the state is rescaled by exp(c_old − c_new); the key's feature exp(L − c_f) is stored,
+    // then S_f + φ·v and z_f + φ are stored (each through float32 into the precision). Query t weighs feature f by
+    // exp(log φ_f(q_t) + c_f − max) stored, and reads Σ_f a_f·S_f / Σ_f a_f·z_f.
+    const auto store = [p](double x) { return static_cast<double>(store_as(x, p)); };
+    const double root_scale = std::sqrt(view.scale);
+    const MatrixD omegas = draw_omegas(m, view.p(), true, ctx.key);
+    const MatrixD log_k = log_features(root_scale * rounded.k, omegas),
+                  log_q = log_features(root_scale * rounded.q, omegas);
+    MatrixD state = MatrixD::Zero(m, view.pv());
+    VectorD z = VectorD::Zero(m), c = VectorD::Constant(m, -INFINITY);
+    MatrixF emulated(view.n(), view.pv());
+    for (int64_t t = 0; t < view.n(); ++t) {
+      for (int64_t f = 0; f < m; ++f) {
+        if (log_k(t, f) > c(f)) {
+          state.row(f) *= std::exp(c(f) - log_k(t, f));
+          z(f) *= std::exp(c(f) - log_k(t, f));
+          c(f) = log_k(t, f);
+        }
+        const double phi = store(std::exp(log_k(t, f) - c(f)));
+        for (int64_t col = 0; col < view.pv(); ++col) state(f, col) = store(state(f, col) + phi * rounded.v(t, col));
+        z(f) = store(z(f) + phi);
+      }
+      RowVectorD a = log_q.row(t) + c.transpose();
+      a = (a.array() - a.maxCoeff()).exp().matrix().unaryExpr(store);
+      emulated.row(t) = (a * state / a.dot(z)).cast<float>();
+    }
+    round_in_place(emulated, p);
+    // Observed: every entry equal in both precisions (2400 of 2400); the bound allows a rare flip at a rounding
+    // boundary of the output's float64 → float32 → precision, one unit in the last place.
+    const int64_t equal = equal_entries(declared, emulated);
+    WARN(precision_name(p) << ": " << equal << " of " << declared.size() << " entries equal the emulation");
+    CHECK(equal >= declared.size() * 99 / 100);
+    CHECK(declared != inputs_only);
+  }
+}
+
+TEST_CASE("a bf16 recurrent state stops growing: causal performer leaves the values' range late in a long row",
+          "[precision][random-features]") {
+  // Keys 0: every log-feature is 0, every stored feature 1, so z_t = t + 1 and S_t = Σ v exactly in float32 (and
+  // the estimate is the running mean of the values). Values 1 for the first 256 keys, 3 after. At t = 1023 the mean
+  // is (256 + 768·3)/1024 = 2.5. In bf16 (8 significant bits) z stops at 256 (256 + 1 rounds back to it, ties to
+  // even), and S, from 256, gains 4 per key (259 → 260 while the spacing is 2, 515 → 516 while it is 4) up to 1024,
+  // where + 3 rounds away: S/z = 1024/256 = 4, above every value.
+  const int64_t n = 1024;
+  MatrixF q = gaussian_f(n, 8, 31), k = MatrixF::Zero(n, 8), v(n, 1);
+  for (int64_t t = 0; t < n; ++t) v(t, 0) = t < 256 ? 1.0f : 3.0f;
+  const HeadView view = view_of(q, k, v, Mask::kCausal);
+  const std::unique_ptr<Estimator> performer = parse_spec("performer(M=16)").make();
+  const EstimateContext ctx{make_random_key(4, "performer-stagnation", 0)};
+  MatrixF f32, bf16;
+  performer->estimate(view, ctx, f32);
+  estimate_at_precision(*performer, rounded_view(view, Precision::kBf16), ctx, Precision::kBf16, bf16);
+  CHECK(f32(n - 1, 0) == Approx(2.5).epsilon(1e-6));
+  CHECK(bf16(n - 1, 0) == 4.0f);
+  CHECK(bf16(255, 0) == 1.0f);  // up to z = 256 every sum is exact
+}
+
+TEST_CASE("uniform_keys attends its sampled keys at FlashAttention-2's points, as it declares", "[precision]") {
+  const HeadView view =
+      view_of(gaussian_f(200, 16, 61), gaussian_f(200, 16, 62), gaussian_f(200, 8, 63), Mask::kCausal);
+  const int64_t budget = 40;
+  const std::unique_ptr<Estimator> uniform = parse_spec(fmt::format("uniform_keys(b={})", budget)).make();
+  const EstimateContext ctx{make_random_key(6, "uniform-keys-rounding", 0)};
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(view, p);
+    const auto [declared, inputs_only] = rounded_estimates(*uniform, rounded, ctx, p);
+    // The declaration written out: row t's sample (the estimator's draw, uniform_keys.h) attended by exact attention
+    // at FlashAttention-2's points over the sampled keys alone.
+    MatrixF emulated(view.n(), view.pv()), row_out;
+    const RandomStream stream(ctx.key, Purpose::kColumnSample);
+    for (int64_t t = 0; t < view.n(); ++t) {
+      const std::vector<int64_t> sample = uniform_keys_sample(t + 1, budget, stream, t);
+      MatrixF k(static_cast<int64_t>(sample.size()), view.p()), v(static_cast<int64_t>(sample.size()), view.pv());
+      for (size_t r = 0; r < sample.size(); ++r)
+        k.row(r) = rounded.kf.row(sample[r]), v.row(r) = rounded.vf.row(sample[r]);
+      exact_attention_rounded(rounded.qf.middleRows(t, 1), k, v, static_cast<float>(view.scale), p, row_out, nullptr,
+                              QueryGeometry{});
+      emulated.row(t) = row_out;
+    }
+    // The estimator sums q·k, the row sum and P·V in float32 where softmax's rounded path sums in float64 and stores
+    // once: an output entry could differ by one unit in the last place of the precision when a sum lies near a
+    // rounding boundary. Observed: 1600 of 1600 entries equal in both precisions.
+    const int64_t equal = equal_entries(declared, emulated);
+    const double largest_gap = (declared - emulated).cwiseAbs().maxCoeff() / emulated.cwiseAbs().maxCoeff();
+    WARN(precision_name(p) << ": " << equal << " of " << declared.size() << " equal, largest gap " << largest_gap);
+    CHECK(equal >= declared.size() * 9 / 10);
+    CHECK(largest_gap <= (p == Precision::kBf16 ? 2 * 0x1p-8 : 2 * 0x1p-11));
+    CHECK(declared != inputs_only);
   }
 }
 
@@ -221,10 +347,7 @@ TEST_CASE("linformer stores E, E·K and E·V in the precision and attends them a
   for (Precision p : {Precision::kBf16, Precision::kF16}) {
     INFO(precision_name(p));
     const HeadView rounded = rounded_view(view, p);
-    MatrixF declared, inputs_only;
-    estimate_at_precision(*linformer, rounded, ctx, p, declared);
-    linformer->estimate(rounded, ctx, inputs_only);
-    round_in_place(inputs_only, p);
+    const auto [declared, inputs_only] = rounded_estimates(*linformer, rounded, ctx, p);
     // The declaration written out: E (std 1/√d, the stream the estimator draws from) rounded; E·K and E·V summed in
     // float64, stored through float32 into the precision; exact attention over them at softmax's points.
     MatrixF e = gaussian_matrix(d, view.keys(), 1.0 / std::sqrt(static_cast<double>(d)),
@@ -240,8 +363,7 @@ TEST_CASE("linformer stores E, E·K and E·V in the precision and attends them a
     // The estimator sums each E·K entry in float32 (tiles of 256 keys, then across them) where the emulation sums in
     // float64: a stored entry can differ when its sum lies within ~1e-7 of a rounding boundary, rarely. Observed:
     // bf16 2400 of 2400 output entries equal, f16 2397 of 2400.
-    int64_t equal = 0;
-    for (int64_t i = 0; i < declared.size(); ++i) equal += declared.data()[i] == emulated.data()[i] ? 1 : 0;
+    const int64_t equal = equal_entries(declared, emulated);
     WARN(precision_name(p) << ": " << equal << " of " << declared.size() << " entries equal the emulation");
     CHECK(equal >= declared.size() * 99 / 100);
     const double largest_gap = (declared - emulated).cwiseAbs().maxCoeff() / emulated.cwiseAbs().maxCoeff();

@@ -75,10 +75,11 @@ MatrixD log_features(const MatrixD& x_scaled, const MatrixD& omegas) {
   return out;
 }
 
-CausalFeatureSums::CausalFeatureSums(int64_t features, int64_t pv)
+CausalFeatureSums::CausalFeatureSums(int64_t features, int64_t pv, Precision stored)
     : shift(RowVectorD::Constant(features, -std::numeric_limits<double>::infinity())),
       z(RowVectorD::Zero(features)),
-      kv(MatrixD::Zero(features, pv)) {}
+      kv(MatrixD::Zero(features, pv)),
+      stored(stored) {}
 
 void CausalFeatureSums::add(const Eigen::Ref<const RowVectorD>& log_key, const Eigen::Ref<const RowVectorD>& value) {
   for (int64_t f = 0; f < shift.size(); ++f) {
@@ -89,8 +90,14 @@ void CausalFeatureSums::add(const Eigen::Ref<const RowVectorD>& log_key, const E
       shift(f) = log_key(f);
     }
     const double w = std::exp(log_key(f) - shift(f));
-    kv.row(f) += w * value;
-    z(f) += w;
+    if (!below_float32(stored)) {
+      kv.row(f) += w * value;
+      z(f) += w;
+      continue;
+    }
+    const double w_stored = store_as(w, stored);
+    for (int64_t c = 0; c < kv.cols(); ++c) kv(f, c) = store_as(kv(f, c) + w_stored * value(c), stored);
+    z(f) = store_as(z(f) + w_stored, stored);
   }
 }
 

@@ -6,6 +6,7 @@
 // Everything here is float64 and in log space: a shift that cancels exactly replaces any epsilon.
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/rng/random_matrix.h"
 
 namespace attnprobe {
@@ -36,13 +37,25 @@ MatrixD log_features(const MatrixD& x_scaled, const MatrixD& omegas);
 /// exp(log φ_f(k_j) − c_f) under each feature's running maximum c_f (`shift`) of the keys added so far:
 /// the sums are rescaled when it grows, so every prefix holds a 1 and cannot underflow, and nothing a
 /// later key brings touches an earlier row's.
+/// `stored` below float32 (--precision bf16|f16) is the recurrent form's state kept in the dtype between tokens,
+/// as a decode cache keeps it: each key's features φ̃ are stored in the precision before they are added, and after
+/// every key (its rescale and its addition computed wider) each element of kv and z is stored through float32 into
+/// the precision. A bf16 sum then stops growing once it is 2^8 times the features added to it
+/// (kRecurrentStateRounding).
 struct CausalFeatureSums {
-  CausalFeatureSums(int64_t features, int64_t pv);
+  CausalFeatureSums(int64_t features, int64_t pv, Precision stored = Precision::kF32);
   /// Adds key j: its log-features log φ(k_j) (1 × M) and its value v_j (1 × pv).
   void add(const Eigen::Ref<const RowVectorD>& log_key, const Eigen::Ref<const RowVectorD>& value);
   RowVectorD shift, z;  ///< c (−∞ before the first key) and Σ φ̃
   MatrixD kv;           ///< Σ φ̃·vᵀ
+  Precision stored;     ///< the state's precision (f32: float64 sums, nothing rounded)
 };
+
+/// The rounding points of CausalFeatureSums' state below float32, as the causal forms that use it declare them.
+inline constexpr const char* kRecurrentStateRounding =
+    "each key's features exp(·) (shifted by the running maximum, so ≤ 1) and, after every key, the prefix state "
+    "Σφ(k)vᵀ and Σφ(k) stored in the precision (the recurrent state a decode cache keeps), the query's features "
+    "stored in it, their products with the state accumulated float32, output rounded";
 
 /// Row r of the result is f(ω_r) (rows × pv), and log_sum[r] = log Σ_j ξ(k_j, ω_r). O(rows·n·p).
 MatrixD key_value_average(const MatrixD& omegas, const MatrixD& k_scaled, const MatrixD& v, VectorD* log_sum = nullptr);

@@ -124,12 +124,14 @@ class Performer final : public Estimator {
   // the prefix 0..i (tested). Rows at positions t (a decode step: the last rows against the whole cache)
   // run the same sums from key 0, and keys and queries are formed in blocks aligned to absolute positions,
   // so a row's bits do not depend on which rows are evaluated. O(keys·M·(p + pv)) time, O(256·M + M·pv)
-  // memory.
+  // memory. Below float32 the state is stored in the precision after every key and the query's features before
+  // their products (kRecurrentStateRounding): what a recurrent kernel that keeps its state in the cache's dtype
+  // computes.
   void estimate_causal(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
     const int64_t n = view.n(), keys = view.keys(), pv = view.pv();
     const double root_scale = std::sqrt(view.scale);
     const MatrixD omegas = draw_omegas(features_, view.p(), orthogonal_, ctx.key);
-    CausalFeatureSums sums(features_, pv);
+    CausalFeatureSums sums(features_, pv, ctx.precision);
     RowVectorD weights(features_);
     MatrixD log_k;     // the log-features of the key block holding key `next`
     int64_t next = 0;  // the sums hold keys 0..next − 1
@@ -146,6 +148,8 @@ class Performer final : public Estimator {
         }
         weights = log_q.row(lead + r) + sums.shift;
         weights = (weights.array() - weights.maxCoeff()).exp();
+        if (below_float32(ctx.precision))
+          weights = weights.unaryExpr([&](double w) { return static_cast<double>(store_as(w, ctx.precision)); });
         out.row(i) = (weights * sums.kv / weights.dot(sums.z)).cast<float>();
       }
       r0 += rows;
@@ -248,7 +252,7 @@ const ParamSet<PerformerParams>& performer_param_set() {
 namespace {
 
 const std::string kPerformerRounding = std::string("full mask and its decode rows: ") + kRandomFeatureRounding +
-                                       "; causal form: inputs and output only (its prefix sums stay float32)";
+                                       "; causal form: " + kRecurrentStateRounding;
 
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<PerformerParams>{
     .name = "performer",

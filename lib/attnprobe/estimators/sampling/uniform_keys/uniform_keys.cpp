@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
 
@@ -51,9 +52,11 @@ class UniformKeys final : public Estimator {
         logits.resize(static_cast<int64_t>(sample.size()));
         for (size_t r = 0; r < sample.size(); ++r) logits(r) = scale * view.qf.row(i).dot(view.kf.row(sample[r]));
         logits = (logits.array() - logits.maxCoeff()).exp();
+        const float total = logits.sum();  // FlashAttention-2's row sum: of the float32 P, before P is stored
+        round_in_place(logits.data(), logits.size(), ctx.precision);
         auto row = out.row(i);
         for (size_t r = 0; r < sample.size(); ++r) row += logits(r) * view.vf.row(sample[r]);
-        row /= logits.sum();
+        row /= total;
       }
     });
   }
@@ -106,7 +109,14 @@ class UniformKeys final : public Estimator {
     .params = ParamSet<UniformKeysParams>().integer("b", &UniformKeysParams::budget, 1, 1 << 24,
                                                     "keys kept per row in expectation (b >= keys: exact)"),
     .samples_knob = "b",
-    .capabilities = {.random = true, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks},
+    .capabilities = {.random = true,
+                     .forms = kAllMasks,
+                     .decode = kAllMasks,
+                     .weights = kAllMasks,
+                     .rounding =
+                         "the sampled keys attended at FlashAttention-2's points: logits s·q·k, P = exp(S − max) "
+                         "and its row sum float32, P stored in the precision for P·V, P·V float32, the output "
+                         "rounded"},
     .make = [](const UniformKeysParams& params) { return std::make_unique<UniformKeys>(params); },
 });
 

@@ -84,6 +84,9 @@ class VMeanEstimator final : public Estimator {
                      .forms = kAllMasks,
                      .decode = kAllMasks,
                      .weights = kAllMasks,
+                     // Nothing between the inputs and the output is stored: the mean is summed wider and stored once.
+                     .rounding = "inputs and output in the precision; the output is the mean of the visible values, "
+                                 "summed in float64 and stored once (no other intermediate)",
                      .backward = Backward::kOut,
                      .backward_forms = kFullAndCausal},
     .devices = {{.device = Device::kCuda, .forms = kFullAndCausal, .tolerance = 1e-6}},
