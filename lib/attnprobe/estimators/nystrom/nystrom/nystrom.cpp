@@ -4,6 +4,7 @@
 #include <limits>
 #include <memory>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/common/symmetric_spectrum.h"
 #include "attnprobe/estimators/registry.h"
@@ -209,6 +210,7 @@ class Nystrom final : public Estimator {
   // relative in the output at n = 300, L = 64, against 1e-7 for the six Newton–Schulz steps, whose
   // polynomial stays bounded).
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
+    if (below_float32(ctx.precision)) return estimate_rounded(view, ctx, out);
     if (exact_pinv_) {
       out = compute(view).cast<float>();
       return;
@@ -271,6 +273,46 @@ class Nystrom final : public Estimator {
     softmax_rows(k2);
     return k2;
   }
+  // Below float32 (kNystromRounding): what Nyströmformer's code computes with its tensors in the dtype. The landmarks
+  // (segment means) and K2 = softmax(s·Q̄K̄ᵀ) are computed wider and stored; the two attention passes (the landmark
+  // queries over all keys, the queries over the landmark keys) run at FlashAttention-2's points; the iteration's
+  // every product and sum is accumulated in float32 and stored, as a matmul in the dtype does. Not blocked or pooled:
+  // the emulation's cost is the study's, not a kernel's.
+  void estimate_rounded(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
+    const Precision dtype = ctx.precision;
+    const auto stored = [dtype](MatrixF x) {
+      round_in_place(x, dtype);
+      return x;
+    };
+    const Landmarks marks = landmarks(view.qf, view.kf);
+    const MatrixF q_bar = stored(marks.q_bar.cast<float>()), k_bar = stored(marks.k_bar.cast<float>());
+    const float scale = static_cast<float>(view.scale);
+    MatrixF k3_v;  // L′ × pv: softmax(s·Q̄Kᵀ)·V
+    exact_attention_rounded(q_bar, view.kf, view.vf, scale, dtype, k3_v, ctx.pool, QueryGeometry{});
+    MatrixD k2 = view.scale * (q_bar.cast<double>() * k_bar.cast<double>().transpose());
+    softmax_rows(k2);
+    const MatrixF k = stored(k2.cast<float>());
+    MatrixF values;  // pinv(K2)·(K3·V)
+    if (exact_pinv_) {
+      values = stored(svd_pinv(k.cast<double>())(k3_v.cast<double>()).cast<float>());
+    } else {
+      const MatrixF identity = MatrixF::Identity(k.rows(), k.rows());
+      MatrixF z = stored((newton_schulz_start(k.cast<double>()) * k.cast<double>().transpose()).cast<float>());
+      // Z ← ¼·Z·(13I − A(15I − A(7I − A))), A = K2·Z; the last step applied to K3·V (W) as the float32 path does.
+      for (int step = 0; step < kSteps; ++step) {
+        const bool last = step + 1 == kSteps;
+        const MatrixF w = last ? k3_v : identity;
+        const MatrixF a = stored(k * z);
+        MatrixF t = stored(7.0f * w - (last ? stored(a * w) : a));
+        t = stored(15.0f * w - stored(a * t));
+        t = stored(13.0f * w - stored(a * t));
+        z = stored(0.25f * stored(z * t));
+      }
+      values = std::move(z);
+    }
+    exact_attention_rounded(view.qf, k_bar, values, scale, dtype, out, ctx.pool, QueryGeometry{});
+  }
+
   // thin_cols: the width of the block the pseudo-inverse will be applied to (pv).
   PseudoInverse pseudo_inverse(const MatrixD& k2, int64_t thin_cols) const {
     return exact_pinv_ ? svd_pinv(k2) : newton_schulz_pinv(k2, kSteps, thin_cols);
@@ -310,7 +352,13 @@ class Nystrom final : public Estimator {
                   .choice("pinv", &NystromParams::exact_pinv, {{"iterative", false}, {"exact", true}},
                           "6 Newton-Schulz steps (the paper) or float64 SVD with a relative cutoff"),
     .samples_knob = "L",
-    .capabilities = {.random = false, .weights = kFullOnly},
+    .capabilities = {.random = false,
+                     .weights = kFullOnly,
+                     .rounding = "landmarks (segment means) and K2 = softmax(s·Q̄K̄ᵀ) computed wider and stored in the "
+                                 "precision; both attention passes (landmark queries over the keys, queries over the "
+                                 "landmark keys) at FlashAttention-2's points; every product and sum of the "
+                                 "Newton-Schulz iteration accumulated float32 and stored (pinv=exact: its float64 "
+                                 "result stored); output rounded"},
     .make = [](const NystromParams& params) { return std::make_unique<Nystrom>(params); },
 });
 
