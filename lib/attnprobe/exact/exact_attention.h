@@ -78,6 +78,16 @@ void exact_attention_rounded(const MatrixF& q, const MatrixF& k, const MatrixF& 
                              MatrixF& out, ThreadPool* pool, const QueryGeometry& geometry,
                              const ScoreShaping* shaping = nullptr);
 
+/// Exact attention as an estimator's step computes it in a case's precision: exact_attention_f32 at f32,
+/// exact_attention_rounded below it (an estimator that attends keys it made, e.g. projected ones).
+inline void exact_attention_in(const MatrixF& q, const MatrixF& k, const MatrixF& v, float scale, Precision precision,
+                               MatrixF& out, ThreadPool* pool, const QueryGeometry& geometry) {
+  if (below_float32(precision))
+    exact_attention_rounded(q, k, v, scale, precision, out, pool, geometry);
+  else
+    exact_attention_f32(q, k, v, scale, out, pool, geometry);
+}
+
 /// Softmax attention of a few query rows (landmarks, samples: up to a few hundred) over many keys, with
 /// an optional bias per key: out_i = Σ_j softmax_j(scale·q_i·k_j + bias_j)·v_j (rows × pv) and, when
 /// asked, log_normaliser_i = log Σ_j exp(scale·q_i·k_j + bias_j) (rows, float64). The keys are cut into

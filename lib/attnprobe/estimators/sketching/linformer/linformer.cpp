@@ -76,11 +76,8 @@ class Linformer final : public Estimator {
                         params_.d, ctx.pool, k_proj, v_proj, ctx.precision);
     // The query rows' geometry keeps their blocks at their absolute positions (the same bits for any rows). Below
     // float32 the attention over the projected keys is exact attention's at FlashAttention-2's rounding points.
-    if (below_float32(ctx.precision))
-      exact_attention_rounded(view.qf, k_proj, v_proj, static_cast<float>(view.scale), ctx.precision, out, ctx.pool,
-                              view.geometry());
-    else
-      exact_attention_f32(view.qf, k_proj, v_proj, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
+    exact_attention_in(view.qf, k_proj, v_proj, static_cast<float>(view.scale), ctx.precision, out, ctx.pool,
+                       view.geometry());
   }
 
   // out = P·(E·V) with P = softmax(s·Q(EK)ᵀ) (n × d), so Â = P·E (rows × keys): row i is a mixture of E's rows,

@@ -1,6 +1,7 @@
 #include "attnprobe/estimators/sketching/linformer_jlt/linformer_jlt.h"
 
 #include "attnprobe/common/error.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/sketching/gaussian_projection.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -13,11 +14,17 @@ class LinformerJlt final : public Estimator {
   explicit LinformerJlt(LinformerJltParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    // S is keys × d: row j of S is row j of the stream, scaled by 1/√d.
-    const MatrixF s =
-        gaussian_matrix(view.keys(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection));
-    const MatrixF sketched_v = s * (s.transpose() * view.vf);  // S·Sᵀ·V, keys × pv
-    exact_attention_f32(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), out, ctx.pool, view.geometry());
+    // S is keys × d: row j of S is row j of the stream, scaled by 1/√d. Below float32 (its rounding declaration) S is
+    // stored as drawn, Sᵀ·V and S·(Sᵀ·V) are accumulated in float32 and stored, and the attention runs at
+    // FlashAttention-2's points; round_in_place leaves float32 as it is.
+    MatrixF s = gaussian_matrix(view.keys(), params_.d, params_.stddev(), RandomStream(ctx.key, Purpose::kProjection));
+    round_in_place(s, ctx.precision);
+    MatrixF projected_v = s.transpose() * view.vf;  // Sᵀ·V, d × pv
+    round_in_place(projected_v, ctx.precision);
+    MatrixF sketched_v = s * projected_v;  // S·Sᵀ·V, keys × pv
+    round_in_place(sketched_v, ctx.precision);
+    exact_attention_in(view.qf, view.kf, sketched_v, static_cast<float>(view.scale), ctx.precision, out, ctx.pool,
+                       view.geometry());
   }
 
   // out = A·S·Sᵀ·V, so Â = A·S·Sᵀ (rows × n) with A the exact softmax: unbiased for A entry by entry, rows
@@ -54,7 +61,13 @@ class LinformerJlt final : public Estimator {
     .params = ParamSet<LinformerJltParams>().integer("d", &LinformerJltParams::d, 1, 1 << 20,
                                                      "sketch width (S is n x d, entries N(0, 1/d))"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .decode = kFullOnly, .weights = kFullOnly},
+    .capabilities = {.random = true,
+                     .decode = kFullOnly,
+                     .weights = kFullOnly,
+                     .rounding =
+                         "S stored in the precision as drawn; Sᵀ·V and S·Sᵀ·V accumulated float32 and stored in "
+                         "it; the attention over the keys with values S·Sᵀ·V at FlashAttention-2's points "
+                         "(softmax's)"},
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     .make = [](const LinformerJltParams& params) { return std::make_unique<LinformerJlt>(params); },
 });
