@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "attnprobe/common/error.h"
 
@@ -66,14 +67,19 @@ RowTerms<T> kept_exponentials(const Q& q_row, const K& k, T scale, const KeptKey
 
 template <class T, class M, class Out>
 void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const Estimator::KeptRows& keep,
-                 ThreadPool* pool, Out& out) {
+                 ThreadPool* pool, Out& out, Precision stored = Precision::kF32) {
   const int64_t n = view.n();
   out.setZero(n, v.cols());
   for_each_index(pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
     for (int64_t i = block * kRowBlock; i < std::min(n, (block + 1) * kRowBlock); ++i) {
       const KeptKeys kept = keep(i);
       if (kept.keys.empty() && kept.completions.empty()) continue;  // the zero row
-      const RowTerms<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept, view, i);
+      RowTerms<T> w = kept_exponentials<T>(q.row(i), k, static_cast<T>(view.scale), kept, view, i);
+      if constexpr (std::is_same_v<T, float>)  // P stored for P·V; the row sum is of the float32 terms
+        if (below_float32(stored)) {
+          round_in_place(w.keys.data(), static_cast<int64_t>(w.keys.size()), stored);
+          round_in_place(w.completions.data(), static_cast<int64_t>(w.completions.size()), stored);
+        }
       auto row = out.row(i);
       for (size_t r = 0; r < w.keys.size(); ++r) row += w.keys[r] * v.row(kept.keys[r]);
       for (size_t c = 0; c < w.completions.size(); ++c)
@@ -85,8 +91,9 @@ void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const
 
 }  // namespace
 
-void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out) {
-  attend_rows<float>(view, view.qf, view.kf, view.vf, keep, pool, out);
+void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out,
+                 Precision stored) {
+  attend_rows<float>(view, view.qf, view.kf, view.vf, keep, pool, out, stored);
 }
 
 MatrixD attend_kept_f64(const HeadView& view, const Estimator::KeptRows& keep) {

@@ -24,7 +24,10 @@ namespace attnprobe {
 
 /// out (n × pv): each row's softmax over its kept keys (logits ℓ_j + ω_j) and completion terms applied to V and
 /// the completions' values, float32 like the exact kernel; rows in parallel on `pool`. Nothing kept: the zero row.
-void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out);
+/// `stored` below float32: FlashAttention-2's points over the kept keys (ATTNPROBE_KEPT_KEYS_ATTENDED): the row sum of
+/// the float32 exponentials, each exponential stored in the precision before its product with V.
+void attend_kept(const HeadView& view, const Estimator::KeptRows& keep, ThreadPool* pool, MatrixF& out,
+                 Precision stored = Precision::kF32);
 
 /// The same in float64 (the tests' route to the tail identity; not a reference of any estimator).
 MatrixD attend_kept_f64(const HeadView& view, const Estimator::KeptRows& keep);
@@ -40,7 +43,7 @@ class KeptKeysEstimator : public Estimator {
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override = 0;
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    attend_kept(view, kept_keys(view, ctx), ctx.pool, out);
+    attend_kept(view, kept_keys(view, ctx), ctx.pool, out, ctx.precision);
   }
   WeightRows weights(const HeadView& view, const EstimateContext& ctx) const override {
     return kept_weights(view, kept_keys(view, ctx));
@@ -75,11 +78,20 @@ std::vector<int64_t> keys_outside(KeyRange seen, const std::vector<int64_t>& fix
 /// scores them all) and, in `rest`, the keys it ranks beyond that part (R_t), ascending.
 KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int64_t window, std::vector<int64_t>& rest);
 
+/// How attend_kept attends below float32, the end of every kept-set method's rounding declaration (a macro so that
+/// the declarations below stay compile-time strings).
+#define ATTNPROBE_KEPT_KEYS_ATTENDED                                                                       \
+  "the kept keys attended at FlashAttention-2's points: logits, exponentials and their sum float32, each " \
+  "exponential stored in the precision for its product with V, that product summed float32"
+
+/// The rounding points of a method that attends a kept set it chose without ranking scores (positional or sampled).
+inline constexpr const char* kKeptKeysRounded = "inputs and output in the precision; " ATTNPROBE_KEPT_KEYS_ATTENDED;
+
 /// The rounding points of a method that ranks keys by scores (Capabilities::rounding, docs/precision.md).
 inline constexpr const char* kRankingScoresRounded =
     "inputs and output in the precision; the scores that rank keys stored in it (each computed in float64 from the "
-    "rounded inputs, stored once through float32), so scores that round alike tie and the older key is kept; the "
-    "kept keys' logits and their softmax float32";
+    "rounded inputs, stored once through float32), so scores that round alike tie and the older key is "
+    "kept; " ATTNPROBE_KEPT_KEYS_ATTENDED;
 
 /// `can` with the rounding points of a method that ranks keys by scores.
 constexpr Capabilities ranking_scores_rounded(Capabilities can) {

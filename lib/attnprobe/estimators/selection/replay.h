@@ -23,6 +23,7 @@
 #include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/capabilities.h"
 #include "attnprobe/estimators/estimator.h"
+#include "attnprobe/estimators/selection/kept_keys.h"
 #include "attnprobe/estimators/selection/sharing.h"
 #include "attnprobe/view/head_view.h"
 
@@ -76,7 +77,7 @@ inline constexpr const char* kReplayedScoresRounded =
     "that score the cache (float64 of the rounded inputs) and their softmax weights stored in it, the prefill's "
     "column sums of the stored weights stored once, each step's stored weights added to the stored scores and the "
     "sum stored (accumulating) or put in their place (replacing); an eviction among equal stored scores drops the "
-    "newest; the attended keys' logits and their softmax float32";
+    "newest; " ATTNPROBE_KEPT_KEYS_ATTENDED;
 
 struct ReplaySets {
   std::vector<std::vector<int64_t>> sets;  ///< A_t (ascending) of rows t = first..keys − 1

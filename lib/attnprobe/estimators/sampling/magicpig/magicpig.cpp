@@ -285,7 +285,8 @@ class Magicpig final : public KeptKeysEstimator {
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
                      .selection = true,
-                     .anchored = true},  // the default, anchor=auto, after a prompt
+                     .anchored = true,  // the default, anchor=auto, after a prompt
+                     .rounding = kKeptKeysRounded},
     // anchor=prefill hashes the prompt's keys: decode rows after a prompt only; anchor=auto's decode rows are
     // anchored there while its whole slices hash each row's past.
     .narrow =

@@ -58,7 +58,12 @@ class OracleSample final : public KeptKeysEstimator {
     .params = ParamSet<OracleSampleParams>().integer("b", &OracleSampleParams::b, 1, int64_t{1} << 30,
                                                      "draws per row from the exact weights, with replacement"),
     .samples_knob = "b",
-    .capabilities = {.random = true, .forms = kAllMasks, .decode = kAllMasks, .weights = kAllMasks, .selection = true},
+    .capabilities = {.random = true,
+                     .forms = kAllMasks,
+                     .decode = kAllMasks,
+                     .weights = kAllMasks,
+                     .selection = true,
+                     .rounding = kKeptKeysRounded},
     .ablations = {"oracle_sample(b=16)"},
     .make = [](const OracleSampleParams& params) { return std::make_unique<OracleSample>(params); },
 });

@@ -173,7 +173,7 @@ class Vattention final : public KeptKeysEstimator {
 // Only the top-k part ranks; the budget, the samples and their weights come from the float64 logits.
 constexpr const char* kVattentionRounding =
     "inputs and output in the precision; the logits that rank its top-k part stored in it (ties keep the older key); "
-    "the pilot, the budget and the Horvitz-Thompson weights from the float64 logits, the softmax float32";
+    "the pilot, the budget and the Horvitz-Thompson weights from the float64 logits; " ATTNPROBE_KEPT_KEYS_ATTENDED;
 
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<VattentionParams>{
     .name = "vattention",

@@ -165,7 +165,8 @@ class Duo final : public KeptKeysEstimator {
                      .forms = {Mask::kCausal, Mask::kWindow},
                      .decode = {Mask::kCausal, Mask::kWindow},
                      .weights = {Mask::kCausal, Mask::kWindow},
-                     .selection = true},
+                     .selection = true,
+                     .rounding = kKeptKeysRounded},
     .ablations = {"duo(sink=4,window=16)"},
     .make = [](const DuoParams& params) { return std::make_unique<Duo>(params); },
 });

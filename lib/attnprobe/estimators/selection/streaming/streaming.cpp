@@ -57,7 +57,8 @@ class Streaming final : public KeptKeysEstimator {
                      .forms = {Mask::kCausal, Mask::kWindow},
                      .decode = {Mask::kCausal, Mask::kWindow},
                      .weights = {Mask::kCausal, Mask::kWindow},
-                     .selection = true},
+                     .selection = true,
+                     .rounding = kKeptKeysRounded},
     .narrow =
         [](const StreamingParams& params, Capabilities& can) {
           if (params.roll) return;  // roll=0: decode rows after a prompt only (a position: no query rows needed)

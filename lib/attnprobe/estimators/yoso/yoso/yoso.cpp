@@ -259,6 +259,11 @@ class YosoSampling final : public Estimator {
                      .forms = kFullAndCausal,
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
+                     // The reference's CUDA kernels take float32 tensors only (hash tables and sums included), so a
+                     // model in bf16 hashes and accumulates its upcast inputs: the inputs and output are its points.
+                     .rounding = "inputs and output in the precision; the hash codes (signs of projections of the "
+                                 "rounded inputs) and the hash-table sums float32, as YOSO's reference kernels take "
+                                 "float32 tensors whatever the model's dtype",
                      .backward = Backward::kYoso,
                      .backward_forms = kFullAndCausal},
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i, and any
