@@ -24,6 +24,7 @@
 #include "attnprobe/estimators/rounded_estimate.h"
 #include "attnprobe/estimators/sampling/uniform_keys/uniform_keys.h"
 #include "attnprobe/estimators/sketching/gaussian_projection.h"
+#include "attnprobe/estimators/sketching/skeinformer/skeinformer.h"
 #include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/metrics/metrics.h"
@@ -350,6 +351,38 @@ TEST_CASE("uniform_keys attends its sampled keys at FlashAttention-2's points, a
     // once: an output entry could differ by one unit in the last place of the precision when a sum lies near a
     // rounding boundary. Observed: 1600 of 1600 entries equal in both precisions.
     check_against_emulation(estimates, emulated, p, 0.9, 2);
+  }
+}
+
+TEST_CASE("skeinformer attends its selected columns at FlashAttention-2's points, as it declares", "[precision]") {
+  const HeadView view =
+      view_of(gaussian_f(200, 16, 101), gaussian_f(200, 16, 102), gaussian_f(200, 8, 103), Mask::kFull);
+  const EstimateContext ctx{make_random_key(9, "skeinformer-rounding", 0)};
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(view, p);
+    // rownorm=simple: each row's softmax over the sampled columns alone, which the declaration makes softmax's rounded
+    // path over those columns.
+    SkeinformerParams simple;
+    simple.d = 48;
+    simple.rownorm = RowNorm::kSimple;
+    const std::unique_ptr<Estimator> sketch = parse_spec("skeinformer(d=48,rownorm=simple)").make();
+    const std::vector<int64_t> columns = skeinformer_sample(rounded, ctx.key, simple).columns;
+    const MatrixF emulated = attend_each_row_rounded(
+        rounded, [&](int64_t) { return columns; }, p);
+    // Observed: every entry equal (1600 of 1600) in both precisions; the row sums are float32 sums here.
+    check_against_emulation(rounded_estimates(*sketch, rounded, ctx, p), emulated, p, 0.9, 2);
+    // Algorithm 1 (adaptive rows, pilot reuse): the pilot rows are softmax's rounded rows exactly.
+    SkeinformerParams algorithm;
+    algorithm.d = 48;
+    const std::unique_ptr<Estimator> full = parse_spec("skeinformer(d=48)").make();
+    const RoundedEstimates estimates = rounded_estimates(*full, rounded, ctx, p);
+    const std::vector<int64_t> pilot = skeinformer_sample(rounded, ctx.key, algorithm).pilot;
+    MatrixF exact_rows;
+    exact_attention_rounded(rounded.qf(pilot, Eigen::all), rounded.kf, rounded.vf, static_cast<float>(view.scale), p,
+                            exact_rows, nullptr, QueryGeometry{});
+    CHECK(MatrixF(estimates.declared(pilot, Eigen::all)) == exact_rows);
+    CHECK(estimates.declared != estimates.inputs_only);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/common/landmarks.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -91,7 +92,11 @@ class Skeinformer final : public Estimator {
     // Σ_j v_j in float64 along contiguous rows (a colwise() sum strides down the row-major columns).
     const RowVectorF v_total =
         (static_cast<double>(view.v.rows()) * segment_means(view.v, {Segment{0, view.v.rows()}})).cast<float>().row(0);
-    const RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
+    RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
+    // Below float32 (kSkeinformerRounding) the unselected values' sum is stored, and each row's exponentials are
+    // stored for their product with the selected values after their float32 row sum: FlashAttention-2's points
+    // over the selected columns. round_in_place leaves float32 as it is.
+    round_in_place(v_missing.data(), v_missing.size(), ctx.precision);
     const float unselected = static_cast<float>(n - selected);
     out.resize(n, pv);
     for_each_index(ctx.pool, (n + kRowBlock - 1) / kRowBlock, [&](int64_t block) {
@@ -110,6 +115,7 @@ class Skeinformer final : public Estimator {
         }
         logits.colwise() -= shift;
         logits = logits.array().exp();
+        round_in_place(logits, ctx.precision);
         out.middleRows(r0, rows).noalias() = logits * v_sel;
         out.middleRows(r0, rows).array().colwise() /= denominator.array();
         return;
@@ -122,6 +128,7 @@ class Skeinformer final : public Estimator {
       logits.colwise() -= shift;
       logits = logits.array().exp();
       const VectorF denominator = logits.rowwise().sum() + unselected * fill;
+      round_in_place(logits, ctx.precision);
       auto rows_out = out.middleRows(r0, rows);
       tile_product_assign(logits.data(), selected, rows, selected, v_sel.data(), pv, pv, out.row(r0).data(), pv);
       rows_out.noalias() += fill * v_missing;  // the fill g_i on every unselected column
@@ -129,8 +136,12 @@ class Skeinformer final : public Estimator {
     });
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
-    if (params_.reuses_pilot())
-      for (size_t r = 0; r < sample.pilot.size(); ++r) out.row(sample.pilot[r]) = sample.pilot_out.row(r);
+    if (!params_.reuses_pilot()) return;
+    MatrixF pilot_out = sample.pilot_out;  // below float32: the pilot rows' exact attention at softmax's points
+    if (below_float32(ctx.precision))
+      exact_attention_rounded(view.qf(sample.pilot, Eigen::all), view.kf, view.vf, scale, ctx.precision, pilot_out,
+                              ctx.pool, QueryGeometry{});
+    for (size_t r = 0; r < sample.pilot.size(); ++r) out.row(sample.pilot[r]) = pilot_out.row(r);
   }
 
   // Â row by row: pilot rows (when reused) are exact softmax rows; otherwise the a_ic of the selected
@@ -218,7 +229,12 @@ class Skeinformer final : public Estimator {
                   .integer("pilot_reuse", &SkeinformerParams::pilot_reuse, 0, 1,
                            "1: overwrite the pilot rows with their exact values"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true,
+                     .weights = kFullOnly,
+                     .rounding = "inputs and output in the precision; the pilot's probabilities from float32; the "
+                                 "selected columns attended at FlashAttention-2's points (exponentials and row sums "
+                                 "float32, exponentials stored in the precision for their product with the values), "
+                                 "the unselected values' sum stored in it; the reused pilot rows at softmax's points"},
     // Observed ≤ 2.1e-7 relative against the CPU version (H100, seed 12345).
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     // The reference code's "w/o row normalization" ablation also skips pilot reuse.
