@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -24,6 +25,7 @@
 #include "attnprobe/estimators/rounded_estimate.h"
 #include "attnprobe/estimators/sampling/uniform_keys/uniform_keys.h"
 #include "attnprobe/estimators/sketching/gaussian_projection.h"
+#include "attnprobe/estimators/sketching/informer/informer.h"
 #include "attnprobe/estimators/sketching/skeinformer/skeinformer.h"
 #include "attnprobe/exact/exact_at_precision.h"
 #include "attnprobe/exact/exact_attention.h"
@@ -383,6 +385,32 @@ TEST_CASE("skeinformer attends its selected columns at FlashAttention-2's points
                             exact_rows, nullptr, QueryGeometry{});
     CHECK(MatrixF(estimates.declared(pilot, Eigen::all)) == exact_rows);
     CHECK(estimates.declared != estimates.inputs_only);
+  }
+}
+
+TEST_CASE("informer ranks stored sparsities and attends its chosen rows at FlashAttention-2's points", "[precision]") {
+  const HeadView view =
+      view_of(gaussian_f(256, 16, 111), gaussian_f(256, 16, 112), gaussian_f(256, 8, 113), Mask::kFull);
+  const EstimateContext ctx{make_random_key(10, "informer-rounding", 0)};
+  const std::unique_ptr<Estimator> informer = parse_spec("informer(d=24)").make();
+  InformerParams params;
+  params.d = 24;
+  for (Precision p : {Precision::kBf16, Precision::kF16}) {
+    INFO(precision_name(p));
+    const HeadView rounded = rounded_view(view, p);
+    // The declaration written out: the rows chosen from the stored sparsities get softmax's rounded rows, every other
+    // row the mean of the rounded values (float64, stored once).
+    const std::vector<int64_t> active = informer_active_rows(rounded, ctx.key, params, nullptr, p);
+    MatrixF emulated = rounded.v.colwise().mean().cast<float>().replicate(view.n(), 1), exact_rows;
+    round_in_place(emulated, p);
+    exact_attention_rounded(rounded.qf(active, Eigen::all), rounded.kf, rounded.vf, static_cast<float>(view.scale), p,
+                            exact_rows, nullptr, QueryGeometry{});
+    for (size_t r = 0; r < active.size(); ++r) emulated.row(active[r]) = exact_rows.row(r);
+    // Observed: every entry equal (2048 of 2048) in both precisions.
+    check_against_emulation(rounded_estimates(*informer, rounded, ctx, p), emulated, p, 0.99, 2);
+    // The ranking reads the stored sparsities: here the same 30 rows as float32's, in another order (rows whose
+    // sparsities round alike are ordered by index), none crossing the cut.
+    CHECK(active != informer_active_rows(rounded, ctx.key, params));
   }
 }
 

@@ -11,7 +11,7 @@
 namespace attnprobe {
 
 std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params,
-                                          ThreadPool* pool) {
+                                          ThreadPool* pool, Precision stored) {
   const int64_t n = view.n();
   const int64_t u = params.budget(n);
   const float scale = static_cast<float>(view.scale);
@@ -49,11 +49,11 @@ std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey&
       double sum = 0;
       for (int64_t t = r * u; t < (r + 1) * u; ++t) {
         if (t + kAhead < total) prefetch_row(sampled[t + kAhead]);
-        const float logit = scale * view.qf.row(i).dot(view.kf.row(sampled[t]));
+        const float logit = round_to(scale * view.qf.row(i).dot(view.kf.row(sampled[t])), stored);
         max = std::max(max, logit);
         sum += logit;
       }
-      sparsity[i] = {max - static_cast<float>(sum / n), i};
+      sparsity[i] = {round_to(max - static_cast<float>(sum / n), stored), i};
     }
   });
   // The u most "active" queries; ties by index, so the choice is deterministic.
@@ -72,12 +72,16 @@ class Informer final : public Estimator {
   explicit Informer(InformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_, ctx.pool);
+    const std::vector<int64_t> active = informer_active_rows(view, ctx.key, params_, ctx.pool, ctx.precision);
     mean_rows(view.vf, out, ctx.pool);  // mean(V) in every row, as vmean's estimate
-    // A few dozen exact rows over all keys: key chunks on the pool.
+    // A few dozen exact rows over all keys: key chunks on the pool; below float32 at softmax's rounding points.
     MatrixF exact_rows;
-    key_chunked_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), nullptr,
-                              exact_rows, nullptr, ctx.pool);
+    if (below_float32(ctx.precision))
+      exact_attention_rounded(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale),
+                              ctx.precision, exact_rows, ctx.pool, QueryGeometry{});
+    else
+      key_chunked_attention_f32(view.qf(active, Eigen::all), view.kf, view.vf, static_cast<float>(view.scale), nullptr,
+                                exact_rows, nullptr, ctx.pool);
     for (size_t r = 0; r < active.size(); ++r) out.row(active[r]) = exact_rows.row(r);
   }
 
@@ -113,7 +117,12 @@ class Informer final : public Estimator {
     .params = ParamSet<InformerParams>().integer("d", &InformerParams::d, 1, 1 << 24,
                                                  "budget: u = ceil(d/ln n)*ceil(ln n) exact rows"),
     .samples_knob = "d",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true,
+                     .weights = kFullOnly,
+                     .rounding = "inputs and output in the precision; the sampled logits and each query's sparsity "
+                                 "stored in it, as the reference computes them in the model's dtype (sparsities that "
+                                 "round alike tie: the earlier row is chosen); the chosen rows at FlashAttention-2's "
+                                 "points (softmax's); mean(V) summed in float64 and stored once"},
     // Its exact rows run on the tf32x3 attention kernel: observed ≤ 1.2e-6 relative (H100, seed 12345).
     .devices = {{.device = Device::kCuda, .forms = kFullOnly, .tolerance = 1e-4}},
     .make = [](const InformerParams& params) { return std::make_unique<Informer>(params); },

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/rng/random_stream.h"
 #include "attnprobe/view/head_view.h"
 
@@ -31,8 +32,9 @@ struct InformerParams {
 /// The u "active" query rows (u = ⌈d/ln n⌉·⌈ln n⌉, at most n), most active first: U sampled keys
 /// per query (Purpose::kRowSample), sparsity max − sum/n of the sampled float32 logits, ties by
 /// index. Cost O(n·u·p); query blocks run on the pool when one is given (the rows chosen do not
-/// depend on it).
+/// depend on it). `stored` below float32: each sampled logit and each sparsity stored in the precision, as the
+/// reference computes them in the model's dtype, so sparsities that round alike tie (the earlier row wins).
 std::vector<int64_t> informer_active_rows(const HeadView& view, const RandomKey& key, const InformerParams& params,
-                                          ThreadPool* pool = nullptr);
+                                          ThreadPool* pool = nullptr, Precision stored = Precision::kF32);
 
 }  // namespace attnprobe
