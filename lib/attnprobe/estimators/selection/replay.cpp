@@ -51,7 +51,7 @@ double stored_value(double x, Precision stored) { return static_cast<double>(sto
 // σ_j = Σ_{i=j}^{P−1} a_ij. Per block of rows: their logits against keys 0..(block end − 1) (one float64 product
 // of the widened float32 inputs), then per row its log-sum-exp over keys ≤ i and its weights added to the column
 // sums, rows in ascending order (a fixed order: the same bits on any pool). Below float32 the logits and the weights
-// are stored in the precision before they are used (stored_weights), and the sums made of the stored weights.
+// are stored in the precision before they are used (stored_value), and the sums made of the stored weights.
 std::vector<double> column_sums(const ReplayMember& member, int64_t P, Precision stored) {
   const int64_t p = member.keys->cols();
   const MatrixD keys = member.keys->topRows(P).cast<double>();
