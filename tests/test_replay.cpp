@@ -265,17 +265,21 @@ TEST_CASE("below float32, h2o and tova keep the sets of the ports with their sco
     const HeadView rounded_whole = rounded_view(whole, dtype);
     for (const int64_t rows : {int64_t{300}, int64_t{180}}) {
       const HeadView view = last_rows(rounded_whole, rows);
-      for (const std::string spec : {"h2o(heavy=10,window=21)", "h2o(heavy=24,window=1)", "tova(budget=30)"}) {
+      struct Case {
+        int64_t heavy, window, budget;  // budget > 0: tova(budget), else h2o(heavy, window)
+      };
+      for (const Case& c : {Case{10, 21, 0}, Case{24, 1, 0}, Case{0, 0, 30}}) {
+        const bool tova = c.budget > 0;
+        const std::string spec =
+            tova ? fmt::format("tova(budget={})", c.budget) : fmt::format("h2o(heavy={},window={})", c.heavy, c.window);
         INFO(spec << " in " << precision_name(dtype) << ", prompt " << 300 - rows);
         const auto estimator = make_estimator(parse_spec(spec), Device::kCpu);
         EstimateContext ctx{make_random_key(1, spec, 0)};
         ctx.precision = dtype;
         const auto kept = estimator->kept_keys(view, ctx);
         const auto as_f32 = estimator->kept_keys(view, {make_random_key(1, spec, 0)});
-        const std::vector<std::vector<int64_t>> port = spec.starts_with("h2o")
-                                                           ? h2o_port(view, spec == "h2o(heavy=24,window=1)" ? 24 : 10,
-                                                                      spec == "h2o(heavy=24,window=1)" ? 1 : 21, dtype)
-                                                           : tova_port(view, 30, dtype);
+        const std::vector<std::vector<int64_t>> port =
+            tova ? tova_port(view, c.budget, dtype) : h2o_port(view, c.heavy, c.window, dtype);
         int64_t mismatches = 0, differ_from_f32 = 0;
         ScoreTies ties;
         for (int64_t i = 0; i < view.n(); ++i) {

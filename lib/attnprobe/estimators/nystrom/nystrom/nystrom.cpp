@@ -273,11 +273,11 @@ class Nystrom final : public Estimator {
     softmax_rows(k2);
     return k2;
   }
-  // Below float32 (kNystromRounding): what Nyströmformer's code computes with its tensors in the dtype. The landmarks
-  // (segment means) and K2 = softmax(s·Q̄K̄ᵀ) are computed wider and stored; the two attention passes (the landmark
-  // queries over all keys, the queries over the landmark keys) run at FlashAttention-2's points; the iteration's
-  // every product and sum is accumulated in float32 and stored, as a matmul in the dtype does. Not blocked or pooled:
-  // the emulation's cost is the study's, not a kernel's.
+  // Below float32 (its rounding declaration): what Nyströmformer's code computes with its tensors in the dtype. The
+  // landmarks (segment means) and K2 = softmax(s·Q̄K̄ᵀ) are computed wider and stored; the two attention passes (the
+  // landmark queries over all keys, the queries over the landmark keys) run at FlashAttention-2's points; the
+  // iteration's every product and sum is accumulated in float32 and stored, as a matmul in the dtype does. Not blocked
+  // or pooled: the emulation's cost is the study's, not a kernel's.
   void estimate_rounded(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const {
     const Precision dtype = ctx.precision;
     const auto stored = [dtype](MatrixF x) {

@@ -93,7 +93,7 @@ class Skeinformer final : public Estimator {
     const RowVectorF v_total =
         (static_cast<double>(view.v.rows()) * segment_means(view.v, {Segment{0, view.v.rows()}})).cast<float>().row(0);
     RowVectorF v_missing = v_total - v_sel.cast<double>().colwise().sum().cast<float>();
-    // Below float32 (kSkeinformerRounding) the unselected values' sum is stored, and each row's exponentials are
+    // Below float32 (its rounding declaration) the unselected values' sum is stored, and each row's exponentials are
     // stored for their product with the selected values after their float32 row sum: FlashAttention-2's points
     // over the selected columns. round_in_place leaves float32 as it is.
     round_in_place(v_missing.data(), v_missing.size(), ctx.precision);
@@ -137,10 +137,12 @@ class Skeinformer final : public Estimator {
 
     // Step 6: pilot reuse (Algorithm 1); not with uniform columns or simple row normalisation.
     if (!params_.reuses_pilot()) return;
-    MatrixF pilot_out = sample.pilot_out;  // below float32: the pilot rows' exact attention at softmax's points
+    // Below float32 the pilot rows are exact attention at softmax's rounding points, not the float32 pilot's.
+    MatrixF rounded_pilot;
     if (below_float32(ctx.precision))
-      exact_attention_rounded(view.qf(sample.pilot, Eigen::all), view.kf, view.vf, scale, ctx.precision, pilot_out,
+      exact_attention_rounded(view.qf(sample.pilot, Eigen::all), view.kf, view.vf, scale, ctx.precision, rounded_pilot,
                               ctx.pool, QueryGeometry{});
+    const MatrixF& pilot_out = below_float32(ctx.precision) ? rounded_pilot : sample.pilot_out;
     for (size_t r = 0; r < sample.pilot.size(); ++r) out.row(sample.pilot[r]) = pilot_out.row(r);
   }
 
