@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "attnprobe/estimators/yoso/lsh.h"
 
@@ -54,7 +55,7 @@ SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int6
 template <typename S>
 void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlocks& blocks,
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
-                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool) {
+                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool, Precision stored) {
   const int64_t n = data.q.rows(), pv = data.v.cols(), m = static_cast<int64_t>(samples.size());
   const S s = static_cast<S>(scale);
   out.resize(n, pv);
@@ -86,6 +87,10 @@ void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlo
       if (log_denominator)
         (*log_denominator)(queries[r]) = static_cast<double>(shift) + std::log(double(denominator(r)));
     }
+    if constexpr (std::is_same_v<S, float>) {
+      round_in_place(block_logits, stored);
+      round_in_place(sample_logits, stored);
+    }
     MatrixT<S> numerator = block_logits * data.v(keys, Eigen::all);  // rows × pv
     if (m > 0) numerator.noalias() += sample_logits * v_sampled;
     for (int64_t r = 0; r < rows; ++r) out.row(queries[r]) = numerator.row(r) / denominator(r);
@@ -94,10 +99,10 @@ void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlo
 
 template void block_plus_samples<float>(const SliceData<float>&, double, const SortLshBlocks&,
                                         const std::vector<int64_t>&, const std::vector<double>&, bool, MatrixT<float>&,
-                                        VectorD*, ThreadPool*);
+                                        VectorD*, ThreadPool*, Precision);
 template void block_plus_samples<double>(const SliceData<double>&, double, const SortLshBlocks&,
                                          const std::vector<int64_t>&, const std::vector<double>&, bool,
-                                         MatrixT<double>&, VectorD*, ThreadPool*);
+                                         MatrixT<double>&, VectorD*, ThreadPool*, Precision);
 
 MatrixD block_plus_samples_rows(const MatrixD& q, const MatrixD& k, double scale, const SortLshBlocks& blocks,
                                 const std::vector<int64_t>& samples, const std::vector<double>& sample_weights,

@@ -19,6 +19,7 @@
 
 #include "attnprobe/common/matrix.h"
 #include "attnprobe/common/parallel.h"
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/common/precision.h"
 #include "attnprobe/rng/random_stream.h"
 
@@ -50,10 +51,22 @@ SortLshBlocks sort_lsh_blocks(const MatrixD& q, const MatrixD& k, int bits, int6
 /// `mask` false the in-block samples are kept (hyper-attn's fp32 path). out: n × pv, out_i = F_i[0..pv) /
 /// F_i[pv]. log_denominator (optional): log F_i[pv], the estimated log D_i, in float64. Blocks run on the
 /// pool when one is given (each block writes its own rows: the result does not depend on it).
+/// `stored` below float32 (S = float only) stores each row's exponentials — the block's and the samples' times their
+/// weights, under one shift — in the precision for their products with V, after their float32 row sum, as
+/// FlashAttention-2 stores P (kSortedLshRounding).
 template <typename S>
 void block_plus_samples(const SliceData<S>& data, double scale, const SortLshBlocks& blocks,
                         const std::vector<int64_t>& samples, const std::vector<double>& sample_weights, bool mask,
-                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool = nullptr);
+                        MatrixT<S>& out, VectorD* log_denominator, ThreadPool* pool = nullptr,
+                        Precision stored = Precision::kF32);
+
+/// The rounding points of block_plus_samples below float32, as hyper and kdeformer declare them.
+inline constexpr const char* kSortedLshRounding =
+    "inputs and output in the precision; the hash codes and the sampling probabilities from the rounded inputs "
+    "(float32 logits, float64 sums); one fused pass per block: the logits of the block's keys and of the samples "
+    "and the row sum of their exponentials (the samples' times their weights, under one shift) float32, each "
+    "exponential stored in the precision for its product with V (as P in FlashAttention-2), that product summed "
+    "float32";
 
 /// Rows [r0, r0 + rows) of the attention matrix the kernel above implies (rows × n, float64), so that
 /// out_i = Σ_j Â_ij·v_j:  Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′,  c_ij = [β_K(j) = β_Q(i)] + Σ_{u kept for i, t_u = j}

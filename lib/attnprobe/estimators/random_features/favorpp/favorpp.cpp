@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
@@ -48,21 +49,33 @@ void favorpp_features(const GerfMap& map, const HeadView& view, const SliceData<
 }  // namespace
 
 template <typename S>
-MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted) {
+MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* fitted,
+                             Precision stored) {
   const GerfMap map = fit_gerf(params.gerf, view.q, view.k, view.scale, params.features, params.orthogonal, key);
   if (fitted) *fitted = map;
+  // Each tensor a GPU kernel stores between its steps, rounded to `stored` (float32 and float64: left as they are).
+  const auto store = [stored](auto& tensor) {
+    if constexpr (std::is_same_v<S, float>) round_in_place(tensor.data(), tensor.size(), stored);
+  };
   const SliceData<S> data = slice_data<S>(view);
   MatrixT<S> query_features, key_features;
   favorpp_features<S>(map, view, data, query_features, key_features);
-  const MatrixT<S> kv = key_features.transpose() * data.v;              // M × pv
-  const VectorT<S> key_sum = key_features.colwise().sum().transpose();  // M
-  const MatrixT<S> numerator = query_features * kv;                     // n × pv
-  const VectorT<S> denominator = query_features * key_sum;              // n
+  store(query_features);
+  store(key_features);
+  MatrixT<S> kv = key_features.transpose() * data.v;              // M × pv
+  VectorT<S> key_sum = key_features.colwise().sum().transpose();  // M
+  store(kv);
+  store(key_sum);
+  MatrixT<S> numerator = query_features * kv;         // n × pv
+  VectorT<S> denominator = query_features * key_sum;  // n
+  store(numerator);
+  store(denominator);
   return numerator.array().colwise() / denominator.array();
 }
 
-template MatrixT<float> favorpp_attention<float>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*);
-template MatrixT<double> favorpp_attention<double>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*);
+template MatrixT<float> favorpp_attention<float>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*, Precision);
+template MatrixT<double> favorpp_attention<double>(const FavorppParams&, const HeadView&, RandomKey, GerfMap*,
+                                                   Precision);
 
 namespace {
 
@@ -74,7 +87,7 @@ class Favorpp final : public Estimator {
   // pool, never n × M); the trigonometric branch is not positive and keeps favorpp_attention.
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     if (params_.gerf.sign < 0) {
-      out = favorpp_attention<float>(params_, view, ctx.key);
+      out = favorpp_attention<float>(params_, view, ctx.key, nullptr, ctx.precision);
       return;
     }
     const GerfMap map =
@@ -110,8 +123,11 @@ class Favorpp final : public Estimator {
   FavorppParams params_;
 };
 
-const std::string kFavorppRounding = std::string("positive maps (s=1): ") + kRandomFeatureRounding +
-                                     "; trigonometric maps (s=-1): inputs and output only";
+const std::string kFavorppRounding =
+    std::string("positive maps (s=1): ") + kRandomFeatureRounding +
+    "; trigonometric maps (s=-1): the features [cos, sin]·exp(·) (keys shifted by their largest log-weight, so ≤ 1) "
+    "stored in the precision, the key state Σφ(k)vᵀ and Σφ(k), the numerator and the denominator accumulated float32 "
+    "and stored, output rounded";
 
 [[maybe_unused]] const bool kRegistered = register_estimator(Declaration<FavorppParams>{
     .name = "favorpp",

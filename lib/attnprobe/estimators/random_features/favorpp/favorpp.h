@@ -20,6 +20,8 @@
 // (feature_attention.h: row blocks on the pool, never n × M).
 #include <cstdint>
 
+#include "attnprobe/common/rounding.h"
+
 #include "attnprobe/estimators/common/precision.h"
 #include "attnprobe/estimators/random_features/gerf.h"
 #include "attnprobe/view/head_view.h"
@@ -33,8 +35,11 @@ struct FavorppParams {
 };
 
 /// The n × pv estimate in precision S (float: the registered estimator; double: tests). `map`, when
-/// given, receives the fitted feature map.
+/// given, receives the fitted feature map. `stored` below float32 (S = float only) rounds what a GPU kernel stores
+/// between its steps: the query and key features, the key state Σφ(k)vᵀ and Σφ(k) once reduced, and the
+/// numerator and denominator; the products accumulate in float32 (kFavorppRounding's trigonometric part).
 template <typename S>
-MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* map = nullptr);
+MatrixT<S> favorpp_attention(const FavorppParams& params, const HeadView& view, RandomKey key, GerfMap* map = nullptr,
+                             Precision stored = Precision::kF32);
 
 }  // namespace attnprobe

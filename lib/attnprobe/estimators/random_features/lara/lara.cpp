@@ -61,6 +61,11 @@ class Lara final : public Estimator {
     MatrixF factors(2 * c_count, p);
     factors.topRows(c_count) = (root_scale * q_bar).cast<float>();
     factors.bottomRows(c_count) = (root_scale * omegas).cast<float>();
+    // Below float32 (its rounding declaration) the landmarks and samples are stored, as LARA's code keeps them in the
+    // model's dtype; the logits formed from them accumulate in float32 and stay there (one fused pass), and the
+    // sample weights are stored for their product with f(ω_c), as P is in FlashAttention-2.
+    const Precision stored = ctx.precision;
+    round_in_place(factors, stored);
     const MatrixF omegas_root = factors.bottomRows(c_count);
     const MatrixF factors_t = factors.transpose();  // p × 2C, for the tile products (exact/tile_product.h)
 
@@ -69,6 +74,15 @@ class Lara final : public Estimator {
     // −s‖k_j‖²/2, from the float32 keys' norms summed in double.
     const RowVectorF key_bias = (-0.5 * view.scale * key_squared_norms).transpose().cast<float>();
     key_chunked_attention_f32(omegas_root, view.kf, view.vf, 1.0f, &key_bias, f, &log_key_sum, ctx.pool);
+    if (below_float32(stored)) {
+      // f(ω_c) as exact attention of [ω̃_c, 1] over the keys [k_j, −s‖k_j‖²/2] (the bias stored as a column of the
+      // keys) at FlashAttention-2's points; log Σ_j ξ(k_j, ω_c) stays the float32 pass's, as FlashAttention-2 keeps
+      // its log-sum-exp in float32.
+      MatrixF omega_aug(c_count, p + 1), key_aug(view.keys(), p + 1);
+      omega_aug << omegas_root, RowVectorF::Ones(c_count).transpose();
+      key_aug << view.kf, key_bias.transpose();
+      exact_attention_rounded(omega_aug, key_aug, view.vf, 1.0f, stored, f, ctx.pool, QueryGeometry{});
+    }
 
     out.resize(n, pv);
     const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
@@ -138,6 +152,7 @@ class Lara final : public Estimator {
       tile_product_assign(view.qf.row(i0).data(), p, rows, p, factors_t.data() + c_count, 2 * c_count, c_count,
                           logits.data() + c_count, 2 * c_count);
       sample_weights(logits, c_count, query_shift, log_q, balance, per_sample_shifted, next_block(block), weights);
+      round_in_place(weights, stored);
       tile_product_assign(weights.data(), c_count, rows, c_count, f.data(), pv, pv, out.row(i0).data(), pv);
     });
   }
@@ -294,7 +309,13 @@ class Lara final : public Estimator {
                     "scaled: eps ~ N(0, I) in the scaled space; raw: drawn with std sqrt(s), densities still N(mu, I) "
                     "(reference code)"),
     .samples_knob = "C",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true,
+                     .weights = kFullOnly,
+                     .rounding = "the landmarks and the samples ω_c stored in the precision; f(ω_c), the samples' "
+                                 "attention over the keys [k, −s‖k‖²/2], at FlashAttention-2's points (softmax's), its "
+                                 "log-sum-exp float32; the logits of r′ and ξ accumulated float32 and the sample "
+                                 "weights' softmax float32 (one fused pass), the weights w stored in the precision for "
+                                 "their product with f, that product accumulated float32; output rounded"},
     .narrow = [](const LaraParams& params, Capabilities& can) { can.random = params.sample; },
     .ablations = {"lara(weights=coupled,beta=2)", "lara(C=1)"},  // the paper's best beta; its single-proposal ablation
     .make = [](const LaraParams& params) { return std::make_unique<Lara>(params); },

@@ -18,7 +18,9 @@ class RandomizedAttention final : public Estimator {
     const MatrixD k_scaled = std::sqrt(view.scale) * view.k;
     const MatrixD centres = draw_centres(view, ctx);
     // The attention passes block their rows by the queries' absolute positions (a decode step's rows get the
-    // whole slice's bits): sample s of row i is row i of a causal pass; row i·S + s of the full one.
+    // whole slice's bits): sample s of row i is row i of a causal pass; row i·S + s of the full one. Below float32
+    // (its rounding declaration) each pass is exact attention at FlashAttention-2's points: its inputs ω and
+    // [k̃, −‖k̃‖²/2] stored, as the sample attention a GPU kernel runs on stored tensors, and its rows stored.
 
     // f(ω) for every (i, s) at once: [ω, 1]·[k̃, −‖k̃‖²/2]ᵀ with scale 1.
     MatrixF omega_aug(centres.rows(), p + 1), key_aug(view.keys(), p + 1);
@@ -32,15 +34,15 @@ class RandomizedAttention final : public Estimator {
       MatrixF omega_s(n, p + 1), per_sample;
       for (int64_t s = 0; s < samples_; ++s) {
         for (int64_t i = 0; i < n; ++i) omega_s.row(i) = omega_aug.row(i * samples_ + s);
-        exact_attention_f32(omega_s, key_aug, view.vf, 1.0f, per_sample, ctx.pool, view.geometry());
+        exact_attention_in(omega_s, key_aug, view.vf, 1.0f, ctx.precision, per_sample, ctx.pool, view.geometry());
         out += per_sample;
       }
       out /= static_cast<float>(samples_);
       return;
     }
     MatrixF per_sample;
-    exact_attention_f32(omega_aug, key_aug, view.vf, 1.0f, per_sample, ctx.pool,
-                        QueryGeometry{.first_position = view.first_position * samples_});
+    exact_attention_in(omega_aug, key_aug, view.vf, 1.0f, ctx.precision, per_sample, ctx.pool,
+                       QueryGeometry{.first_position = view.first_position * samples_});
     out.resize(n, view.pv());
     for (int64_t i = 0; i < n; ++i) out.row(i) = per_sample.middleRows(i * samples_, samples_).colwise().mean();
   }
@@ -118,9 +120,9 @@ class RandomizedAttention final : public Estimator {
         r0 += rows;
       }
     } else {
-      MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃
-      exact_attention_f32(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), mean_key, nullptr,
-                          view.geometry());
+      MatrixF mean_key;  // Σ_j π_i(j)·k̃_j: attention with values k̃ (below float32 at FlashAttention-2's points)
+      exact_attention_in(view.qf, view.kf, k_scaled.cast<float>(), static_cast<float>(view.scale), ctx.precision,
+                         mean_key, nullptr, view.geometry());
       for (int64_t i = 0; i < n; ++i)
         for (int64_t s = 0; s < samples_; ++s)
           centres.row(i * samples_ + s) = q_scaled.row(i) + mean_key.row(i).cast<double>();
@@ -151,7 +153,16 @@ class RandomizedAttention final : public Estimator {
                           "scaled: eps ~ N(0,I) in the scaled space (paper); raw: std sqrt(s) as the reference code "
                           "(biased)"),
     .samples_knob = "S",
-    .capabilities = {.random = true, .forms = kFullAndCausal, .decode = kFullAndCausal, .weights = kFullAndCausal},
+    .capabilities = {.random = true,
+                     .forms = kFullAndCausal,
+                     .decode = kFullAndCausal,
+                     .weights = kFullAndCausal,
+                     .rounding =
+                         "each sample's attention pass at FlashAttention-2's points (softmax's) over its stored "
+                         "inputs: the samples ω, the keys [√s·k, −s‖k‖²/2] and the values; the mean of the S "
+                         "stored rows accumulated float32; variant=unbiased draws j* from float32 logits of the "
+                         "rounded inputs, variant=biased takes E_π[k̃] from exact attention at "
+                         "FlashAttention-2's points; output rounded"},
     .make = [](const RaParams& params) { return std::make_unique<RandomizedAttention>(params); },
 });
 

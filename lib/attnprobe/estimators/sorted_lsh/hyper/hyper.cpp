@@ -22,7 +22,7 @@ void hyper_samples(const HyperParams& params, int64_t n, RandomKey key, std::vec
 
 template <typename S>
 MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key, VectorD* log_denominator,
-                           const SortLshBlocks* given_blocks, ThreadPool* pool) {
+                           const SortLshBlocks* given_blocks, ThreadPool* pool, Precision stored) {
   const SortLshBlocks blocks =
       given_blocks ? *given_blocks
                    : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key, pool);
@@ -31,14 +31,14 @@ MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, Rand
   hyper_samples(params, view.n(), key, samples, weights);
   MatrixT<S> out;
   block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, weights, params.mask, out, log_denominator,
-                        pool);
+                        pool, stored);
   return out;
 }
 
 template MatrixT<float> hyper_attention<float>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
-                                               const SortLshBlocks*, ThreadPool*);
+                                               const SortLshBlocks*, ThreadPool*, Precision);
 template MatrixT<double> hyper_attention<double>(const HyperParams&, const HeadView&, RandomKey, VectorD*,
-                                                 const SortLshBlocks*, ThreadPool*);
+                                                 const SortLshBlocks*, ThreadPool*, Precision);
 
 namespace {
 
@@ -47,7 +47,7 @@ class Hyper final : public Estimator {
   explicit Hyper(HyperParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = hyper_attention<float>(params_, view, ctx.key, nullptr, nullptr, ctx.pool);
+    out = hyper_attention<float>(params_, view, ctx.key, nullptr, nullptr, ctx.pool, ctx.precision);
   }
 
   // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus n/m per kept sample of key j
@@ -82,7 +82,7 @@ class Hyper final : public Estimator {
         sorted_lsh_keys<HyperParams>("uniform residual samples (with replacement), 0: none")
             .integer("mask", &HyperParams::mask, 0, 1, "1: drop in-block samples; 0: count them again (reference)"),
     .samples_knob = "m",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true, .weights = kFullOnly, .rounding = kSortedLshRounding},
     .narrow = narrow_sorted_lsh<HyperParams>,
     .ablations = {"hyper(mask=0)", "hyper(m=0)"},  // the reference's double count; heavy blocks only
     .make = [](const HyperParams& params) { return std::make_unique<Hyper>(params); },

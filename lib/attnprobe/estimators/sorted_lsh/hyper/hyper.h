@@ -33,10 +33,10 @@ struct HyperParams {
 
 /// n × pv estimate in precision S; log_denominator (optional) receives L_i = log D̂_i; `blocks`, when
 /// given, replaces the hash drawn from `key` (tests fix the hash and vary the samples); the hashing and the
-/// blocks run on `pool` when one is given (the result does not depend on it).
+/// blocks run on `pool` when one is given (the result does not depend on it); `stored` as block_plus_samples'.
 template <typename S>
 MatrixT<S> hyper_attention(const HyperParams& params, const HeadView& view, RandomKey key,
                            VectorD* log_denominator = nullptr, const SortLshBlocks* blocks = nullptr,
-                           ThreadPool* pool = nullptr);
+                           ThreadPool* pool = nullptr, Precision stored = Precision::kF32);
 
 }  // namespace attnprobe

@@ -84,7 +84,7 @@ void kdeformer_samples(const KdeformerParams& params, const HeadView& view, cons
 template <typename S>
 MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& view, RandomKey key,
                                VectorD* log_denominator, std::vector<double>* weights_out,
-                               const SortLshBlocks* given_blocks, ThreadPool* pool) {
+                               const SortLshBlocks* given_blocks, ThreadPool* pool, Precision stored) {
   const SortLshBlocks blocks =
       given_blocks ? *given_blocks
                    : sort_lsh_blocks(view.q, view.k, params.bits, params.block, params.order, key, pool);
@@ -94,14 +94,15 @@ MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& vi
   if (weights_out) *weights_out = weights;
   MatrixT<S> out;
   block_plus_samples<S>(slice_data<S>(view), view.scale, blocks, samples, sample_weights, true, out, log_denominator,
-                        pool);
+                        pool, stored);
   return out;
 }
 
 template MatrixT<float> kdeformer_attention<float>(const KdeformerParams&, const HeadView&, RandomKey, VectorD*,
-                                                   std::vector<double>*, const SortLshBlocks*, ThreadPool*);
+                                                   std::vector<double>*, const SortLshBlocks*, ThreadPool*, Precision);
 template MatrixT<double> kdeformer_attention<double>(const KdeformerParams&, const HeadView&, RandomKey, VectorD*,
-                                                     std::vector<double>*, const SortLshBlocks*, ThreadPool*);
+                                                     std::vector<double>*, const SortLshBlocks*, ThreadPool*,
+                                                     Precision);
 
 namespace {
 
@@ -110,7 +111,7 @@ class Kdeformer final : public Estimator {
   explicit Kdeformer(KdeformerParams params) : params_(params) {}
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
-    out = kdeformer_attention<float>(params_, view, ctx.key, nullptr, nullptr, nullptr, ctx.pool);
+    out = kdeformer_attention<float>(params_, view, ctx.key, nullptr, nullptr, nullptr, ctx.pool, ctx.precision);
   }
 
   // Â_ij = c_ij·e_ij / Σ_j′ c_ij′·e_ij′ with c_ij = 1 on q_i's block plus 1/(m·P_j) per off-block sample of
@@ -148,7 +149,7 @@ class Kdeformer final : public Estimator {
                     {{"vnorm", KdeProbs::kVnorm}, {"uniform", KdeProbs::kUniform}, {"colnorm", KdeProbs::kColnorm}},
                     "sampling: vnorm (the code), uniform (= hyper), colnorm (O(n^2) oracle: masked column norms)"),
     .samples_knob = "m",
-    .capabilities = {.random = true, .weights = kFullOnly},
+    .capabilities = {.random = true, .weights = kFullOnly, .rounding = kSortedLshRounding},
     .narrow = narrow_sorted_lsh<KdeformerParams>,
     .make = [](const KdeformerParams& params) { return std::make_unique<Kdeformer>(params); },
 });

@@ -40,10 +40,12 @@ struct KdeformerParams {
 std::vector<double> kdeformer_weights(KdeProbs probs, const HeadView& view, const SortLshBlocks& blocks,
                                       ThreadPool* pool = nullptr);
 
-/// n × pv estimate in precision S; log_denominator, blocks and pool as for hyper; weights (optional) receives w.
+/// n × pv estimate in precision S; log_denominator, blocks, pool and stored as for hyper; weights (optional)
+/// receives w.
 template <typename S>
 MatrixT<S> kdeformer_attention(const KdeformerParams& params, const HeadView& view, RandomKey key,
                                VectorD* log_denominator = nullptr, std::vector<double>* weights = nullptr,
-                               const SortLshBlocks* blocks = nullptr, ThreadPool* pool = nullptr);
+                               const SortLshBlocks* blocks = nullptr, ThreadPool* pool = nullptr,
+                               Precision stored = Precision::kF32);
 
 }  // namespace attnprobe

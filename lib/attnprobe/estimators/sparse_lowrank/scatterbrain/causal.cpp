@@ -22,7 +22,7 @@ bool scatterbrain_has_causal_form(const ScatterbrainParams& params) {
 // s·q_i·k_j) that bounds every term by 1. Log-features are formed per block of 256 rows, for the block's
 // keys and the earlier ones its windows reach back to.
 MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                      VectorD* log_denominator) {
+                                      VectorD* log_denominator, Precision stored) {
   require_usage(scatterbrain_has_causal_form(params),
                 "scatterbrain has a causal form for sparse=local|block with features=hyp|pos only");
   const int64_t n = view.n(), pv = view.pv(), w = params.width;
@@ -35,7 +35,11 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
     return std::max<int64_t>(0, begin);
   };
   constexpr int64_t kRows = 256;
-  CausalFeatureSums sums(m, pv);
+  CausalFeatureSums sums(m, pv, stored);
+  // Below float32: a value a decode kernel stores before its product with the state or with V.
+  const auto store = [stored](auto& x) {
+    if (below_float32(stored)) x = x.unaryExpr([stored](double y) { return static_cast<double>(store_as(y, stored)); });
+  };
   MatrixD out(n, pv);
   if (log_denominator) log_denominator->resize(n);
   for (int64_t r0 = 0; r0 < n; r0 += kRows) {
@@ -58,17 +62,20 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
         top = std::max(top, logits.maxCoeff());
       }
       g = (g.array() - top).exp();
+      store(g);
       RowVectorD num = g * sums.kv;
       double den_exact = 0, den_features = g.dot(sums.z);
       if (width > 0) {
-        const VectorD exact = (logits.array() - top).exp();
+        VectorD exact = (logits.array() - top).exp();
         // ê_ij·e^{−a_i} = Σ_f g_f·φ̃_f(k_j) for the window's keys.
         const MatrixD key_features =
             (log_k.middleRows(begin - k0, width).rowwise() - sums.shift).array().exp().matrix();  // width × M
-        const VectorD features = key_features * g.transpose();
-        num += (exact - features).transpose() * view.v.middleRows(begin, width);
+        VectorD features = key_features * g.transpose();
         den_exact = exact.sum();
         den_features -= features.sum();
+        store(exact);  // after their sums, before their products with V
+        store(features);
+        num += (exact - features).transpose() * view.v.middleRows(begin, width);
       }
       const double den = den_exact + std::max(0.0, den_features);
       out.row(i) = num / den;

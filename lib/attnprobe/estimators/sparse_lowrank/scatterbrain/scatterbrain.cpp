@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/common/sparse_support.h"
@@ -31,8 +32,9 @@ struct RowSums {
 template <typename S>
 class ScatterbrainRun {
  public:
-  ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key, ThreadPool* pool)
-      : view_(view), data_(slice_data<S>(view)), n_(view.n()), pv_(view.pv()) {
+  ScatterbrainRun(const ScatterbrainParams& params, const HeadView& view, RandomKey key, ThreadPool* pool,
+                  Precision stored)
+      : view_(view), data_(slice_data<S>(view)), n_(view.n()), pv_(view.pv()), stored_(stored) {
     const GerfMap map = scatterbrain_features(params, view, key);
     const int64_t m = map.projections.rows();
     // The n × M log-features in fixed row blocks on the pool (the bits do not depend on the thread count).
@@ -48,6 +50,8 @@ class ScatterbrainRun {
     });
     // φ(q_i)·φ(k_j) = e^{c_i}·φ̃·φ̃
     exponentiate_features<S>(query_features_, key_features_, &query_shift_, pool);
+    store(query_features_);
+    store(key_features_);
     // Σ_j φ̃(k_j)v_jᵀ (columns 0..pv−1) and Σ_j φ̃(k_j) (column pv) in float64: 64-row chunks (no n × M
     // float64 temporary) within sum_row_groups' fixed groups of keys on the pool.
     const MatrixD sums =
@@ -61,6 +65,10 @@ class ScatterbrainRun {
         });
     kv_ = sums.leftCols(pv_);
     key_sum_ = sums.col(pv_);
+    if (below_float32(stored_)) {
+      kv_ = kv_.unaryExpr([this](double x) { return static_cast<double>(store_as(x, stored_)); });
+      key_sum_ = key_sum_.unaryExpr([this](double x) { return static_cast<double>(store_as(x, stored_)); });
+    }
   }
 
   /// Adds the pairs (queries[r], keys[u]) with allowed(r, u) to sums (rows = queries.size() ≤ kChunk):
@@ -89,10 +97,12 @@ class ScatterbrainRun {
       logits.row(r).array() = (logits.row(r).array() - static_cast<S>(sums.shift(r))).exp();
       e_hat.row(r) *= static_cast<S>(std::exp(query_shift_(queries[r]) - sums.shift(r)));
     }
-    sums.num += (logits * v).template cast<double>();
-    sums.feature_num += (e_hat * v).template cast<double>();
     sums.den += logits.rowwise().sum().template cast<double>();
     sums.feature_den += e_hat.rowwise().sum().template cast<double>();
+    store(logits);  // after their row sums, before their products with V: P in FlashAttention-2
+    store(e_hat);
+    sums.num += (logits * v).template cast<double>();
+    sums.feature_num += (e_hat * v).template cast<double>();
   }
 
   /// Starts sums for a chunk of queries: shift a_i = c_i until an exact logit exceeds it.
@@ -120,6 +130,11 @@ class ScatterbrainRun {
   static constexpr int64_t kFeatureRows = 256;  ///< rows of log-features formed at once
 
  private:
+  // A tensor a GPU kernel stores between its steps, rounded to the case's precision (float64 runs: as it is).
+  void store(MatrixT<S>& tensor) const {
+    if constexpr (std::is_same_v<S, float>) round_in_place(tensor, stored_);
+  }
+
   const HeadView& view_;
   SliceData<S> data_;
   int64_t n_, pv_;
@@ -127,16 +142,17 @@ class ScatterbrainRun {
   VectorD query_shift_;                       // c_i
   MatrixD kv_;                                // M × pv
   VectorD key_sum_;                           // M
+  Precision stored_;
 };
 
 }  // namespace
 
 template <typename S>
 MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                  VectorD* log_denominator, ThreadPool* pool) {
+                                  VectorD* log_denominator, ThreadPool* pool, Precision stored) {
   using Run = ScatterbrainRun<S>;
   const int64_t n = view.n(), w = params.width, chunk = Run::kChunk;
-  const Run run(params, view, key, pool);
+  const Run run(params, view, key, pool, stored);
   MatrixT<S> out(n, view.pv());
   if (log_denominator) log_denominator->resize(n);
   RowSums sums;
@@ -270,9 +286,9 @@ MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadVi
 }
 
 template MatrixT<float> scatterbrain_attention<float>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
-                                                      ThreadPool*);
+                                                      ThreadPool*, Precision);
 template MatrixT<double> scatterbrain_attention<double>(const ScatterbrainParams&, const HeadView&, RandomKey, VectorD*,
-                                                        ThreadPool*);
+                                                        ThreadPool*, Precision);
 
 namespace {
 
@@ -282,9 +298,9 @@ class Scatterbrain final : public Estimator {
 
   void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     if (view.mask == Mask::kCausal)
-      out = scatterbrain_causal_attention(params_, view, ctx.key).cast<float>();
+      out = scatterbrain_causal_attention(params_, view, ctx.key, nullptr, ctx.precision).cast<float>();
     else
-      out = scatterbrain_attention<float>(params_, view, ctx.key, nullptr, ctx.pool);
+      out = scatterbrain_attention<float>(params_, view, ctx.key, nullptr, ctx.pool, ctx.precision);
   }
 
   // Â_ij = e_ij/D̂_i on the support S_i and φ(q_i)·φ(k_j)/D̂_i off it, with D̂_i = Σ_{j∈S_i} e_ij +
@@ -374,7 +390,8 @@ class Scatterbrain final : public Estimator {
                                 p.features, p.features + 1));
             }),
     .samples_knob = "M",
-    .capabilities = {.random = true, .forms = kFullAndCausal, .weights = kFullAndCausal},
+    .capabilities =
+        {.random = true, .forms = kFullAndCausal, .weights = kFullAndCausal, .rounding = kScatterbrainRounding},
     .narrow =
         [](const ScatterbrainParams& params, Capabilities& can) {
           if (!scatterbrain_has_causal_form(params)) can.forms = kFullOnly;

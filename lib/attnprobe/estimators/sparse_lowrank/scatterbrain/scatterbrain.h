@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attnprobe/common/rounding.h"
 #include "attnprobe/estimators/common/precision.h"
 #include "attnprobe/estimators/common/sparse_support.h"
 #include "attnprobe/estimators/random_features/gerf.h"
@@ -71,15 +72,29 @@ bool scatterbrain_has_causal_form(const ScatterbrainParams& params);
 
 /// The causal form (mask = causal) of such params: row i from keys j ≤ i only, S_i ∩ [0, i] exact and
 /// Performer features on the rest of the prefix, one token at a time in float64; log_denominator as below.
-/// Row i equals the full form's last row on the prefix 0..i with the same key.
+/// Row i equals the full form's last row on the prefix 0..i with the same key. `stored` below float32: the prefix
+/// state is kept in the precision after every key (CausalFeatureSums), and the query's feature weights and the
+/// window's exponentials and feature products are stored for their products with V (kScatterbrainRounding).
 MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                      VectorD* log_denominator = nullptr);
+                                      VectorD* log_denominator = nullptr, Precision stored = Precision::kF32);
 
 /// n × pv estimate in precision S; log_denominator (optional) receives log D̂_i (float64). The features
 /// and the query chunks run on the pool when one is given (all supports but multi-round smyrf, whose
-/// rounds merge into shared sums); the result does not depend on it.
+/// rounds merge into shared sums); the result does not depend on it. `stored` below float32 (S = float only) rounds
+/// what a GPU kernel stores: the features, the key state once reduced, and on the support the exponentials and
+/// feature products before their products with V, after their row sums (kScatterbrainRounding).
 template <typename S>
 MatrixT<S> scatterbrain_attention(const ScatterbrainParams& params, const HeadView& view, RandomKey key,
-                                  VectorD* log_denominator = nullptr, ThreadPool* pool = nullptr);
+                                  VectorD* log_denominator = nullptr, ThreadPool* pool = nullptr,
+                                  Precision stored = Precision::kF32);
+
+/// The rounding points of scatterbrain below float32 (Capabilities::rounding, docs/precision.md).
+inline constexpr const char* kScatterbrainRounding =
+    "full form: the features exp(·) (shifted per feature, so ≤ 1) stored in the precision, the key state Σφ(k)vᵀ and "
+    "Σφ(k) stored in it once reduced; on the support, the exact exponentials and the feature products φ(q)·φ(k) "
+    "(float32 logits and products, one shift per row) stored in it for their products with V, after their float32 "
+    "row sums (as P in FlashAttention-2); causal form: the prefix state Σφ(k)vᵀ, Σφ(k) stored after every key (as "
+    "performer's causal form), the query's feature weights and the window's exponentials and feature products stored "
+    "for their products; the global-minus-support difference and the ratio accumulated wider; output rounded";
 
 }  // namespace attnprobe

@@ -50,11 +50,17 @@ class YosoExpectation final : public Estimator {
   explicit YosoExpectation(YosoExpectationParams params)
       : tau_(params.tau), lift_(params.lift), lower_bound_(params.lower_bound) {}
 
-  void estimate(const HeadView& view, const EstimateContext&, MatrixF& out) const override {
+  void estimate(const HeadView& view, const EstimateContext& ctx, MatrixF& out) const override {
     const int64_t n = view.n(), keys = view.kf.rows();
+    // Below float32 (its rounding declaration): what the expectation's PyTorch form computes with its tensors in the
+    // model's dtype — every tensor it forms is stored in the precision: the unit rows, the cosines, the weights and
+    // W·V; the products accumulate in float32 and the weights are computed from the stored cosines in float32.
+    const Precision stored = ctx.precision;
     MatrixD q_hat, k_hat;
     yoso_inputs(view.q, view.k, lift_, q_hat, k_hat);
-    const MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
+    MatrixF q = q_hat.cast<float>(), k = k_hat.cast<float>();
+    round_in_place(q, stored);
+    round_in_place(k, stored);
     out.resize(n, view.pv());
     MatrixF weights(kRowBlock, keys), led_q, led_out;
     const float inv_pi = static_cast<float>(1.0 / std::numbers::pi);
@@ -72,8 +78,8 @@ class YosoExpectation final : public Estimator {
                static_cast<int>(k.cols()), 0.0f, w.data(), static_cast<int>(cols));
       float* data = w.data();
       for (int64_t e = 0; e < computed * cols; ++e) {
-        const float c = std::clamp(data[e], -1.0f, 1.0f);
-        data[e] = integer_power(1.0f - fast_acos(c) * inv_pi, tau_);
+        const float c = std::clamp(round_to(data[e], stored), -1.0f, 1.0f);
+        data[e] = round_to(integer_power(1.0f - fast_acos(c) * inv_pi, tau_), stored);
       }
       if (view.mask == Mask::kCausal)
         for (int64_t i = 0; i < rows; ++i) w.row(lead + i).tail(cols - view.visible(r0 + i).end).setZero();
@@ -84,6 +90,7 @@ class YosoExpectation final : public Estimator {
       if (lead > 0) out.middleRows(r0, rows) = led_out.bottomRows(rows);
       r0 += rows;
     }
+    round_in_place(out, stored);
     for (int64_t i = 0; i < n; ++i) {
       const float norm = out.row(i).norm();
       if (norm > 0) out.row(i) /= norm;
@@ -162,6 +169,11 @@ class YosoExpectation final : public Estimator {
                      .forms = kFullAndCausal,
                      .decode = kFullAndCausal,
                      .weights = kFullAndCausal,
+                     .rounding = "the unit rows q/‖q‖, k/‖k‖ (input=lift: q/M, k/M with their lifts), the cosines "
+                                 "(accumulated float32), the weights (1 − acos(c)/π)^τ (computed float32 from the "
+                                 "stored cosines) and W·V (accumulated float32) stored in the precision, as the "
+                                 "expectation's PyTorch form computes in the model's dtype; each row's ℓ2 norm float32 "
+                                 "from the stored W·V; output rounded",
                      .backward = Backward::kYoso,
                      .backward_forms = kFullAndCausal},
     // input=lift divides by the largest norm of the whole sequence: a later token changes row i, and any
