@@ -94,7 +94,11 @@ def main():
         style.legend(ax, loc="upper left", fontsize=7)
     dumps = sorted({r["dump"] for r in rows})
     n = sorted({r["n"] for r in rows})
-    fig.suptitle(f"Rounding vs approximation on {', '.join(dumps)}, n = {', '.join(n)}: same draws in every precision")
+    # Decode steps say which rows they are (files reduced before the queries column read as whole slices).
+    queries = sorted({r.get("queries") or "all" for r in rows} - {"all"})
+    rows_part = f", queries {', '.join(queries)} (decode steps)" if queries else ""
+    fig.suptitle(f"Rounding vs approximation on {', '.join(dumps)}, n = {', '.join(n)}{rows_part}: "
+                 "same draws in every precision")
     fig.tight_layout()
     fig.savefig(args.output, dpi=110)
     print(f"precision_split: wrote {args.output}")

@@ -158,7 +158,8 @@ want sampling-density && plots/sampling_decode.sh "${flag[@]}"
 want eviction-steps && plots/eviction_steps.sh "${flag[@]}"
 want vattention-cover && plots/vattention_cover.sh "${flag[@]}"
 # Rounding against approximation in bf16/f16 (issue 45); its shared dump reruns only with --shared.
-if want precision-split-charlm-hd64 precision-split-stories260K; then
+if want precision-split-charlm-hd64 precision-split-stories260K precision-split-rest-charlm-hd64 \
+  precision-split-rest-stories260K precision-split-decode-charlm-hd64 precision-split-decode-stories260K; then
   precision=("${flag[@]}")
   sweeping && [ "$shared" = 0 ] && precision+=(--bundled-only)
   plots/precision_split.sh "${precision[@]}"
