@@ -82,8 +82,12 @@ void attend_rows(const HeadView& view, const M& q, const M& k, const M& v, const
         }
       auto row = out.row(i);
       for (size_t r = 0; r < w.keys.size(); ++r) row += w.keys[r] * v.row(kept.keys[r]);
-      for (size_t c = 0; c < w.completions.size(); ++c)
-        row += w.completions[c] * kept.completions[c].value.template cast<T>();
+      for (size_t c = 0; c < w.completions.size(); ++c) {
+        // A completion's value (sparq's v̄) is a tensor the kernel reads like V: stored in the precision too.
+        Eigen::Matrix<T, 1, Eigen::Dynamic> value = kept.completions[c].value.template cast<T>();
+        if constexpr (std::is_same_v<T, float>) round_in_place(value.data(), value.size(), stored);
+        row += w.completions[c] * value;
+      }
       row /= w.total;
     }
   });

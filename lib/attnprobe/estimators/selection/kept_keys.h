@@ -82,7 +82,8 @@ KeptKeys oracle_fixed_part(const HeadView& view, int64_t row, int64_t sink, int6
 /// the declarations below stay compile-time strings).
 #define ATTNPROBE_KEPT_KEYS_ATTENDED                                                                       \
   "the kept keys attended at FlashAttention-2's points: logits, exponentials and their sum float32, each " \
-  "exponential stored in the precision for its product with V, that product summed float32"
+  "exponential stored in the precision for its product with V, that product summed float32 (a completion " \
+  "term's weight and value, sparq's mean value, stored alike)"
 
 /// The rounding points of a method that attends a kept set it chose without ranking scores (positional or sampled).
 inline constexpr const char* kKeptKeysRounded = "inputs and output in the precision; " ATTNPROBE_KEPT_KEYS_ATTENDED;

@@ -13,7 +13,8 @@ namespace attnprobe {
 namespace {
 
 // kvpress's one-shot form: K_P = {P − 1} ∪ the budget − 1 best older prompt keys by the last prompt row's weights,
-// compared as stored in `precision` (`ties` gets the ranking's counts).
+// computed as the replay computes them (below float32 the logits, then their softmax weights, stored in `precision`)
+// and compared as stored (`ties` gets the ranking's counts).
 std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t budget, Share share,
                                        Precision precision, ScoreTies& ties) {
   std::vector<int64_t> kept(P);
@@ -21,7 +22,7 @@ std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t 
   if (P <= budget) return kept;
   std::vector<std::vector<double>> weights;  // each head's; a group ranks by their mean
   for (const ReplayMember& member : replay_members(view, share))
-    weights.push_back(prefill_scores(member, PrefillScores::kLastRow, P));
+    weights.push_back(prefill_scores(member, PrefillScores::kLastRow, P, precision));
   kept.pop_back();  // P − 1 is forced; the rest compete
   const std::vector<double> mean = aggregate_scores(std::move(weights), kept, 0, Aggregate::kMean, false);
   kept = best_by_score(std::move(kept), mean, 0, budget - 1, precision, &ties);
@@ -87,9 +88,9 @@ class Tova final : public KeptKeysEstimator {
     .capabilities = replayed_scores_rounded(kDecodeAfterPrompt),
     .narrow =
         [](const TovaParams& params, Capabilities& can) {
+          // Both modes score keys as the reference code does in the model's dtype (the one-shot form once, from the
+          // last prompt row): the replay's rounding declaration is theirs.
           can.group = params.heads == TovaHeads::kGroup;
-          // The one-shot form ranks the prompt once, by scores stored as any ranking's.
-          if (params.mode == TovaMode::kPrefill) can.rounding = kRankingScoresRounded;
         },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },
