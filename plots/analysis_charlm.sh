@@ -3,7 +3,7 @@
 # the attention-weight errors, error per unit of cost (Pareto) at n = 1024 and 4096, and head diagnostics
 # against error. Sweeps into out/analysis/, figures into plots/figures/analysis-*.png; plots/README.md
 # ("Issue 18: bias, variance, weights, cost, hard heads") reads them. Small on purpose (one slice for the
-# per-estimator figures, few trials): about 2 minutes on 2 shared cores (2 min 3 s here, load average 12).
+# per-estimator figures, few trials): 25 seconds on 2 cores (load average 0.8), 2 minutes at load average 12.
 # The sweeps are reduced to the metrics the figures draw in plots/data/analysis-*.csv.gz (bench and diagnose CSVs
 # copied as they are), and the figures are drawn from that committed data only.
 #
@@ -48,10 +48,11 @@ pareto_estimators=(-e performer -e favorpp -e lara -e yoso -e 'hyper(b=512)' -e 
   -e 'scatterbrain(w=512)' -e linformer -e skeinformer -e nystrom)
 "$bin" sweep "$dump" "${pareto_estimators[@]}" -e vmean --layers 1 --heads 0 --batch 0 --lengths 4096 \
   --samples 16..256:x4 --trials 2 --reference softmax --metrics spec_rel --overwrite -q -o "$out/pareto-4096.csv"
-"$bin" bench "${main_estimators[@]}" -e nystrom -e vmean -e yoso-e -e softmax --samples 8..256:x2 --lengths 1024 --p 32 \
-  --threads 1 --repeat 3 --no-sgemm --csv "$out/bench-1024.csv" >/dev/null
-"$bin" bench "${pareto_estimators[@]}" -e vmean -e softmax --samples 16..256:x4 --lengths 4096 --p 32 --threads 1 \
-  --repeat 2 --no-sgemm --csv "$out/bench-4096.csv" >/dev/null
+# The times under bench's protocol (bench/rounds.py): the whole list in 3 alternating rounds, each point's lowest median.
+ATTNPROBE=$bin $py bench/rounds.py --rounds 3 --csv "$out/bench-1024.csv" -- "${main_estimators[@]}" -e nystrom \
+  -e vmean -e yoso-e -e softmax --samples 8..256:x2 --lengths 1024 --p 32 --threads 1 --repeat 3 --no-sgemm
+ATTNPROBE=$bin $py bench/rounds.py --rounds 3 --csv "$out/bench-4096.csv" -- "${pareto_estimators[@]}" -e vmean \
+  -e softmax --samples 16..256:x4 --lengths 4096 --p 32 --threads 1 --repeat 3 --no-sgemm
 
 # Why a head is hard: every slice (2 layers × 2 heads × 2 items) at n = 1024, three estimators.
 "$bin" diagnose "$dump" --lengths 1024 -o "$out/diagnose-1024.csv"
@@ -82,10 +83,10 @@ $py plots/bias_variance.py "$data/analysis-bias-variance.csv.gz" "$data/analysis
 $py plots/weight_metrics.py "$data/analysis-weights.csv.gz" "$data/analysis-weights-ra.csv.gz" \
   --title "charlm-hd32, n = 1024, layer 1 head 0: attention-weight errors" -o "$figures"/analysis-weights.png
 $py plots/pareto.py "$data/analysis-pareto-1024.csv.gz" "$data/analysis-pareto-1024-bench.csv" --n 1024 \
-  --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, shared machine)" \
+  --title "charlm-hd32, n = 1024: spec_rel against ms per call (1 thread, lowest of 3 rounds)" \
   -o "$figures"/analysis-pareto-1024.png
 $py plots/pareto.py "$data/analysis-pareto-4096.csv.gz" "$data/analysis-pareto-4096-bench.csv" --n 4096 \
-  --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, shared machine)" \
+  --title "charlm-hd32, n = 4096: spec_rel against ms per call (1 thread, lowest of 3 rounds)" \
   -o "$figures"/analysis-pareto-4096.png
 $py plots/diagnostics_vs_error.py "$data/analysis-diagnostics.csv" "$data/analysis-diagnostics-heads.csv.gz" \
   -o "$figures"/analysis-diagnostics.png
