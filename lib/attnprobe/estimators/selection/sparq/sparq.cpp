@@ -67,15 +67,37 @@ double log_dropped_over_kept(const std::vector<double>& scores, KeyRange seen, c
   return std::log(out) - std::log(in);
 }
 
-// Prefix sums of the float32 values in float64, row j = Σ_{j' < j} v_j': the mean over any key range in O(pv).
-// Each prefix depends on the keys before it only, so a row's v̄_t never reads a key after t.
+// Prefix sums of the float32 values in float64, Σ_{j' < j} v_j', kept only at the bounds of the view's rows' visible
+// ranges: the mean over any of those ranges in O(pv). One pass over the keys in order, so each kept prefix has the bits
+// of a full prefix table (a decode step of 16 rows keeps 17 prefixes, not one per cached key: a 65536-key table was
+// 33 MiB zeroed and faulted in on every call). Each prefix depends on the keys before it only, so a row's v̄_t never
+// reads a key after t.
 struct ValuePrefix {
-  MatrixD sums;
-  explicit ValuePrefix(const MatrixF& v) : sums(MatrixD::Zero(v.rows() + 1, v.cols())) {
-    for (int64_t j = 0; j < v.rows(); ++j) sums.row(j + 1) = sums.row(j) + v.row(j).cast<double>();
+  std::vector<int64_t> bounds;  ///< ascending
+  MatrixD sums;                 ///< row b: the sum of the values before key bounds[b]
+  explicit ValuePrefix(const HeadView& view) {
+    for (int64_t i = 0; i < view.n(); ++i) {
+      const KeyRange seen = view.visible(i);
+      bounds.push_back(seen.begin);
+      bounds.push_back(seen.end);
+    }
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    sums.resize(static_cast<int64_t>(bounds.size()), view.pv());
+    RowVectorD running = RowVectorD::Zero(view.pv());
+    int64_t j = 0;
+    for (size_t b = 0; b < bounds.size(); ++b) {
+      for (; j < bounds[b]; ++j) running += view.vf.row(j).cast<double>();
+      sums.row(static_cast<int64_t>(b)) = running;
+    }
   }
   RowVectorD mean(KeyRange seen) const {
-    return (sums.row(seen.end) - sums.row(seen.begin)) / static_cast<double>(seen.size());
+    return (sum_before(seen.end) - sum_before(seen.begin)) / static_cast<double>(seen.size());
+  }
+
+ private:
+  RowVectorD sum_before(int64_t key) const {
+    return sums.row(std::lower_bound(bounds.begin(), bounds.end(), key) - bounds.begin());
   }
 };
 
@@ -84,7 +106,7 @@ class Sparq final : public KeptKeysEstimator {
   explicit Sparq(SparqParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    auto prefix = params_.realloc ? std::make_shared<const ValuePrefix>(view.vf) : nullptr;
+    auto prefix = params_.realloc ? std::make_shared<const ValuePrefix>(view) : nullptr;
     return [&view, params = params_, prefix, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       const int64_t p = view.p(), r = std::min(params.r, p);
