@@ -82,6 +82,15 @@ RoundedEstimates rounded_estimates(const Estimator& estimator, const HeadView& r
   return out;
 }
 
+// x with each entry stored through float32 into p (store_as): what a kernel keeps of a tensor it computed wider.
+MatrixD stored_in(MatrixD x, Precision p) {
+  store_below_float32(x, p);
+  return x;
+}
+
+// The unit roundoff of bf16 (2^-8) or f16 (2^-11).
+double unit_roundoff(Precision p) { return p == Precision::kBf16 ? 0x1p-8 : 0x1p-11; }
+
 // How many entries of a and b (same shape) are bit for bit equal.
 int64_t equal_entries(const MatrixF& a, const MatrixF& b) {
   int64_t equal = 0;
@@ -100,7 +109,7 @@ void check_against_emulation(const RoundedEstimates& estimates, const MatrixF& e
   WARN(precision_name(p) << ": " << equal << " of " << emulated.size() << " entries equal the emulation, largest gap "
                          << largest_gap);
   CHECK(static_cast<double>(equal) >= equal_share * static_cast<double>(emulated.size()));
-  CHECK(largest_gap <= units * (p == Precision::kBf16 ? 0x1p-8 : 0x1p-11));
+  CHECK(largest_gap <= units * unit_roundoff(p));
   CHECK(estimates.declared != estimates.inputs_only);
 }
 
@@ -431,11 +440,7 @@ TEST_CASE("nystrom stores its landmarks, K2 and every Newton-Schulz product in t
     // The declaration written out in float64, each stored value through float32 into the precision: segment means,
     // K2 = softmax(s·Q̄K̄ᵀ), K3·V and the output by softmax's rounded path, six Newton-Schulz steps from
     // Z₀ = K2ᵀ/(max column sum · max row sum), the last one applied to K3·V.
-    const auto stored = [p](const MatrixD& x) {
-      MatrixF f = x.cast<float>();
-      round_in_place(f, p);
-      return MatrixD(f.cast<double>());
-    };
+    const auto stored = [p](const MatrixD& x) { return stored_in(x, p); };
     MatrixD q_bar(marks, view.p()), k_bar(marks, view.p());
     for (int64_t c = 0, start = 0; c < marks; ++c) {
       const int64_t length = 200 / marks + (c >= marks - 200 % marks ? 1 : 0);  // the last segments the longer
@@ -536,7 +541,7 @@ TEST_CASE("sparq stores its mean value as it stores V, and its completion weight
       }
       const KeyRange seen = view.visible(i);
       RowVectorD mean = rounded.v.middleRows(seen.begin, seen.size()).colwise().mean();
-      for (int64_t c = 0; c < mean.size(); ++c) mean(c) = store_as(mean(c), p);
+      store_below_float32(mean, p);
       numerator += static_cast<double>(store_as(weight, p)) * mean;
       emulated.row(i) = (numerator / total).cast<float>();
     }
@@ -624,9 +629,7 @@ TEST_CASE("yoso-e stores its unit rows, cosines, weights and W·V in the precisi
     const auto unit_rows = [p](const MatrixF& x) {
       MatrixD unit = x.cast<double>();
       for (int64_t i = 0; i < unit.rows(); ++i) unit.row(i) /= unit.row(i).norm();
-      MatrixF stored = unit.cast<float>();
-      round_in_place(stored, p);
-      return MatrixD(stored.cast<double>());
+      return stored_in(unit, p);
     };
     const MatrixD q = unit_rows(rounded.qf), k = unit_rows(rounded.kf);
     MatrixD w = MatrixD::Zero(view.n(), view.keys());
@@ -635,9 +638,7 @@ TEST_CASE("yoso-e stores its unit rows, cosines, weights and W·V in the precisi
         const double c = std::clamp(static_cast<double>(store_as(q.row(i).dot(k.row(j)), p)), -1.0, 1.0);
         w(i, j) = store_as(std::pow(1.0 - std::acos(c) / std::numbers::pi, tau), p);
       }
-    MatrixF y = (w * rounded.vf.cast<double>()).cast<float>();
-    round_in_place(y, p);
-    MatrixD normalized = y.cast<double>();
+    MatrixD normalized = stored_in(w * rounded.vf.cast<double>(), p);
     for (int64_t i = 0; i < normalized.rows(); ++i) normalized.row(i) /= normalized.row(i).norm();
     MatrixF emulated = normalized.cast<float>();
     round_in_place(emulated, p);
@@ -676,19 +677,12 @@ TEST_CASE("favorpp's trigonometric map stores its features, key state, numerator
       MatrixD out(x.rows(), 2 * m);
       out.leftCols(m) = (phase.array().cos() * log_weight.array().exp()).matrix();
       out.rightCols(m) = (phase.array().sin() * log_weight.array().exp()).matrix();
-      MatrixF stored = out.cast<float>();
-      round_in_place(stored, p);
-      return MatrixD(stored.cast<double>());
+      return stored_in(out, p);
     };
     const MatrixD query_features = features(rounded.qf, false), key_features = features(rounded.kf, true);
-    const auto store = [p](const MatrixD& x) {
-      MatrixF stored = x.cast<float>();
-      round_in_place(stored, p);
-      return MatrixD(stored.cast<double>());
-    };
-    const MatrixD kv = store(key_features.transpose() * rounded.vf.cast<double>());
-    const MatrixD key_sum = store(key_features.colwise().sum().transpose());
-    const MatrixD numerator = store(query_features * kv), denominator = store(query_features * key_sum);
+    const MatrixD kv = stored_in(key_features.transpose() * rounded.vf.cast<double>(), p);
+    const MatrixD key_sum = stored_in(key_features.colwise().sum().transpose(), p);
+    const MatrixD numerator = stored_in(query_features * kv, p), denominator = stored_in(query_features * key_sum, p);
     MatrixF emulated = (numerator.array().colwise() / denominator.col(0).array()).matrix().cast<float>();
     round_in_place(emulated, p);
     // The estimator forms its features and sums in float32: a stored value within ~1e-7 of a rounding boundary can
@@ -776,7 +770,7 @@ TEST_CASE("lara stores its samples and sample weights and attends the samples at
     const RoundedEstimates many = rounded_estimates(*eight, rounded, ctx, p);
     const double excess = (many.declared - float32).norm() / float32.norm();
     WARN(precision_name(p) << " C=8 excess " << excess);
-    CHECK(excess < 4 * (p == Precision::kBf16 ? 0x1p-8 : 0x1p-11));
+    CHECK(excess < 4 * unit_roundoff(p));
     CHECK(many.declared != many.inputs_only);
   }
 }
@@ -882,7 +876,7 @@ TEST_CASE("scatterbrain stores the exponentials and feature products of its supp
       // (0.4 units each).
       const double added = (estimates.declared - estimates.inputs_only).norm() / float32.norm();
       WARN(spec << " " << precision_name(p) << " added " << added);
-      CHECK(added < 2 * (p == Precision::kBf16 ? 0x1p-8 : 0x1p-11));
+      CHECK(added < 2 * unit_roundoff(p));
       CHECK(estimates.declared != estimates.inputs_only);
     }
   }

@@ -32,5 +32,12 @@ void round_in_place(MatrixF& x, Precision precision);
 void round_in_place(float* x, int64_t count, Precision precision);
 /// A float64 value rounded to float32, then to the precision: what storing a wider accumulation does.
 inline float store_as(double x, Precision precision) { return round_to(static_cast<float>(x), precision); }
+/// Below float32, every element of a float64 tensor replaced by store_as's value: a tensor an estimator computes wider
+/// and a kernel would store in the precision. At f32 and f64 it is left as it is (the float32 paths keep it wider).
+template <class Tensor>
+void store_below_float32(Tensor& x, Precision precision) {
+  if (below_float32(precision))
+    x = x.unaryExpr([precision](double value) { return static_cast<double>(store_as(value, precision)); });
+}
 
 }  // namespace attnprobe

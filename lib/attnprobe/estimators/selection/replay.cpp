@@ -62,7 +62,7 @@ std::vector<double> column_sums(const ReplayMember& member, int64_t P, Precision
     for (int64_t r = 0; r < rows; ++r)
       queries.row(r) = Eigen::Map<const RowVectorF>(member.query(b0 + r), p).cast<double>();
     MatrixD logits = member.scale * (queries.topRows(rows) * keys.topRows(b1).transpose());
-    if (below_float32(stored)) logits = logits.unaryExpr([&](double x) { return stored_value(x, stored); });
+    store_below_float32(logits, stored);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t seen = b0 + r + 1;  // row i = b0 + r sees keys 0..i
       const auto row = logits.row(r).head(seen).array();

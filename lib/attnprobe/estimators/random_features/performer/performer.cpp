@@ -148,8 +148,7 @@ class Performer final : public Estimator {
         }
         weights = log_q.row(lead + r) + sums.shift;
         weights = (weights.array() - weights.maxCoeff()).exp();
-        if (below_float32(ctx.precision))
-          weights = weights.unaryExpr([&](double w) { return static_cast<double>(store_as(w, ctx.precision)); });
+        store_below_float32(weights, ctx.precision);
         out.row(i) = (weights * sums.kv / weights.dot(sums.z)).cast<float>();
       }
       r0 += rows;

@@ -36,10 +36,6 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
   };
   constexpr int64_t kRows = 256;
   CausalFeatureSums sums(m, pv, stored);
-  // Below float32: a value a decode kernel stores before its product with the state or with V.
-  const auto store = [stored](auto& x) {
-    if (below_float32(stored)) x = x.unaryExpr([stored](double y) { return static_cast<double>(store_as(y, stored)); });
-  };
   MatrixD out(n, pv);
   if (log_denominator) log_denominator->resize(n);
   for (int64_t r0 = 0; r0 < n; r0 += kRows) {
@@ -62,7 +58,7 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
         top = std::max(top, logits.maxCoeff());
       }
       g = (g.array() - top).exp();
-      store(g);
+      store_below_float32(g, stored);  // what a decode kernel stores before its product with the state
       RowVectorD num = g * sums.kv;
       double den_exact = 0, den_features = g.dot(sums.z);
       if (width > 0) {
@@ -73,8 +69,8 @@ MatrixD scatterbrain_causal_attention(const ScatterbrainParams& params, const He
         VectorD features = key_features * g.transpose();
         den_exact = exact.sum();
         den_features -= features.sum();
-        store(exact);  // after their sums, before their products with V
-        store(features);
+        store_below_float32(exact, stored);  // after their sums, before their products with V
+        store_below_float32(features, stored);
         num += (exact - features).transpose() * view.v.middleRows(begin, width);
       }
       const double den = den_exact + std::max(0.0, den_features);

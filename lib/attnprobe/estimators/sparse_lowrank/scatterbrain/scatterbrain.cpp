@@ -65,10 +65,8 @@ class ScatterbrainRun {
         });
     kv_ = sums.leftCols(pv_);
     key_sum_ = sums.col(pv_);
-    if (below_float32(stored_)) {
-      kv_ = kv_.unaryExpr([this](double x) { return static_cast<double>(store_as(x, stored_)); });
-      key_sum_ = key_sum_.unaryExpr([this](double x) { return static_cast<double>(store_as(x, stored_)); });
-    }
+    store_below_float32(kv_, stored_);
+    store_below_float32(key_sum_, stored_);
   }
 
   /// Adds the pairs (queries[r], keys[u]) with allowed(r, u) to sums (rows = queries.size() ≤ kChunk):
