@@ -1,4 +1,5 @@
 // Metrics on closed-form cases (docs/metrics.md).
+#include <Eigen/SVD>
 #include <cmath>
 #include <limits>
 #include <numbers>

@@ -1,6 +1,8 @@
 // Sketching estimators and Nyström against their limits and claims (docs/estimators/sketching.md,
 // docs/estimators/nystrom.md): exactness at L = n and u = n, unbiasedness of the unreduced JL sketch,
 // Skeinformer's error falling with d and its exact pilot rows, per-slice Nyström.
+#include <Eigen/Eigenvalues>
+#include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
 #include <limits>

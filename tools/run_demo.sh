@@ -8,8 +8,8 @@
 # Another dump: tools/run_demo.sh path/to/dump.h5 (its full length should be >= 4096, or edit --lengths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install_deps.sh
-tools/build.sh
+tools/install_deps.sh --for demo  # only what the demo uses: tools/run_tests.sh installs the rest
+tools/build.sh --target attnprobe  # the CLI alone: the tests and the Python module are run_tests.sh's
 dump=${1:-data/charlm-hd32.h5}
 mkdir -p out
 build/attnprobe info "$dump" --entropy

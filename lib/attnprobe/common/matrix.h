@@ -2,7 +2,9 @@
 // Matrix conventions, stated once: every matrix is row-major, one token per row
 // (Q, K: n × p, V: n × pv, outputs: n × pv). Row-major keeps score blocks and softmax rows
 // contiguous (a column-major row softmax at n = 4096 is ~10× slower, docs/performance.md).
-#include <Eigen/Dense>
+// Eigen/Core only: the few files that factor a matrix include the module they use (Eigen/Eigenvalues, Eigen/SVD,
+// …), so that the other translation units do not parse the decompositions.
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 #include <utility>

@@ -1,5 +1,6 @@
 #include "attnprobe/metrics/metrics.h"
 
+#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,5 +1,7 @@
 #include "attnprobe/estimators/random_features/features.h"
 
+#include <Eigen/Cholesky>
+#include <Eigen/QR>
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,6 +1,7 @@
 #include "attnprobe/estimators/random_features/gerf.h"
 
 #include <fmt/format.h>
+#include <Eigen/Eigenvalues>
 
 #include <cmath>
 #include <limits>

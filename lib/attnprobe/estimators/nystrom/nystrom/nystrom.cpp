@@ -1,5 +1,7 @@
 #include "attnprobe/estimators/nystrom/nystrom/nystrom.h"
 
+#include <Eigen/Eigenvalues>
+#include <Eigen/SVD>
 #include <functional>
 #include <limits>
 #include <memory>

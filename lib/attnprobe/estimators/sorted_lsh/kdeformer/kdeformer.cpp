@@ -1,6 +1,7 @@
 #include "attnprobe/estimators/sorted_lsh/kdeformer/kdeformer.h"
 
 #include <fmt/format.h>
+#include <Eigen/Eigenvalues>
 
 #include <cmath>
 
