@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/selection/kept_keys.h"
@@ -14,38 +15,43 @@ class Moba final : public KeptKeysEstimator {
   explicit Moba(MobaParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    // The mean key of every whole block, once per call (float64 sums of the float32 keys, in key order).
+    // The mean key of every whole block, once per call (float64 sums of the float32 keys, in key order), stored
+    // channel-major (means[d·whole + b]) so that a row's gates are a loop over contiguous blocks per channel.
     const int64_t whole = view.keys() / params_.block, p = view.p();
-    auto means = std::make_shared<MatrixD>(MatrixD::Zero(whole, p));
+    auto means = std::make_shared<std::vector<double>>(static_cast<size_t>(p * whole));
+    RowVectorD sum(p);
     for (int64_t b = 0; b < whole; ++b) {
-      double* mean = means->row(b).data();
+      sum.setZero();
       for (int64_t j = b * params_.block; j < (b + 1) * params_.block; ++j) {
         const float* k = view.kf.row(j).data();
-        for (int64_t d = 0; d < p; ++d) mean[d] += k[d];
+        for (int64_t d = 0; d < p; ++d) sum[d] += k[d];
       }
-      for (int64_t d = 0; d < p; ++d) mean[d] /= static_cast<double>(params_.block);
+      for (int64_t d = 0; d < p; ++d) (*means)[d * whole + b] = sum[d] / static_cast<double>(params_.block);
     }
-    return [&view, params = params_, means, precision = ctx.precision](int64_t i) {
+    return [&view, params = params_, means, whole, precision = ctx.precision](int64_t i) {
       const int64_t t = view.position(i), own = t / params.block;
       KeptKeys kept{{}, {}, static_cast<double>(own)};
       std::vector<int64_t> past(own);
       for (int64_t b = 0; b < own; ++b) past[b] = b;
       if (own > params.topk - 1) {
-        // The gates s·q_t·k̄_b of the past blocks, each a dot product in a fixed order, for each scoring head's
-        // query; a group ranks by their aggregate.
+        // The gates s·q_t·k̄_b of the past blocks, each a dot product summed over the channels in order, for each
+        // scoring head's query (the blocks side by side, so the loop over blocks vectorises); a group ranks by
+        // their aggregate.
         const ScoringHeads heads = scoring_heads(view, params.share);
-        std::vector<std::vector<double>> gates(heads.size(), std::vector<double>(own));
+        std::vector<std::vector<double>> gates(heads.size(), std::vector<double>(own, 0.0));
         for (int h = 0; h < heads.size(); ++h) {
           const float* q = heads.rows[h]->row(i).data();
-          for (int64_t b = 0; b < own; ++b) {
-            const double* mean = means->row(b).data();
-            double g = 0;
-            for (int64_t d = 0; d < view.p(); ++d) g += static_cast<double>(q[d]) * mean[d];
-            gates[h][b] = view.scale * g;
+          double* gate = gates[h].data();
+          for (int64_t d = 0; d < view.p(); ++d) {
+            const double qd = q[d];
+            const double* mean = means->data() + d * whole;
+            for (int64_t b = 0; b < own; ++b) gate[b] += qd * mean[b];
           }
+          for (int64_t b = 0; b < own; ++b) gate[b] *= view.scale;
         }
         const std::vector<double> gate = aggregate_scores(std::move(gates), past, 0, params.agg, /*logits=*/true);
         past = best_by_score(std::move(past), gate, 0, params.topk - 1, precision, &kept.ties);
+        std::sort(past.begin(), past.end());  // disjoint blocks in order: the kept keys come out sorted
       }
       for (int64_t b : past) append_range(kept.keys, b * params.block, (b + 1) * params.block);
       append_range(kept.keys, own * params.block, t + 1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/selection/kept_keys.h"
@@ -9,25 +10,45 @@
 namespace attnprobe {
 namespace {
 
-// Channel-wise minima and maxima of keys [begin, end) of the float32 keys (exact in float64).
-void key_bounds(const MatrixF& k, int64_t begin, int64_t end, RowVectorF& low, RowVectorF& high) {
-  low = k.row(begin);
-  high = k.row(begin);
+// Channel-wise minima and maxima of keys [begin, end) of the float32 keys (exact in float64), into low[0..p) and
+// high[0..p).
+void key_bounds(const MatrixF& k, int64_t begin, int64_t end, float* low, float* high) {
+  const int64_t p = k.cols();
+  std::copy_n(k.row(begin).data(), p, low);
+  std::copy_n(k.row(begin).data(), p, high);
   for (int64_t j = begin + 1; j < end; ++j) {
-    low = low.cwiseMin(k.row(j));
-    high = high.cwiseMax(k.row(j));
+    const float* key = k.row(j).data();
+    for (int64_t d = 0; d < p; ++d) {
+      low[d] = std::min(low[d], key[d]);
+      high[d] = std::max(high[d], key[d]);
+    }
   }
 }
 
-// The bounds of every whole page of the slice, computed once per call: rows share them (a row's partial edge
-// pages are bounded on their own).
+// The bounds of every whole page of the slice, computed once per call and stored channel-major
+// (low[d·pages + b]): a row scores all its whole pages channel by channel over contiguous pages (rows share the
+// bounds; a row's partial edge pages are bounded on their own).
 struct PageBounds {
-  std::vector<RowVectorF> low, high;
-  PageBounds(const MatrixF& k, int64_t page) {
-    const int64_t whole = k.rows() / page;
-    low.resize(whole);
-    high.resize(whole);
-    for (int64_t b = 0; b < whole; ++b) key_bounds(k, b * page, (b + 1) * page, low[b], high[b]);
+  int64_t pages;
+  std::vector<float> low, high;
+  PageBounds(const MatrixF& k, int64_t page) : pages(k.rows() / page) {
+    const int64_t p = k.cols();
+    low.resize(static_cast<size_t>(p * pages));
+    high.resize(low.size());
+    // 16 pages at a time, so that each channel's stores fill a cache line (one page at a time, the stores 16 KiB
+    // apart made the call slower than the whole slice's exact attention).
+    constexpr int64_t kPagesAtOnce = 16;
+    std::vector<float> page_low(kPagesAtOnce * p), page_high(kPagesAtOnce * p);
+    for (int64_t b0 = 0; b0 < pages; b0 += kPagesAtOnce) {
+      const int64_t count = std::min(kPagesAtOnce, pages - b0);
+      for (int64_t b = 0; b < count; ++b)
+        key_bounds(k, (b0 + b) * page, (b0 + b + 1) * page, &page_low[b * p], &page_high[b * p]);
+      for (int64_t d = 0; d < p; ++d)
+        for (int64_t b = 0; b < count; ++b) {
+          low[d * pages + b0 + b] = page_low[b * p + d];
+          high[d * pages + b0 + b] = page_high[b * p + d];
+        }
+    }
   }
 };
 
@@ -45,6 +66,28 @@ double page_bound(const float* q, const float* low, const float* high, int64_t p
   return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
+// page_bound of the whole pages [b0, b1) into upper[0..b1 − b0): the same sums in the same order per page (channel
+// d into part d mod 4, the channels past the last multiple of 4 into part 0), with many pages side by side so the
+// loop over pages vectorises; the pages go in blocks whose partial sums stay in the L1 cache.
+void whole_page_bounds(const float* q, const PageBounds& bounds, int64_t b0, int64_t b1, int64_t p, double* upper) {
+  constexpr int64_t kPagesPerBlock = 512;
+  const int64_t grouped = p - p % 4;
+  double part[4][kPagesPerBlock];
+  for (int64_t block = b0; block < b1; block += kPagesPerBlock) {
+    const int64_t count = std::min(kPagesPerBlock, b1 - block);
+    for (auto& sums : part) std::fill(sums, sums + count, 0.0);
+    for (int64_t d = 0; d < p; ++d) {
+      double* sum = part[d < grouped ? d % 4 : 0];
+      const double qd = q[d];
+      const float* high = bounds.high.data() + d * bounds.pages + block;
+      const float* low = bounds.low.data() + d * bounds.pages + block;
+      for (int64_t b = 0; b < count; ++b)
+        sum[b] += std::max(qd * static_cast<double>(high[b]), qd * static_cast<double>(low[b]));
+    }
+    for (int64_t b = 0; b < count; ++b) upper[block - b0 + b] = (part[0][b] + part[1][b]) + (part[2][b] + part[3][b]);
+  }
+}
+
 class Quest final : public KeptKeysEstimator {
  public:
   explicit Quest(QuestParams params) : params_(params) {}
@@ -58,16 +101,18 @@ class Quest final : public KeptKeysEstimator {
       // U_b of each page (index b − first), its keys clipped to the row's, for each scoring head's query.
       const ScoringHeads heads = scoring_heads(view, params.share);
       std::vector<std::vector<double>> upper(heads.size(), std::vector<double>(pages));
-      RowVectorF low, high;
+      // Whole pages [whole_begin, whole_end) from the shared bounds; the partial pages at either edge on their own.
+      const int64_t whole_begin = (seen.begin + page - 1) / page, whole_end = std::max(whole_begin, seen.end / page);
+      for (int h = 0; h < heads.size(); ++h)
+        whole_page_bounds(heads.rows[h]->row(i).data(), *bounds, whole_begin, whole_end, view.p(),
+                          upper[h].data() + (whole_begin - first));
+      RowVectorF low(view.p()), high(view.p());
       for (int64_t b = first; b <= last; ++b) {
-        const int64_t begin = std::max(seen.begin, b * page), end = std::min(seen.end, (b + 1) * page);
-        const bool whole = begin == b * page && end == (b + 1) * page;
-        if (!whole) key_bounds(view.kf, begin, end, low, high);
-        for (int h = 0; h < heads.size(); ++h) {
-          const float* q = heads.rows[h]->row(i).data();
-          upper[h][b - first] = whole ? page_bound(q, bounds->low[b].data(), bounds->high[b].data(), view.p())
-                                      : page_bound(q, low.data(), high.data(), view.p());
-        }
+        if (b >= whole_begin && b < whole_end) continue;
+        key_bounds(view.kf, std::max(seen.begin, b * page), std::min(seen.end, (b + 1) * page), low.data(),
+                   high.data());
+        for (int h = 0; h < heads.size(); ++h)
+          upper[h][b - first] = page_bound(heads.rows[h]->row(i).data(), low.data(), high.data(), view.p());
       }
       const int64_t wanted = std::min(params.budget, seen.size());
       int64_t n = params.round == QuestRound::kCeil ? (wanted + page - 1) / page : wanted / page;
@@ -88,6 +133,7 @@ class Quest final : public KeptKeysEstimator {
       const std::vector<int64_t> best = best_by_score(std::move(candidates), score, first,
                                                       n - static_cast<int64_t>(chosen.size()), precision, &kept.ties);
       chosen.insert(chosen.end(), best.begin(), best.end());
+      std::sort(chosen.begin(), chosen.end());  // disjoint pages in order: the kept keys come out sorted
       for (int64_t b : chosen)
         append_range(kept.keys, std::max(seen.begin, b * page), std::min(seen.end, (b + 1) * page));
       finish_kept(kept.keys);
