@@ -513,13 +513,11 @@ TEST_CASE("bench times a spec's thread counts in turn, call by call", "[bench]")
   CHECK_THAT(refused.output, Catch::Contains("sum must be at most 1024"));
 }
 
-TEST_CASE("bench --queries last:W times decode steps beside the measured bandwidth", "[cli][bench]") {
-  // What is checked is the shape of the output, never a time (unit tests run on loaded machines).
-  const std::string csv = temp_path("bench-decode.csv");
-  const auto r = run_attnprobe(
-      "bench -e softmax -e vmean --queries last:4,last:1 --lengths 64 --threads 1 --repeat 1 "
-      "--csv " +
-      csv);
+namespace {
+// The rows of `bench OPTIONS --csv FILE` after its header, which is checked; the run must succeed.
+std::vector<std::string> bench_csv_rows(const std::string& options, const std::string& file) {
+  const std::string csv = temp_path(file);
+  const auto r = run_attnprobe("bench " + options + " --csv " + csv);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::istringstream lines(read_text(csv));
@@ -529,7 +527,16 @@ TEST_CASE("bench --queries last:W times decode steps beside the measured bandwid
         "estimator,spec,n,p,samples,threads,device,repeats,seconds_median,seconds_min,gflops,mask,pass,peak_fraction,"
         "queries,bytes_per_second,bandwidth_fraction,precision");
   std::vector<std::string> rows;
-  while (std::getline(lines, line)) {
+  while (std::getline(lines, line)) rows.push_back(line);
+  return rows;
+}
+}  // namespace
+
+TEST_CASE("bench --queries last:W times decode steps beside the measured bandwidth", "[cli][bench]") {
+  // What is checked is the shape of the output, never a time (unit tests run on loaded machines).
+  std::vector<std::string> rows;
+  for (const std::string& line : bench_csv_rows(
+           "-e softmax -e vmean --queries last:4,last:1 --lengths 64 --threads 1 --repeat 1", "bench-decode.csv")) {
     const auto cells = split(line, ',');
     REQUIRE(cells.size() == 18);
     CHECK(cells[17] == "f32");
@@ -554,6 +561,23 @@ TEST_CASE("bench --queries last:W times decode steps beside the measured bandwid
   const auto past = run_attnprobe("bench --queries last:65 --lengths 64 --repeat 1");
   CHECK(past.exit_code == 2);
   CHECK_THAT(past.output, Catch::Contains("past the length 64"));
+}
+
+TEST_CASE("bench times a kept-keys method's state apart from its decode step", "[cli][bench]") {
+  // quest's page bounds and moba's block means are state a serving system keeps across decode steps: each gets a
+  // `state` row after its forward row; exact attention and the whole-slice rows have none.
+  std::vector<std::string> rows;
+  for (const std::string& line :
+       bench_csv_rows("-e softmax -e quest -e moba --mask causal --queries last:4,all --lengths 256 --threads 1 "
+                      "--repeat 1 --no-sgemm",
+                      "bench-state.csv")) {
+    const std::string name = line.substr(0, line.find(','));
+    const bool state = line.find(",state,") != std::string::npos, decode = line.find(",last:4,") != std::string::npos;
+    rows.push_back(name + (state ? "/state" : "") + (decode ? "/last:4" : ""));
+    if (state) CHECK(line.find(",causal,state,,last:4,,,f32") != std::string::npos);  // no flops, no bytes
+  }
+  CHECK(rows == std::vector<std::string>{"softmax/last:4", "quest/last:4", "quest/state/last:4", "moba/last:4",
+                                         "moba/state/last:4", "softmax", "quest", "moba"});
 }
 
 TEST_CASE("bench --backward times backward passes and refuses estimators without one", "[cli][bench]") {

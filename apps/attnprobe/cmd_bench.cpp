@@ -42,7 +42,9 @@ Action add_bench(CLI::App& app) {
                  "query rows, a list: all (n rows against n keys) or last:W (a decode step: the last W rows against "
                  "the n keys; CPU, estimators with a decode form; those built from a prompt, such as h2o, run only "
                  "these), e.g. last:1,last:64; decode rows report bytes read "
-                 "per second beside the read and copy bandwidths measured in the same run")
+                 "per second beside the read and copy bandwidths measured in the same run, and a method that builds "
+                 "state from the cache (quest's page bounds, moba's block means) gets a second row, pass state, "
+                 "timing that state alone: a serving system keeps it across steps")
       ->capture_default_str();
   app.add_option("--precision", o->precision,
                  "f32, bf16 or f16, a list: below f32 the estimate at that precision (inputs rounded before the "

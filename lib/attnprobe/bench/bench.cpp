@@ -239,6 +239,20 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
             ThreadPool* pool = pools[t].get();
             wake.push_back([pool] { pool->parallel_for(pool->size(), [](int64_t) {}); });
           }
+          // A decode step of a kept-keys method also times the state it builds from the cache before its rows
+          // (quest's page bounds, moba's block means, magicpig's hash tables, sparq's value prefix, a replay):
+          // a serving system keeps that across steps and updates it per new token, so a step's own cost is the
+          // forward row's time less this `state` row's.
+          const EstimateContext state_ctx{key, pools.front().get(), std::nullopt, precision};
+          const bool state = !request.backward && !queries.all() && device == Device::kCpu &&
+                             estimator->kept_keys(view, state_ctx) != nullptr;
+          if (state)
+            for (size_t t = 0; t < pools.size(); ++t) {
+              const EstimateContext ctx{key, pools[t].get(), std::nullopt, precision};
+              calls.push_back([&, ctx] { estimator->kept_keys(view, ctx); });  // the rows' closure, then freed
+              const std::function<void()> wake_pool = wake[t];
+              wake.push_back(wake_pool);
+            }
           const auto times = time_interleaved(request.repeat, calls, wake);
           // flops() counts the forward pass: no GFLOP/s for a backward row.
           double flops = request.backward ? 0 : estimator->flops(n, request.p, view.pv());
@@ -280,6 +294,15 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
               if (read_bandwidth.count(threads)) row.bandwidth_fraction = bytes / median / read_bandwidth[threads];
             }
             emit(row);
+            if (!state) continue;
+            const auto [state_median, state_min] = times[pools.size() + t];
+            BenchRow state_row = row;
+            state_row.pass = "state";
+            state_row.seconds_median = state_median;
+            state_row.seconds_min = state_min;
+            state_row.gflops = state_row.peak_fraction = state_row.bytes_per_second = state_row.bandwidth_fraction =
+                std::nullopt;
+            emit(state_row);
           }
         }
       }

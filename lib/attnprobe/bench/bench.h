@@ -50,7 +50,7 @@ struct BenchRow {
   double seconds_median = 0, seconds_min = 0;
   std::optional<double> gflops;  ///< from the median time
   Mask mask = Mask::kFull;
-  std::string pass = "forward";  ///< forward | backward (what was timed)
+  std::string pass = "forward";  ///< forward | backward | state (what was timed; state: bench.cpp)
   /// gflops as a fraction of the fp32 FMA peak measured in the same run on as many threads (CPU rows
   /// with counted flops): where the estimator sits under the roofline.
   std::optional<double> peak_fraction;
