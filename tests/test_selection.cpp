@@ -362,7 +362,7 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       // From the definitions, with the kept sets the estimator states (checked against this file's own above).
       const MatrixD a = attention_rows_f64(view.q, view.k, view.scale, 0, view.n(), view.geometry());
       const MatrixD o_hat = attend_kept_f64(view, estimator->kept_keys(view, ctx));
-      double attended = 0, density = 0, mass = 0, error = 0, kl = 0, overlap = 0, recall = 0;
+      double attended = 0, density = 0, mass = 0, error = 0, kl = 0, overlap = 0, contained = 0, recall = 0;
       for (int64_t i = 0; i < view.n(); ++i) {
         const std::vector<int64_t> kept = stated_set(spec, view, i);
         const double visible = static_cast<double>(seen_keys(view, i).size());
@@ -377,6 +377,7 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
         };
         const double same = count_in(kept.size());
         overlap += same / (2.0 * static_cast<double>(kept.size()) - same);
+        contained += same / static_cast<double>(kept.size());
         recall += count_in(10) / std::min(10.0, visible);
         for (const int64_t k : {1, 32, 200})
           recall_at[k] += count_in(static_cast<size_t>(k)) / std::min(static_cast<double>(k), visible);
@@ -398,11 +399,12 @@ TEST_CASE("selection metrics: the kept keys' counts and mass, and a tail that pr
       CHECK(got[8] == Approx(kl / rows).epsilon(1e-9).margin(1e-15));     // row_kl_rev
       CHECK(got[9] == Approx(overlap / rows).epsilon(1e-14));             // kept_overlap
       CHECK(got[10] == Approx(recall / rows).epsilon(1e-14));             // topk_recall@10
+      CHECK(got.back() == Approx(contained / rows).epsilon(1e-14));       // kept_overlap_a, the last
       for (const int64_t k : {1, 32, 200}) {
         INFO("topk_recall@" << k);
         CHECK(got_recall[k] == Approx(recall_at[k] / rows).epsilon(1e-14));
       }
-      if (spec == "topk(k=6)") CHECK(got[9] == 1.0);  // the oracle of its own size
+      if (spec == "topk(k=6)") CHECK((got[9] == 1.0 && got.back() == 1.0));  // the oracle of its own size
       // keys_scored: the oracles score every visible key, quest two bounds a page, moba a mean a past block.
       double scored = 0;
       for (int64_t i = 0; i < view.n(); ++i) {
@@ -611,6 +613,24 @@ TEST_CASE("kept_overlap against a selection reference: method against method", "
   CHECK(got < 1);
   const double self = selection_metrics(view, against, {Metric::kKeptOverlap}, 0.05, 10, &against)[0];
   CHECK(self == 1.0);
+  // kept_overlap_a: the share of the method's keys the reference keeps too, from the sets alone.
+  double share = 0;
+  for (int64_t i = 0; i < view.n(); ++i) {
+    const std::vector<int64_t> s = stated_set(method, view, i), r = stated_set(reference, view, i);
+    std::vector<int64_t> both;
+    std::set_intersection(s.begin(), s.end(), r.begin(), r.end(), std::back_inserter(both));
+    share += static_cast<double>(both.size()) / static_cast<double>(s.size());
+  }
+  const std::vector<double> pair =
+      selection_metrics(view, kept_of(method), {Metric::kKeptOverlapA, Metric::kKeptOverlap}, 0.05, 10, &against);
+  CHECK(pair[0] == Approx(share / 6).epsilon(1e-15));  // observed 0.25: about 4 of streaming's 16 keys
+  CHECK(pair[1] == got);                               // asked together, the Jaccard is unchanged
+  // Nested sets: topk(k=12) lies inside topk(k=24) on every row (one ranking, one tie rule), so its share is 1
+  // exactly while the Jaccard is 12/24.
+  const std::vector<double> nested =
+      selection_metrics(view, kept_of("topk(k=12)"), {Metric::kKeptOverlapA, Metric::kKeptOverlap}, 0.05, 10, &against);
+  CHECK(nested[0] == 1.0);
+  CHECK(nested[1] == 0.5);
 
   // On the command line: --reference topk(k=24) gives that value; the default reference the oracle's (the 16
   // heaviest keys: another set than topk(k=24)'s, so another value).

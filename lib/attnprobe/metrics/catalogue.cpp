@@ -28,10 +28,11 @@ const std::vector<Metric>& weight_metrics() {
 
 const std::vector<Metric>& selection_metrics() {
   static const std::vector<Metric> kSelection = {
-      Metric::kKeysAttended,  Metric::kKeysScored,     Metric::kDensity,   Metric::kDensityScored, Metric::kMassRecall,
-      Metric::kTailMass,      Metric::kTailGap,        Metric::kTailPred,  Metric::kRowKlRev,      Metric::kKeptOverlap,
-      Metric::kTopkRecallAtK, Metric::kDenRel,         Metric::kNumRel,    Metric::kEpsCover,      Metric::kPilot,
-      Metric::kRepsAttended,  Metric::kKeptOverlapF32, Metric::kScoreTies, Metric::kCutTies};  // later ones last
+      Metric::kKeysAttended,   Metric::kKeysScored,  Metric::kDensity,       Metric::kDensityScored,
+      Metric::kMassRecall,     Metric::kTailMass,    Metric::kTailGap,       Metric::kTailPred,
+      Metric::kRowKlRev,       Metric::kKeptOverlap, Metric::kTopkRecallAtK, Metric::kDenRel,
+      Metric::kNumRel,         Metric::kEpsCover,    Metric::kPilot,         Metric::kRepsAttended,
+      Metric::kKeptOverlapF32, Metric::kScoreTies,   Metric::kCutTies,       Metric::kKeptOverlapA};  // later ones last
   return kSelection;
 }
 
@@ -170,6 +171,8 @@ const char* metric_name(Metric metric) {
       return "score_ties";
     case Metric::kCutTies:
       return "cut_ties";
+    case Metric::kKeptOverlapA:
+      return "kept_overlap_a";
   }
   return "?";
 }
@@ -190,7 +193,8 @@ const std::vector<Metric>& known_metrics() {
 
 bool larger_is_better(Metric metric) {
   return metric == Metric::kTopkRecall || metric == Metric::kMassRecall || metric == Metric::kKeptOverlap ||
-         metric == Metric::kTopkRecallAtK || metric == Metric::kEpsCover || metric == Metric::kKeptOverlapF32;
+         metric == Metric::kTopkRecallAtK || metric == Metric::kEpsCover || metric == Metric::kKeptOverlapF32 ||
+         metric == Metric::kKeptOverlapA;
 }
 
 std::string metric_name(Metric metric, int64_t recall_k) {

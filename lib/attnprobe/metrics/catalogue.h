@@ -58,6 +58,7 @@ enum class Metric {
   kKeptOverlapF32,  // selection metrics of a case below float32 (docs/metrics.md, docs/precision.md)
   kScoreTies,
   kCutTies,
+  kKeptOverlapA,  // |S_t ∩ O_t| / |S_t|: the share of a selection's keys its reference keeps too
 };
 
 /// The per-trial metrics, in CSV order: what `--metrics all` selects.

@@ -152,6 +152,7 @@ std::vector<double> compute_metrics(const MatrixD& reference, const ReferenceNor
       case Metric::kKeptOverlapF32:
       case Metric::kScoreTies:
       case Metric::kCutTies:
+      case Metric::kKeptOverlapA:
         throw std::logic_error("a case-level, weight, selection or precision metric asked of compute_metrics");
     }
   }

@@ -44,11 +44,16 @@ double jaccard(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
   return either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
 }
 
+// |x ∩ y| / |x|: the share of x that y holds too (1 for an empty x, which y holds vacuously).
+double contained(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  return x.empty() ? 1.0 : static_cast<double>(common(x, y)) / static_cast<double>(x.size());
+}
+
 // Per-row values, summed over the rows for their means.
 struct Sums {
   double attended = 0, scored = 0, reps = 0, density = 0, density_scored = 0, mass = 0, tail_mass = 0, tail_gap = 0,
          tail_pred = 0, kl_rev = 0, overlap = 0, recall = 0, den_rel = 0, num_rel = 0, covered = 0, pilot = 0,
-         overlap_f32 = 0;
+         overlap_f32 = 0, overlap_a = 0;
   ScoreTies ties;
 };
 
@@ -73,7 +78,9 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
   // Some row is not a renormalised selection — its keys carry weights or it has completion terms — so the tail
   // decomposition does not apply and the estimate diagnostics (den_rel, num_rel, eps_cover) do.
   bool weighted = false;
-  const bool wants_overlap = std::find(which.begin(), which.end(), Metric::kKeptOverlap) != which.end();
+  const bool wants_jaccard = std::find(which.begin(), which.end(), Metric::kKeptOverlap) != which.end();
+  const bool wants_contained = std::find(which.begin(), which.end(), Metric::kKeptOverlapA) != which.end();
+  const bool wants_overlap = wants_jaccard || wants_contained;
   const bool wants_recall = std::find(which.begin(), which.end(), Metric::kTopkRecallAtK) != which.end();
   const bool wants_overlap_f32 = std::find(which.begin(), which.end(), Metric::kKeptOverlapF32) != which.end();
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
@@ -145,8 +152,8 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         sums.covered += (estimate - exact).norm() <= limit * o_norm ? 1.0 : 0.0;
         sums.pilot += row.pilot;
       }
-      // Against the oracle of the same size or the reference's set (kept_overlap, a Jaccard index) and the K
-      // heaviest keys.
+      // Against the oracle of the same size or the reference's set (kept_overlap, a Jaccard index, and kept_overlap_a,
+      // the share of the row's keys it holds) and the K heaviest keys.
       // One ranking serves both, ranked only as deep as they read (a selection reference needs none for the overlap).
       const int64_t size = static_cast<int64_t>(row.keys.size());
       const int64_t ranked = std::max(wants_overlap && !reference_kept ? size : 0, wants_recall ? recall_k : 0);
@@ -155,7 +162,8 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
       if (wants_overlap) {
         const std::vector<int64_t> other =
             reference_kept ? (*reference_kept)(r0 + r).keys : ascending_prefix(largest, size);
-        sums.overlap += jaccard(row.keys, other);
+        if (wants_jaccard) sums.overlap += jaccard(row.keys, other);
+        if (wants_contained) sums.overlap_a += contained(row.keys, other);
       }
       sums.ties += row.ties;
       if (wants_overlap_f32) sums.overlap_f32 += float32_kept ? jaccard(row.keys, (*float32_kept)(r0 + r).keys) : 1.0;
@@ -216,6 +224,9 @@ std::vector<double> selection_metrics(const HeadView& view, const Estimator::Kep
         break;
       case Metric::kPilot:
         out.push_back(weighted ? sums.pilot / rows : nan);
+        break;
+      case Metric::kKeptOverlapA:
+        out.push_back(sums.overlap_a / rows);
         break;
       case Metric::kKeptOverlapF32:
         out.push_back(sums.overlap_f32 / rows);

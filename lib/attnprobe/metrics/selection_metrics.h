@@ -20,7 +20,9 @@ namespace attnprobe {
 /// states one, else `eps`, the --eps option) and pilot = the mean of KeptKeys::pilot; NaN for a selection.
 /// kept_overlap = |S_t ∩ O_t| / |S_t ∪ O_t| with O_t the |S_t| heaviest keys (the size-matched oracle), or, given
 /// `reference_kept` (the case's --reference is a selection estimator), O_t = that estimator's kept set of the row:
-/// method against method on the same case. topk_recall@K =
+/// method against method on the same case; kept_overlap_a = |S_t ∩ O_t| / |S_t| (1 for an empty S_t), the share of
+/// the row's keys that O_t holds too (against the oracle 2J/(1 + J) of the Jaccard J; against a larger reference, 1
+/// when S_t ⊆ O_t). topk_recall@K =
 /// |S_t ∩ Top_K(a_t)| / min(K, |V_t|) with K = `recall_k` (--recall-k), ties to the lower index. Below float32
 /// (`kept` from the rounded inputs and scores, `view` the inputs as stored): kept_overlap_f32 = |S_t ∩ F_t| /
 /// |S_t ∪ F_t| with F_t the same method's float32 kept set of the row, `float32_kept` (1 when it is null: a float32
