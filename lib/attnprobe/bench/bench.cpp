@@ -243,9 +243,8 @@ std::vector<BenchRow> run_bench(const BenchRequest& request, const std::function
           // (quest's page bounds, moba's block means, magicpig's hash tables, sparq's value prefix, a replay):
           // a serving system keeps that across steps and updates it per new token, so a step's own cost is the
           // forward row's time less this `state` row's.
-          const EstimateContext state_ctx{key, pools.front().get(), std::nullopt, precision};
           const bool state = !request.backward && !queries.all() && device == Device::kCpu &&
-                             estimator->kept_keys(view, state_ctx) != nullptr;
+                             spec.capabilities().selection;  // it states kept keys (the registry says so)
           if (state)
             for (size_t t = 0; t < pools.size(); ++t) {
               const EstimateContext ctx{key, pools[t].get(), std::nullopt, precision};
