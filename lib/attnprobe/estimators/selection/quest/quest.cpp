@@ -52,39 +52,28 @@ struct PageBounds {
   }
 };
 
-// U_b = Σ_d max(q_d·M_d, q_d·m_d) in float64, four interleaved partial sums (a fixed order, as the scores).
-double page_bound(const float* q, const float* low, const float* high, int64_t p) {
-  double part[4] = {0, 0, 0, 0};
-  int64_t d = 0;
-  const auto term = [&](int64_t c) {
-    const double qc = q[c];
-    return std::max(qc * static_cast<double>(high[c]), qc * static_cast<double>(low[c]));
-  };
-  for (; d + 4 <= p; d += 4)
-    for (int l = 0; l < 4; ++l) part[l] += term(d + l);
-  for (; d < p; ++d) part[0] += term(d);
-  return (part[0] + part[1]) + (part[2] + part[3]);
-}
-
-// page_bound of the whole pages [b0, b1) into upper[0..b1 − b0): the same sums in the same order per page (channel
-// d into part d mod 4, the channels past the last multiple of 4 into part 0), with many pages side by side so the
-// loop over pages vectorises; the pages go in blocks whose partial sums stay in the L1 cache.
-void whole_page_bounds(const float* q, const PageBounds& bounds, int64_t b0, int64_t b1, int64_t p, double* upper) {
+// U_b = Σ_d max(q_d·M_bd, q_d·m_bd) in float64 of `count` pages into upper[0..count), channel d of page b at
+// low[d·stride + b] and high[d·stride + b]: four interleaved partial sums per page (channel d into part d mod 4, the
+// channels past the last multiple of 4 into part 0), a fixed order, as the scores. The pages sit side by side so the
+// loop over them vectorises (whole pages from PageBounds), and go in blocks whose partial sums stay in the L1 cache;
+// a partial edge page is one page of stride 1.
+void page_bounds(const float* q, const float* low, const float* high, int64_t stride, int64_t count, int64_t p,
+                 double* upper) {
   constexpr int64_t kPagesPerBlock = 512;
   const int64_t grouped = p - p % 4;
   double part[4][kPagesPerBlock];
-  for (int64_t block = b0; block < b1; block += kPagesPerBlock) {
-    const int64_t count = std::min(kPagesPerBlock, b1 - block);
-    for (auto& sums : part) std::fill(sums, sums + count, 0.0);
+  for (int64_t block = 0; block < count; block += kPagesPerBlock) {
+    const int64_t pages = std::min(kPagesPerBlock, count - block);
+    for (auto& sums : part) std::fill(sums, sums + pages, 0.0);
     for (int64_t d = 0; d < p; ++d) {
       double* sum = part[d < grouped ? d % 4 : 0];
       const double qd = q[d];
-      const float* high = bounds.high.data() + d * bounds.pages + block;
-      const float* low = bounds.low.data() + d * bounds.pages + block;
-      for (int64_t b = 0; b < count; ++b)
-        sum[b] += std::max(qd * static_cast<double>(high[b]), qd * static_cast<double>(low[b]));
+      const float* page_high = high + d * stride + block;
+      const float* page_low = low + d * stride + block;
+      for (int64_t b = 0; b < pages; ++b)
+        sum[b] += std::max(qd * static_cast<double>(page_high[b]), qd * static_cast<double>(page_low[b]));
     }
-    for (int64_t b = 0; b < count; ++b) upper[block - b0 + b] = (part[0][b] + part[1][b]) + (part[2][b] + part[3][b]);
+    for (int64_t b = 0; b < pages; ++b) upper[block + b] = (part[0][b] + part[1][b]) + (part[2][b] + part[3][b]);
   }
 }
 
@@ -104,15 +93,15 @@ class Quest final : public KeptKeysEstimator {
       // Whole pages [whole_begin, whole_end) from the shared bounds; the partial pages at either edge on their own.
       const int64_t whole_begin = (seen.begin + page - 1) / page, whole_end = std::max(whole_begin, seen.end / page);
       for (int h = 0; h < heads.size(); ++h)
-        whole_page_bounds(heads.rows[h]->row(i).data(), *bounds, whole_begin, whole_end, view.p(),
-                          upper[h].data() + (whole_begin - first));
+        page_bounds(heads.rows[h]->row(i).data(), bounds->low.data() + whole_begin, bounds->high.data() + whole_begin,
+                    bounds->pages, whole_end - whole_begin, view.p(), upper[h].data() + (whole_begin - first));
       RowVectorF low(view.p()), high(view.p());
       for (int64_t b = first; b <= last; ++b) {
         if (b >= whole_begin && b < whole_end) continue;
         key_bounds(view.kf, std::max(seen.begin, b * page), std::min(seen.end, (b + 1) * page), low.data(),
                    high.data());
         for (int h = 0; h < heads.size(); ++h)
-          upper[h][b - first] = page_bound(heads.rows[h]->row(i).data(), low.data(), high.data(), view.p());
+          page_bounds(heads.rows[h]->row(i).data(), low.data(), high.data(), 1, 1, view.p(), &upper[h][b - first]);
       }
       const int64_t wanted = std::min(params.budget, seen.size());
       int64_t n = params.round == QuestRound::kCeil ? (wanted + page - 1) / page : wanted / page;
