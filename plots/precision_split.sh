@@ -31,7 +31,7 @@ rest_group=(-e softmax -e 'yoso-e(tau=8)' -e 'linformer-jlt(d=32)' -e informer -
   -e 'hyper(b=64,m=32)' -e 'kdeformer(b=64,m=32)' -e 'scatterbrain(M=32,w=32)')
 decode_group=(-e softmax -e 'topk(k=32)' -e 'topp(p=0.9)' -e 'quest(page=16,budget=64)' -e 'moba(block=16,topk=4)'
   -e 'sparq(k=64,window=16)' -e 'snapkv(budget=64,window=16)' -e 'expected(budget=64)' -e 'streaming(sink=4,window=60)'
-  -e 'h2o(heavy=32,window=32)' -e 'tova(budget=64)' -e 'oracle_sample(b=64)' -e magicpig -e vattention
+  -e 'h2o(heavy=32,window=32)' -e 'tova(budget=64,heads=group)' -e 'oracle_sample(b=64)' -e magicpig -e vattention
   -e 'uniform_keys(b=64)')
 
 split() {  # group name dump length [slice selection...]

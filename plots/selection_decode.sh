@@ -20,7 +20,8 @@ methods() {  # methods BLOCK PAGE BUDGET...: every method at each budget, then t
     printf '%s\n' -e "topk(k=$b)" -e "streaming(sink=4,window=$((b - 4)))" -e "quest(page=$page,budget=$b)" \
       -e "quest(page=$page,budget=$b,last=1)" -e "moba(block=$block,topk=$((b / block)))" \
       -e "snapkv(window=16,budget=$b)" -e "expected(budget=$b)" -e "h2o(heavy=$((b / 2)),window=$((b / 2)))" \
-      -e "tova(budget=$((b - 1)))" -e "topk(k=$b,share=group)" -e "snapkv(window=16,budget=$b,share=group)"
+      -e "tova(budget=$((b - 1)))" -e "topk(k=$b,share=group)" -e "snapkv(window=16,budget=$b,share=group)" \
+      -e "tova(budget=$((b - 1)),heads=group)"
   done
   for p in 0.5 0.7 0.8 0.9 0.95; do printf '%s\n' -e "topp(p=$p)"; done
 }

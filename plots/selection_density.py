@@ -11,9 +11,10 @@ Two steps, so that the figure is redrawn from data committed beside it:
                                                              heads' interquartile range); prints, at each dump's
                                                              matched budget B, paired comparisons over heads
 Methods are named from the spec: topk, topp, streaming, quest (last=0), quest-last (last=1), moba, snapkv, expected
-(its default: one set per kv group), h2o, tova (its default: one cache per kv group), and topk-group, snapkv-group
-(share=group); a method's budget is the number of keys it is asked to read per row (the prompt-compressed ones:
-prompt keys kept; topp has none: its points sit where its p lands). The figure has two panels per dump: the
+(its default: one set per kv group), h2o, tova (its default: one cache per layer), topk-group, snapkv-group
+(share=group) and tova-group (heads=group: one cache per kv group); a method's budget is the number of keys it is
+asked to read per row (the prompt-compressed ones: prompt keys kept; topp has none: its points sit where its p
+lands). The figure has two panels per dump: the
 per-row methods, and the ones that compress the prompt or replay a cache, with the kv-group forms.
 Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
@@ -28,7 +29,7 @@ import numpy as np
 
 METRICS = ["density", "spec_rel", "mass_recall", "tail_mass", "tail_gap", "topk_recall@10"]
 # The methods that are a setting of another estimator: drawn in its colour, dashed with squares.
-SETTING_OF = {"quest-last": "quest", "topk-group": "topk", "snapkv-group": "snapkv"}
+SETTING_OF = {"quest-last": "quest", "topk-group": "topk", "snapkv-group": "snapkv", "tova-group": "tova"}
 
 
 def method_and_budget(spec):
@@ -43,7 +44,7 @@ def method_and_budget(spec):
     if name == "h2o":
         return name, int(keys["heavy"]) + int(keys["window"])
     if name == "tova":
-        return name, int(keys["budget"]) + 1
+        return name + ("-group" if keys["heads"] == "group" else ""), int(keys["budget"]) + 1
     if name == "streaming":
         return name, int(keys["sink"]) + int(keys["window"])
     if name == "quest":
@@ -90,7 +91,8 @@ def draw(path, out, budgets):
     fig, axes = plt.subplots(2, len(dumps), figsize=(6.2 * len(dumps), 9.0), squeeze=False)
     panels = [("per-row selections", ["topk", "topp", "streaming", "quest", "quest-last", "moba"]),
               ("compressed once, replayed, kv-group",
-               ["topk", "topk-group", "snapkv", "snapkv-group", "expected", "h2o", "tova", "streaming"])]
+               ["topk", "topk-group", "snapkv", "snapkv-group", "expected", "h2o", "tova", "tova-group",
+                "streaming"])]
     for column, dump in enumerate(dumps):
         for (title, methods), ax in zip(panels, axes[:, column]):
             mine = [r for r in rows if r["dump"] == dump]
@@ -133,7 +135,8 @@ def draw(path, out, budgets):
         print(f"{'A':<12} {'B':<11} {'heads':>5} {'A lower':>7} {'ties':>5} {'sign p':>8} {'median A/B':>10}")
         pairs = [(m, "topk") for m in ("streaming", "quest", "quest-last", "moba", "snapkv", "expected", "h2o", "tova")]
         pairs += [("quest-last", "streaming"), ("moba", "quest-last"), ("snapkv", "streaming"), ("h2o", "streaming"),
-                  ("tova", "h2o"), ("expected", "snapkv"), ("topk-group", "topk"), ("snapkv-group", "snapkv")]
+                  ("tova", "h2o"), ("expected", "snapkv"), ("topk-group", "topk"), ("snapkv-group", "snapkv"),
+                  ("tova-group", "tova"), ("tova-group", "h2o")]
         for a, b in pairs:
             common = sorted(set(by[a]) & set(by[b]))
             if not common:

@@ -25,8 +25,8 @@ reduced=$data/selection-precision-stories260K.csv.gz
 if [ "$mode" = sweep ] && [ -f "$dump" ]; then
   mkdir -p out/precision
   "$bin" sweep "$dump" -e 'topk(k=32)' -e 'quest(page=16,budget=64)' -e 'sparq(k=64,window=16)' \
-    -e 'snapkv(budget=64,window=16)' -e 'tova(budget=64,mode=prefill)' -e 'expected(budget=64)' \
-    -e 'h2o(heavy=32,window=32)' -e 'tova(budget=64)' \
+    -e 'snapkv(budget=64,window=16)' -e 'tova(budget=64,heads=group,mode=prefill)' -e 'expected(budget=64)' \
+    -e 'h2o(heavy=32,window=32)' -e 'tova(budget=64,heads=group)' \
     --mask causal --lengths 512 --queries last:64 --precision f32,bf16,f16 --seed 0 \
     --metrics fro_rel,kept_overlap_f32,score_ties,cut_ties --overwrite -q -o out/precision/selection.csv
   $py plots/sweep_csv.py reduce out/precision/selection.csv --metrics fro_rel,kept_overlap_f32,score_ties,cut_ties \

@@ -101,7 +101,7 @@ DEFAULT_SPECS = [
     "streaming(sink=4,window=256,roll=1)",
     "topk(k=256,sink=0,window=0,share=head,agg=mean)",
     "topp(p=0.9,sink=0,window=0,strict=0)",
-    "tova(budget=256,heads=group,mode=replay)",
+    "tova(budget=256,heads=layer,mode=replay)",
     "uniform_keys(b=64)",
     "vattention(sink=4,window=64,k=64,base=0.05,eps=0.25,delta=0.25,draw=hh)",
 ]

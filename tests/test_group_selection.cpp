@@ -16,6 +16,7 @@
 #include "attnprobe/io/dump.h"
 #include "attnprobe/metrics/selection_metrics.h"
 #include "attnprobe/records/csv.h"
+#include "attnprobe/view/rounded_view.h"
 #include "support.h"
 
 using namespace attnprobe;
@@ -159,6 +160,18 @@ std::map<int, double> values_by_head(const std::string& csv, const std::string& 
   return out;
 }
 
+// A sweep of `spec` with mass_recall into `csv` over the last 4 rows of a synthetic causal layer of 4 query heads
+// over 2 kv heads (n = 96, p = 16), written to `name`: the dump's path.
+std::string sweep_gqa_layer(const std::string& name, const std::string& spec, const std::string& csv) {
+  SynthOptions gqa = synth_options(1, 4, 1, 96, 16);
+  gqa.kv_heads = 2;
+  const std::string dump = write_synth(name, gqa);
+  const auto run = run_attnprobe("sweep " + dump + " -e '" + spec +
+                                 "' --mask causal --queries last:4 --metrics mass_recall --overwrite -q -o " + csv);
+  REQUIRE(run.exit_code == 0);
+  return dump;
+}
+
 }  // namespace
 
 TEST_CASE("topk shared over a kv group ranks by the group's aggregate", "[selection][share]") {
@@ -291,14 +304,8 @@ TEST_CASE("streaming(roll=0) keeps the sinks and the prompt's last keys once, an
 
 TEST_CASE("a sweep gives share=group settings the rows of every head of the kv group", "[selection][share][cli]") {
   // Two query heads per kv head: the runner's head 2 (kv head 1) must choose with heads 2 and 3.
-  SynthOptions gqa = synth_options(1, 4, 1, 96, 16);
-  gqa.kv_heads = 2;
-  const std::string dump = write_synth("group-share.h5", gqa);
   const std::string csv = temp_path("group-share.csv");
-  const auto run = run_attnprobe("sweep " + dump + " -e 'topk(k=6,share=group,agg=logit)' --mask causal " +
-                                 "--queries last:4 --metrics mass_recall --overwrite -q -o " + csv);
-  REQUIRE(run.exit_code == 0);
-  const Dump opened = Dump::open(dump);
+  const Dump opened = Dump::open(sweep_gqa_layer("group-share.h5", "topk(k=6,share=group,agg=logit)", csv));
   const HeadView two = opened.read_slice(0, 2, 0, 96), three = opened.read_slice(0, 3, 0, 96);
   HeadView whole = two;
   whole.mask = Mask::kCausal;
@@ -406,13 +413,19 @@ TEST_CASE("duo refuses pattern files it cannot read, naming the line", "[selecti
 
 namespace {
 
-// Each head of a grouped view as a view of its own (its query rows and prompt rows; the same keys).
-std::vector<HeadView> member_views(const HeadView& view) {
-  std::vector<HeadView> heads = {view};
-  for (int m = 1; m < view.group->size(); ++m) {
+// Each head of a grouped view as a view of its own (its query rows and prompt rows; its keys), in head order: the
+// heads of the view's kv group, or with `layer` every head of the group (a layer's, whose other kv heads bring their
+// keys).
+std::vector<HeadView> member_views(const HeadView& view, bool layer = false) {
+  std::vector<HeadView> heads;
+  for (int m = 0; m < view.group->size(); ++m) {
+    const bool own_keys = view.group->keys.empty() || !view.group->keys[m];
+    if (m == view.group->member) heads.push_back(view);
+    if (m == view.group->member || (!own_keys && !layer)) continue;
     HeadView head = view;
     head.qf = view.group->rows[m];
     head.prompt_qf = view.group->prompt[m];
+    if (!own_keys) head.kf = *view.group->keys[m];
     head.group = nullptr;
     heads.push_back(head);
   }
@@ -473,9 +486,10 @@ std::vector<std::vector<int64_t>> h2o_group_port(const HeadView& view, int64_t h
   return sets;
 }
 
-// TOVA with one cache per kv group: the mean over the group's heads of the current row's weights, top-k then sort.
-std::vector<std::vector<int64_t>> tova_group_port(const HeadView& view, int64_t budget) {
-  const std::vector<HeadView> heads = member_views(view);
+// TOVA with one cache per kv group (or per layer: TOVACache's, every head over its own kv head's keys): the mean over
+// the heads of the current row's weights, top-k then sort.
+std::vector<std::vector<int64_t>> tova_group_port(const HeadView& view, int64_t budget, bool layer = false) {
+  const std::vector<HeadView> heads = member_views(view, layer);
   const int64_t P = view.first_position;
   std::vector<int64_t> cache(P);
   std::iota(cache.begin(), cache.end(), 0);
@@ -507,7 +521,7 @@ TEST_CASE("h2o and tova with one cache per kv group keep the sets of a literal g
     };
     for (const Case& c : {Case{"h2o(heavy=12,window=9,share=group)", h2o_group_port(view, 12, 9, false)},
                           Case{"h2o(heavy=10,window=5,share=group,agg=max)", h2o_group_port(view, 10, 5, true)},
-                          Case{"tova(budget=24)", tova_group_port(view, 24)}}) {
+                          Case{"tova(budget=24,heads=group)", tova_group_port(view, 24)}}) {
       INFO(c.spec << ", the last " << rows << " rows");
       int64_t mismatches = 0, differ_from_head = 0;
       const std::string head = c.spec.substr(0, 4) == "tova"
@@ -523,5 +537,97 @@ TEST_CASE("h2o and tova with one cache per kv group keep the sets of a literal g
       // of 140 prompt rows are the same keys for the head and its group's max).
       if (rows == 180) CHECK(differ_from_head > 100);
     }
+  }
+}
+
+namespace {
+
+// Head `own` of a layer of 4 query heads over 2 kv heads around `base`, whose keys are head own's kv head's: the other
+// heads' query rows are `base`'s mixed with their own noise; the other kv head's keys are another slice's.
+HeadView layered(const HeadView& base, int own, int64_t last) {
+  constexpr int kHeads = 4, kPerKv = 2;
+  const HeadView other_kv = synth_slice(base.keys(), static_cast<int>(base.p()), 0.3, 200);
+  std::vector<MatrixF> rows(kHeads);
+  std::vector<const MatrixF*> members(kHeads, nullptr), keys(kHeads, nullptr);
+  for (int m = 0; m < kHeads; ++m) {
+    if (m == own) continue;
+    rows[m] = 0.6f * base.qf + 0.8f * synth_slice(base.keys(), static_cast<int>(base.p()), 0.3, 100 + m).qf;
+    members[m] = &rows[m];
+    if (m / kPerKv != own / kPerKv) keys[m] = &other_kv.kf;
+  }
+  HeadView whole = base;
+  whole.group = prefix_group(members, own, base.keys(), keys);
+  return last > 0 ? last_rows(whole, last) : whole;
+}
+
+}  // namespace
+
+TEST_CASE("tova(heads=layer) keeps one cache for the layer, scored by every head over its own kv head's keys",
+          "[selection][share]") {
+  const HeadView whole = causal_slice(180, 12, 67);
+  for (const int own : {0, 3})                                // the view: the first head, or the last of kv head 1
+    for (const int64_t rows : {int64_t{40}, int64_t{180}}) {  // a prompt of 140, and none (every row a step)
+      INFO("head " << own << ", the last " << rows << " rows");
+      const HeadView view = layered(whole, own, rows);
+      const std::vector<std::vector<int64_t>> layer = tova_group_port(view, 24, true),
+                                              group = tova_group_port(view, 24);
+      int64_t layer_mismatches = 0, group_mismatches = 0, layer_not_group = 0;
+      for (int64_t i = 0; i < view.n(); ++i) {
+        const std::vector<int64_t> got = stated_set("tova(budget=24)", view, i);  // heads=layer, the default
+        layer_mismatches += got != layer[i];
+        group_mismatches += stated_set("tova(budget=24,heads=group)", view, i) != group[i];
+        layer_not_group += got != group[i];
+      }
+      CHECK(layer_mismatches == 0);
+      CHECK(group_mismatches == 0);  // a layer's group serves share=group with its kv group's heads
+      // The other kv head's weights move the cache: observed 154 (head 0) and 155 (head 3) of 180 rows differ with
+      // every row a step, 40 of 40 after the prompt.
+      CHECK(layer_not_group > rows / 2);
+    }
+  // Rounded below float32 (--precision bf16), the other kv head's keys are rounded with the view's, one copy for
+  // the kv head as before.
+  const HeadView view = layered(whole, 3, 40);
+  const HeadView rounded = rounded_view(view, Precision::kBf16);
+  REQUIRE(rounded.group->keys[0]);
+  CHECK(*rounded.group->keys[0] != *view.group->keys[0]);
+  CHECK(rounded.group->keys[0] == rounded.group->keys[1]);  // one copy per kv head, shared as before
+}
+
+TEST_CASE("a sweep gives tova(heads=layer) every head of the layer and the keys of every kv head",
+          "[selection][share][cli]") {
+  const std::string csv = temp_path("layer-share.csv");
+  const Dump opened = Dump::open(sweep_gqa_layer("layer-share.h5", "tova(budget=20)", csv));
+  std::vector<HeadView> heads;
+  for (int h = 0; h < 4; ++h) heads.push_back(opened.read_slice(0, h, 0, 96));
+  const auto written = values_by_head(csv, "mass_recall");  // heads=layer, the default
+  REQUIRE(written.size() == 4);
+  for (const int own : {1, 2}) {
+    INFO("head " << own);
+    HeadView whole = heads[own];
+    whole.mask = Mask::kCausal;
+    std::vector<const MatrixF*> rows, keys;
+    for (int m = 0; m < 4; ++m) {
+      rows.push_back(m == own ? nullptr : &heads[m].qf);
+      keys.push_back(m / 2 == own / 2 ? nullptr : &heads[m].kf);
+    }
+    whole.group = prefix_group(rows, own, 96, keys);
+    const HeadView view = last_rows(whole, 4);
+    const std::vector<double> expected =
+        selection_metrics(view, make_estimator(parse_spec("tova(budget=20)"), Device::kCpu)->kept_keys(view, {}),
+                          parse_metrics("mass_recall"));
+    CHECK(written.at(own) == Approx(expected[0]).epsilon(1e-12));  // observed: equal (the CSV's 17 digits)
+  }
+  // One kv head: the layer is the kv group, value for value.
+  SynthOptions mqa = synth_options(1, 3, 1, 96, 16);
+  mqa.kv_heads = 1;
+  const std::string one = write_synth("layer-share-mqa.h5", mqa);
+  const std::string a = temp_path("mqa-layer.csv"), b = temp_path("mqa-group.csv");
+  for (const auto& [spec, out] : {std::pair{"tova(budget=20)", a}, std::pair{"tova(budget=20,heads=group)", b}})
+    REQUIRE(run_attnprobe("sweep " + one + " -e '" + spec +
+                          "' --mask causal --queries last:4 --metrics selection --overwrite -q -o " + out)
+                .exit_code == 0);
+  for (const std::string metric : {"mass_recall", "tail_pred", "kept_overlap"}) {
+    INFO(metric);
+    CHECK(values_by_head(a, metric) == values_by_head(b, metric));
   }
 }

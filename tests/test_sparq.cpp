@@ -215,7 +215,7 @@ TEST_CASE("sparq's weights, keys read and metrics", "[selection][sparq]") {
                                        Metric::kTailMass,     Metric::kTailPred,   Metric::kDenRel,
                                        Metric::kMassRecall};
     const std::vector<double> got = selection_metrics(view, estimator->kept_keys(view, ctx), which);
-    double scored = 0, den_rel = 0, mass = 0, pred = 0, err = 0;
+    double scored = 0, den_rel = 0, mass = 0, err = 0;
     const MatrixD exact = exact_attention_f64(view.q, view.k, view.v, view.scale, nullptr, view.geometry());
     for (int64_t i = 0; i < n; ++i) {
       const KeyRange seen = view.visible(i);

@@ -60,6 +60,9 @@ inline constexpr const char* kInputsAndOutputRounded =
 /// "" (none), "out" or "yoso": the names `list` and Python print.
 const char* backward_name(Backward backward);
 
+/// Which heads share a kept set (Capabilities::shared_by).
+enum class SharedBy { kHead, kGroup, kLayer };
+
 struct Capabilities {
   bool random = true;       ///< draws random numbers (deterministic estimators run one trial)
   Forms forms = kFullOnly;  ///< the masks it computes on self-attention (query row i at position i)
@@ -80,9 +83,11 @@ struct Capabilities {
   /// last rows of a slice evaluated alone differ by design from the same rows of the whole slice's estimate, where
   /// P = 0 (the conformance decode property skips it).
   bool anchored = false;
-  /// It chooses one kept set for every query head of a kv group (share=group): a sweep gives its views the other
-  /// heads' query rows (HeadView::group); a view without them is a group of one.
-  bool group = false;
+  /// The query heads whose scores choose one kept set together (docs/estimators/selection.md, "Sharing a kept set
+  /// over a kv group"): each head its own, every head of its kv group (share=group), or every head of its layer
+  /// (tova(heads=layer)). A sweep gives its views the other heads' query rows, and for a layer the keys of the
+  /// other kv heads (HeadView::group); a view without them is a group of one.
+  SharedBy shared_by = SharedBy::kHead;
   /// It honours a dump's score shaping (additive bias, ALiBi, soft-cap: view/score_shaping.h) on the CPU: the logits
   /// it computes are the model's. The others estimate softmax(s·QKᵀ) from q and k alone and are refused there.
   bool shaping = false;

@@ -497,6 +497,16 @@ MatrixD Dump::read_queries(int layer_number, int head, int batch, int64_t n) con
   return q;
 }
 
+MatrixD Dump::read_keys(int layer_number, int head, int batch, int64_t n) const {
+  const LayerInfo& info = checked_slice(layer_number, head, batch, n);
+  MatrixD k;
+  read_block(info.k_path, info, static_cast<int>(head / (info.heads / info.kv_heads)), batch, n, info.dim, k);
+  const std::string problem = magnitude_problem(MatrixD(), k, MatrixD(), info.scale);
+  require_input(problem.empty(), "'{}' layer {} head {} batch item {}: {}. Check the dump's values.", path_,
+                info.number, head, batch, problem);
+  return k;
+}
+
 HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) const {
   const LayerInfo& info = checked_slice(layer_number, head, batch, n);
   MatrixD q, k, v;

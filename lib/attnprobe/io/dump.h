@@ -86,6 +86,9 @@ class Dump {
   /// The query rows alone that read_slice would read (the same checks, rows and positions), for the other heads of
   /// a kv group whose scores a group-shared estimator aggregates: their keys and values are the slice's own.
   MatrixD read_queries(int layer, int head, int batch, int64_t n) const;
+  /// The keys alone that read_slice would read for query head `head` (its kv head's; the same checks), for the other
+  /// kv heads of a layer whose heads share one kept set (tova(heads=layer)).
+  MatrixD read_keys(int layer, int head, int batch, int64_t n) const;
   /// The prefix of n rows of layer_NN/dy (n × Pv, upstream gradients of the attention output, for
   /// the gradient metrics), or nullopt when the layer has none. Same checks as read_slice.
   std::optional<MatrixD> read_upstream(int layer, int head, int batch, int64_t n) const;

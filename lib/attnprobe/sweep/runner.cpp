@@ -132,20 +132,18 @@ struct CaseState {
 
 }  // namespace
 
-const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
-                             const std::vector<const MatrixF*>* group_rows) {
+const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage, const GroupRead* group) {
   read.mask = slice.mask;
   read.window = slice.window;
   const bool prefix = slice.n != read.keys(), last = slice.queries.kind == QueryRows::Kind::kLast;
-  const int member = group_rows ? read.id.head - read.id.kv_head * static_cast<int>(group_rows->size()) : 0;
-  if (group_rows && !prefix) read.group = prefix_group(*group_rows, member, read.keys());
+  if (group && !prefix) read.group = prefix_group(group->rows, group->member, read.keys(), group->keys);
   if (!prefix && !last) return read;
   if (prefix) {
     storage = make_head_view(SliceId{slice.layer, slice.head, slice.batch, slice.n, read.id.kv_head}, read.scale,
                              read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
     storage.window = slice.window;
     storage.shaping = read.shaping.cut(0, slice.n, slice.n);
-    if (group_rows) storage.group = prefix_group(*group_rows, member, slice.n);
+    if (group) storage.group = prefix_group(group->rows, group->member, slice.n, group->keys);
   }
   if (last) {
     storage = last_rows(prefix ? storage : read, slice.queries.last);
@@ -222,12 +220,14 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
 
   std::tuple<int, int, int> cached_id{-1, -1, -1};
   HeadView cached;
-  // Settings that choose keys per kv group read every query head of the slice's group: their rows, read once per
-  // (layer, head, batch item) while the sweep stays in that kv group.
-  const bool groups = std::any_of(plan.settings.begin(), plan.settings.end(),
-                                  [](const EstimatorSetting& s) { return s.spec.capabilities().group; });
-  std::map<std::tuple<int, int, int>, std::pair<int64_t, MatrixF>> group_queries;  // → (length read, its rows)
-  std::vector<const MatrixF*> group_rows;
+  // Settings that choose keys for several heads read every query head of the slice's kv group, or of its layer with
+  // the keys of its other kv heads: read once per (layer, head or kv head, batch item) while the sweep stays in that
+  // group or layer. A layer's group serves the settings shared by a kv group too (scoring_heads picks theirs).
+  SharedBy widest = SharedBy::kHead;
+  for (const EstimatorSetting& s : plan.settings) widest = std::max(widest, s.spec.capabilities().shared_by);
+  // (layer, head, batch item) → (length read, its query rows); (layer, kv head, batch item) → (length, its keys)
+  std::map<std::tuple<int, int, int>, std::pair<int64_t, MatrixF>> group_queries, group_keys;
+  GroupRead group;
 
   int64_t tasks_done = 0;
   const int64_t tasks_total = plan.total_tasks();
@@ -282,23 +282,35 @@ RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& op
       cached = dump.read_slice(slice.layer, slice.head, slice.batch, longest[id]);
       cached_id = id;
     }
-    if (groups) {
+    if (widest != SharedBy::kHead) {
       const LayerInfo& info = dump.layer(slice.layer);
-      const int size = info.heads / info.kv_heads, first = cached.id.kv_head * size;
-      if (!group_queries.empty() && (std::get<0>(group_queries.begin()->first) != slice.layer ||
-                                     std::get<1>(group_queries.begin()->first) / size != cached.id.kv_head))
+      const bool layer = widest == SharedBy::kLayer;
+      const int per_kv = info.heads / info.kv_heads;
+      const int size = layer ? info.heads : per_kv, first = layer ? 0 : cached.id.kv_head * per_kv;
+      const std::tuple<int, int, int>& held = group_queries.empty() ? id : group_queries.begin()->first;
+      if (std::get<0>(held) != slice.layer || (!layer && std::get<1>(held) / per_kv != cached.id.kv_head)) {
         group_queries.clear();
-      group_rows.assign(size, nullptr);
+        group_keys.clear();
+      }
+      group.member = slice.head - first;
+      group.rows.assign(size, nullptr);
+      group.keys.assign(layer ? size : 0, nullptr);
       for (int m = 0; m < size; ++m) {
-        if (first + m == slice.head) continue;
-        auto [it, fresh] = group_queries.try_emplace({slice.layer, first + m, slice.batch});
-        if (fresh || it->second.first < longest[id])  // the member's query rows only: its keys are this slice's
-          it->second = {longest[id], dump.read_queries(slice.layer, first + m, slice.batch, longest[id]).cast<float>()};
-        group_rows[m] = &it->second.second;
+        const int head = first + m, kv_head = head / per_kv;
+        if (head == slice.head) continue;
+        auto [it, fresh] = group_queries.try_emplace({slice.layer, head, slice.batch});
+        if (fresh || it->second.first < longest[id])
+          it->second = {longest[id], dump.read_queries(slice.layer, head, slice.batch, longest[id]).cast<float>()};
+        group.rows[m] = &it->second.second;
+        if (kv_head == cached.id.kv_head) continue;  // it reads this slice's keys
+        auto [keys, new_keys] = group_keys.try_emplace({slice.layer, kv_head, slice.batch});
+        if (new_keys || keys->second.first < longest[id])
+          keys->second = {longest[id], dump.read_keys(slice.layer, head, slice.batch, longest[id]).cast<float>()};
+        group.keys[m] = &keys->second.second;
       }
     }
     HeadView cut;
-    const HeadView& view = view_of_case(cached, slice, cut, groups ? &group_rows : nullptr);
+    const HeadView& view = view_of_case(cached, slice, cut, widest != SharedBy::kHead ? &group : nullptr);
     // Below float32 the estimators read inputs rounded to the case's precision; the reference stays the float64
     // attention of the inputs as stored (docs/precision.md).
     const bool rounding = below_float32(slice.precision);

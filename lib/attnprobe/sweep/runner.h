@@ -36,11 +36,20 @@ struct RunStats {
 
 /// Runs the plan; `sink` receives the rows of each slice (possibly none) as soon as they exist.
 /// Throws Interrupted (common/error.h) after the last sink call when `options.stop_requested` fired.
+/// The other heads a case's view reads with its own for the settings that share a kept set (HeadView::group), as
+/// read at the same length as the view: prefix_group's arguments.
+struct GroupRead {
+  std::vector<const MatrixF*> rows;  ///< each member's query rows (null at the view's own)
+  std::vector<const MatrixF*> keys;  ///< each member's keys when it reads another kv head (else null), or empty
+  int member = 0;                    ///< the view's own head among them
+};
+
 /// The view of a case from `read`, its (layer, head, item) read at the longest length the plan needs: the mask of
 /// the case set on `read`, then, where the case has fewer keys or only the last query rows, those cut into
-/// `storage`. Returns `read` itself when there is nothing to cut.
+/// `storage`; `group` (when given) becomes its HeadView::group, cut alike. Returns `read` itself when there is
+/// nothing to cut.
 const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& storage,
-                             const std::vector<const MatrixF*>* group_rows = nullptr);
+                             const GroupRead* group = nullptr);
 
 RunStats run_sweep(const Dump& dump, const SweepPlan& plan, const RunOptions& options,
                    const std::function<void(const std::vector<TrialRow>&)>& sink);

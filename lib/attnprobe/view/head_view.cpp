@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,7 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   if (whole.group) {  // the same cut of every member's rows
     auto group = std::make_shared<QueryGroup>();
     group->member = whole.group->member;
+    group->keys = whole.group->keys;  // every key stays: the cut is of query rows
     group->rows.resize(whole.group->rows.size());
     group->prompt.resize(whole.group->rows.size());
     for (int m = 0; m < group->size(); ++m) {
@@ -156,13 +159,25 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   return view;
 }
 
-std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n) {
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n,
+                                               const std::vector<const MatrixF*>& keys) {
   auto group = std::make_shared<QueryGroup>();
   group->member = member;
   group->rows.resize(rows.size());
   group->prompt.resize(rows.size());
   for (size_t m = 0; m < rows.size(); ++m)
     if (static_cast<int>(m) != member) group->rows[m] = rows[m]->topRows(std::min<int64_t>(n, rows[m]->rows()));
+  if (keys.empty()) return group;
+  if (keys.size() != rows.size() || keys[member])
+    throw std::logic_error("a group's keys must name every member, the view's own head reading the view's keys");
+  std::map<const MatrixF*, std::shared_ptr<const MatrixF>> cut;  // one copy per kv head
+  group->keys.resize(keys.size());
+  for (size_t m = 0; m < keys.size(); ++m) {
+    if (!keys[m]) continue;
+    std::shared_ptr<const MatrixF>& shared = cut[keys[m]];
+    if (!shared) shared = std::make_shared<const MatrixF>(keys[m]->topRows(std::min<int64_t>(n, keys[m]->rows())));
+    group->keys[m] = shared;
+  }
   return group;
 }
 

@@ -19,14 +19,20 @@ struct SliceId {
   int kv_head = 0;  ///< the kv head whose keys and values the query head reads (GQA: head / (H / Hkv))
 };
 
-/// The query rows of every head that reads the same keys (its kv group, in head order), for the methods that choose
-/// one kept set for a whole group (share=group, docs/estimators/selection.md): each member's rows as the view's own
+/// The query rows of the heads whose scores choose a kept set with the view's (in head order): its kv group
+/// (share=group), or its whole layer (tova(heads=layer), whose other kv heads bring their keys), for the methods
+/// that choose one kept set for several heads (docs/estimators/selection.md): each member's rows as the view's own
 /// (qf: the evaluated rows; prompt: the rows before them, as prompt_qf). The view's own head, at `member`, is left
 /// empty here: its rows are the view's qf and prompt_qf, so a view whose own data is replaced stays consistent.
 struct QueryGroup {
   std::vector<MatrixF> rows, prompt;
+  /// Each member's keys (as the view's kf: keys × p, float32) when it reads another kv head than the view; null for
+  /// the members of the view's kv group, which read the view's keys. Members of one kv head share one matrix.
+  std::vector<std::shared_ptr<const MatrixF>> keys;
   int member = 0;  ///< the view's own head among them
   int size() const { return static_cast<int>(rows.size()); }
+  /// Whether member m reads the view's keys (is in the view's kv group).
+  bool reads_view_keys(int m) const { return keys.empty() || !keys[m]; }
 };
 
 /// The data of one slice in both precisions: float64 exactly as stored (the reference and the
@@ -49,8 +55,8 @@ struct HeadView {
   /// The prompt's end when lowered below the first evaluated row (--prefill P; the rows between are decode steps
   /// that are not evaluated), else −1: see prompt_end().
   int64_t prefill = -1;
-  /// The query rows of the other heads of its kv group, when a setting chooses keys per group (share=group); null
-  /// otherwise, and outside a sweep, where a view is its own group of one.
+  /// The query rows of the other heads of its kv group (share=group) or layer (tova(heads=layer)), when a setting
+  /// chooses keys for several heads; null otherwise, and outside a sweep, where a view is its own group of one.
   std::shared_ptr<const QueryGroup> group;
   /// What the model adds to or does with the scores before the softmax (bias, ALiBi, soft-cap); none by default.
   ScoreShaping shaping;
@@ -84,8 +90,10 @@ HeadView last_rows(const HeadView& whole, int64_t rows);
 
 /// A group from every member head's query rows as read (`rows[member]` unused), cut to the first `n` rows as a
 /// prefix of a self-attention slice cuts its own (a decode dump's rows, fewer than its keys, stay whole). last_rows
-/// cuts a view's group with it.
-std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n);
+/// cuts a view's group with it. `keys`: each member's keys as read when it reads another kv head than the view
+/// (null for the view's kv group; empty: every member reads the view's), cut to their first `n` rows.
+std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>& rows, int member, int64_t n,
+                                               const std::vector<const MatrixF*>& keys = {});
 
 /// Finite values can still overflow what the estimators compute in float32 (squared norms, scores
 /// s·q·k and their exponentials) and turn every metric into NaN. "" when q, k, v and scale stay within

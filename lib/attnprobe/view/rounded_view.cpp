@@ -1,5 +1,8 @@
 #include "attnprobe/view/rounded_view.h"
 
+#include <map>
+#include <memory>
+
 namespace attnprobe {
 
 namespace {
@@ -21,6 +24,17 @@ HeadView rounded_view(const HeadView& view, Precision precision) {
     auto group = std::make_shared<QueryGroup>(*view.group);
     for (MatrixF& rows : group->rows) round_in_place(rows, precision);
     for (MatrixF& rows : group->prompt) round_in_place(rows, precision);
+    std::map<const MatrixF*, std::shared_ptr<const MatrixF>> rounded_keys;  // one per kv head, as they were shared
+    for (std::shared_ptr<const MatrixF>& keys : group->keys) {
+      if (!keys) continue;
+      std::shared_ptr<const MatrixF>& done = rounded_keys[keys.get()];
+      if (!done) {
+        auto copy = std::make_shared<MatrixF>(*keys);
+        round_in_place(*copy, precision);
+        done = std::move(copy);
+      }
+      keys = done;
+    }
     rounded.group = std::move(group);
   }
   return rounded;

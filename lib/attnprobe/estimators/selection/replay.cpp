@@ -18,7 +18,7 @@ std::vector<ReplayMember> replay_members(const HeadView& view, Share share) {
   const ScoringHeads heads = scoring_heads(view, share);
   std::vector<ReplayMember> members;
   for (int h = 0; h < heads.size(); ++h)
-    members.push_back({heads.prompt[h], heads.rows[h], view.first_position, &view.kf, view.scale});
+    members.push_back({heads.prompt[h], heads.rows[h], view.first_position, heads.keys[h], view.scale});
   return members;
 }
 

@@ -45,8 +45,9 @@ struct ReplayMember {
 };
 
 /// The members whose weights score a cache, each its prompt rows, its evaluated rows from the view's first position,
-/// and the view's keys: the view's own head (share=head, or a view without its group), or
-/// every head of its kv group (sharing.h, which checks that they hold the view's rows), each reading the view's keys.
+/// and its keys: the view's own head (share=head, or a view without its group), every head of its kv group, each
+/// reading the view's keys, or every head of its layer, each reading its kv head's (sharing.h, which checks that
+/// they hold the view's rows).
 std::vector<ReplayMember> replay_members(const HeadView& view, Share share);
 
 /// The replay's aggregate of the members' weights for a sharing `agg` (sum for logit: the scores are weights).

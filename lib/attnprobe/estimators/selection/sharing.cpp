@@ -6,17 +6,27 @@
 
 namespace attnprobe {
 
+void narrow_to_shared(SharedBy by, Capabilities& can) {
+  can.shared_by = by;
+  if (by != SharedBy::kHead) can.shaping = false;
+}
+
 ScoringHeads scoring_heads(const HeadView& view, Share share) {
   ScoringHeads heads;
   if (share == Share::kHead || !view.group || view.group->size() <= 1) {
     heads.rows = {&view.qf};
     heads.prompt = {&view.prompt_qf};
+    heads.keys = {&view.kf};
     return heads;
   }
   const QueryGroup& group = *view.group;
   for (int m = 0; m < group.size(); ++m) {
+    // A layer's group serves share=group too: its members of the view's kv group.
+    const bool own_keys = group.reads_view_keys(m);
+    if (share == Share::kGroup && !own_keys) continue;
     heads.rows.push_back(m == group.member ? &view.qf : &group.rows[m]);
     heads.prompt.push_back(m == group.member ? &view.prompt_qf : &group.prompt[m]);
+    heads.keys.push_back(own_keys ? &view.kf : group.keys[m].get());
     // The group is cut with the view (view_of_case, last_rows): every head holds the same rows.
     if (heads.rows.back()->rows() != view.n() || heads.prompt.back()->rows() != view.prompt_qf.rows())
       throw std::logic_error("a kv group's query rows were cut apart from its view's");

@@ -17,7 +17,8 @@
 
 namespace attnprobe {
 
-enum class Share { kHead, kGroup };
+/// kLayer: every head of the layer, each with its own kv head's keys (tova(heads=layer) only; no `share` value).
+enum class Share { kHead, kGroup, kLayer };
 enum class Aggregate { kMean, kMax, kLogit };
 
 /// The spec keys `share` and `agg` bound to a parameter struct's `share` and `agg` members, with their help.
@@ -30,21 +31,24 @@ ParamSet<P> with_sharing(ParamSet<P>&& set) {
               "share=group: mean or max of the heads' weights, or logit: the sum of their raw scores");
 }
 
-/// A setting's capabilities with share=group: it reads every head of its kv group (Capabilities::group). The
+/// `can` for a setting whose kept sets `by` shares: scores of the other heads' rows would need their own shaping,
+/// which the view does not hold.
+void narrow_to_shared(SharedBy by, Capabilities& can);
+
+/// A setting's capabilities with share=group: it reads every head of its kv group (Capabilities::shared_by). The
 /// declaration's `narrow` of the methods whose only narrowing this is.
 template <class P>
 void narrow_sharing(const P& params, Capabilities& can) {
-  can.group = params.share == Share::kGroup;
-  // Scores of the other heads' rows would need their own shaping, which the view does not hold.
-  if (can.group) can.shaping = false;
+  if (params.share == Share::kGroup) narrow_to_shared(SharedBy::kGroup, can);
 }
 
 /// The query rows whose scores choose a kept set: the view's own (share=head, or a view without its group), else
-/// every head of its kv group in head order (HeadView::group), the view's own rows at its place; every head's rows
-/// and prompt rows as many as the view's.
+/// every head of its kv group (share=group) or of its layer (Share::kLayer) in head order (HeadView::group), the
+/// view's own rows at its place; every head's rows and prompt rows as many as the view's.
 struct ScoringHeads {
   std::vector<const MatrixF*> rows;    ///< each head's evaluated rows (as view.qf)
   std::vector<const MatrixF*> prompt;  ///< each head's prompt rows (as view.prompt_qf)
+  std::vector<const MatrixF*> keys;    ///< the keys each head reads (as view.kf)
   int size() const { return static_cast<int>(rows.size()); }
 };
 ScoringHeads scoring_heads(const HeadView& view, Share share);

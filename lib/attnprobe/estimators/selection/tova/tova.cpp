@@ -31,6 +31,10 @@ std::vector<int64_t> compressed_prompt(const HeadView& view, int64_t P, int64_t 
   return kept;
 }
 
+Share share_of(TovaHeads heads) {
+  return heads == TovaHeads::kLayer ? Share::kLayer : heads == TovaHeads::kGroup ? Share::kGroup : Share::kHead;
+}
+
 class Tova final : public KeptKeysEstimator {
  public:
   explicit Tova(TovaParams params) : params_(params) {}
@@ -65,7 +69,7 @@ class Tova final : public KeptKeysEstimator {
   }
 
  private:
-  Share share() const { return params_.heads == TovaHeads::kGroup ? Share::kGroup : Share::kHead; }
+  Share share() const { return share_of(params_.heads); }
   TovaParams params_;
 };
 
@@ -78,8 +82,10 @@ class Tova final : public KeptKeysEstimator {
     .params = ParamSet<TovaParams>()
                   .integer("budget", &TovaParams::budget, 1, int64_t{1} << 30,
                            "keys cached after each step (replay) or prompt keys kept, the last one included (prefill)")
-                  .choice("heads", &TovaParams::heads, {{"group", TovaHeads::kGroup}, {"head", TovaHeads::kHead}},
-                          "group: one cache per kv group, scored by its heads' mean weights; head: one per query head")
+                  .choice("heads", &TovaParams::heads,
+                          {{"layer", TovaHeads::kLayer}, {"group", TovaHeads::kGroup}, {"head", TovaHeads::kHead}},
+                          "layer: one cache for every head of the layer, scored by their mean weights (the "
+                          "reference); group: one per kv group, by its heads' mean; head: one per query head")
                   .choice("mode", &TovaParams::mode, {{"replay", TovaMode::kReplay}, {"prefill", TovaMode::kPrefill}},
                           "replay: TOVA's eviction at every step; prefill: kvpress's one compression of the prompt "
                           "with its last key forced"),
@@ -90,7 +96,10 @@ class Tova final : public KeptKeysEstimator {
         [](const TovaParams& params, Capabilities& can) {
           // Both modes score keys as the reference code does in the model's dtype (the one-shot form once, from the
           // last prompt row): the replay's rounding declaration is theirs.
-          can.group = params.heads == TovaHeads::kGroup;
+          narrow_to_shared(params.heads == TovaHeads::kLayer   ? SharedBy::kLayer
+                           : params.heads == TovaHeads::kGroup ? SharedBy::kGroup
+                                                               : SharedBy::kHead,
+                           can);
         },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },

@@ -10,21 +10,22 @@
 // mode=prefill (class B, kvpress's TOVAPress: one compression at P): K_P = {P − 1} ∪ the budget − 1 best of
 // [0, P − 1) by a_{P−1,j} (softmax over all P keys), or [0, P) when P ≤ budget; row t ≥ P attends K_P ∪ [P, t].
 // Needs P > 0.
-// heads=group (default): one cache per kv group, scored by the mean of its heads' weights — the reference scores
-// by the mean over all heads of a layer (one cache per layer, not built: a group is the widest set of heads that
-// read the same keys here); heads=head: one cache per query head. A biased selection: the error is the tail of
-// the dropped keys. Deterministic; needs the prompt's query rows.
+// heads=layer (default, the reference's TOVACache): one cache of key positions for the whole layer, scored by the
+// mean over all H query heads of their weights, each head's over its own kv head's keys (every kv head keeps the
+// same positions); heads=group: one cache per kv group, the mean over its G heads; heads=head: one per query head.
+// Outside a sweep a view is its own group of one (heads=head). A biased selection: the error is the tail of the
+// dropped keys. Deterministic; needs the prompt's query rows.
 // Cost: O(P·p) for the last prompt row, then O(|A_t|·(p + pv)) a step with an O(|A_t|) eviction.
 #include <cstdint>
 
 namespace attnprobe {
 
 enum class TovaMode { kReplay, kPrefill };
-enum class TovaHeads { kGroup, kHead };
+enum class TovaHeads { kLayer, kGroup, kHead };
 
 struct TovaParams {
   int64_t budget = 256;  ///< cached keys after each step (replay) or prompt keys kept (prefill); the samples knob
-  TovaHeads heads = TovaHeads::kGroup;
+  TovaHeads heads = TovaHeads::kLayer;
   TovaMode mode = TovaMode::kReplay;
 };
 
