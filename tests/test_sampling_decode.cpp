@@ -240,7 +240,9 @@ void check_same_kept(const KeptKeys& got, const KeptKeys& want, double tolerance
 }
 
 // Per-row means of D̂ and N̂ over `seeds` trials against D and N: the largest |z| over rows (D̂) and over entries
-// (N̂), and the ratio's relative bias ‖mean ô − o‖_F/‖o‖_F with the largest |z| of its entries.
+// (N̂), and the ratio's relative bias ‖mean ô − o‖_F/‖o‖_F with the largest |z| of its entries. Unbiasedness is
+// checked as the largest |z| below 4 (issue 41's bound): with fixed seeds the test is deterministic, and under the
+// null the chance that one of 512 entries passes 4 is 3%.
 struct Unbiasedness {
   double max_z_den = 0, max_z_num = 0, ratio_bias = 0, max_z_ratio = 0;
 };
@@ -318,7 +320,7 @@ TEST_CASE("oracle_sample: the mean of o-hat over 2000 seeds is o (no ratio bias)
   const Unbiasedness u = over_seeds("oracle_sample(b=4)", view, 2000);
   INFO("max |z| of D-hat " << u.max_z_den << ", of the ratio " << u.max_z_ratio << ", bias " << u.ratio_bias);
   CHECK(u.max_z_den < 1e-3);   // D̂ = D up to rounding, whose spread makes a meaningless z: observed 7.7e-6
-  CHECK(u.max_z_ratio < 4.5);  // observed 2.8 over 320 entries (relative bias 0.017, noise)
+  CHECK(u.max_z_ratio < 4.0);  // observed 2.8 over 320 entries (relative bias 0.017, noise)
 }
 
 // ---- magicpig -------------------------------------------------------------------------------------------------
@@ -381,7 +383,7 @@ TEST_CASE("magicpig: inclusion frequencies over hash draws match pi_j", "[sampli
     max_z = std::max(max_z, std::abs(count[j] - draws * pi) / std::sqrt(std::max(draws * pi * (1 - pi), 1.0)));
   }
   INFO("max |z| " << max_z);
-  CHECK(max_z < 4.5);  // observed 3.6 over 201 keys
+  CHECK(max_z < 4.0);  // observed 3.6 over 201 keys
 }
 
 TEST_CASE("magicpig: kept keys and weights as defined under every anchor and mask", "[sampling][magicpig]") {
@@ -475,10 +477,10 @@ TEST_CASE("magicpig(floor=0): N-hat and D-hat unbiased over 2000 hash draws and 
                     << few.max_z_ratio);
   INFO("L=40: z(D) " << many.max_z_den << " z(N) " << many.max_z_num << " ratio bias " << many.ratio_bias << " z "
                      << many.max_z_ratio);
-  CHECK(few.max_z_den < 4.5);                     // observed 2.1 (48 rows)
-  CHECK(few.max_z_num < 4.5);                     // observed 3.0 (384 entries)
-  CHECK(many.max_z_den < 4.5);                    // observed 3.3
-  CHECK(many.max_z_num < 4.5);                    // observed 2.9
+  CHECK(few.max_z_den < 4.0);                     // observed 2.1 (48 rows)
+  CHECK(few.max_z_num < 4.0);                     // observed 3.0 (384 entries)
+  CHECK(many.max_z_den < 4.0);                    // observed 3.3
+  CHECK(many.max_z_num < 4.0);                    // observed 2.9
   CHECK(few.max_z_ratio > 4.5);                   // the ratio's bias is visible: observed z 38 (L = 8)
   CHECK(many.ratio_bias < 0.5 * few.ratio_bias);  // and shrinks with the budget: observed 0.0094 (L = 40), 0.116
 }
@@ -527,7 +529,7 @@ TEST_CASE("magicpig(floor>0): E[D-hat] = the exact part + the hashed keys' e^l p
     max_z_exact = std::max(max_z_exact, std::abs(mean - exact_sums(view, i).den) / se);
   }
   INFO("max |z| against the formula " << max_z_formula << ", against D " << max_z_exact);
-  CHECK(max_z_formula < 4.5);  // observed 2.2 (40 rows)
+  CHECK(max_z_formula < 4.0);  // observed 2.2 (40 rows)
   CHECK(max_z_exact > 4.5);    // the floor's bias: observed 45
 }
 
@@ -597,10 +599,10 @@ TEST_CASE("vattention(draw=hh): N-hat and D-hat unbiased over 2000 seeds and the
                           << few.max_z_ratio);
   INFO("base=0.5: z(D) " << many.max_z_den << " z(N) " << many.max_z_num << " ratio bias " << many.ratio_bias << " z "
                          << many.max_z_ratio);
-  CHECK(few.max_z_den < 4.5);                     // observed 2.6 (64 rows)
-  CHECK(few.max_z_num < 4.5);                     // observed 2.9 (512 entries)
-  CHECK(many.max_z_den < 4.5);                    // observed 2.8
-  CHECK(many.max_z_num < 4.5);                    // observed 2.9
+  CHECK(few.max_z_den < 4.0);                     // observed 2.6 (64 rows)
+  CHECK(few.max_z_num < 4.0);                     // observed 2.9 (512 entries)
+  CHECK(many.max_z_den < 4.0);                    // observed 2.8
+  CHECK(many.max_z_num < 4.0);                    // observed 2.9
   CHECK(few.max_z_ratio > 4.5);                   // the ratio's bias is visible: observed z 20 (base = 0.02)
   CHECK(many.ratio_bias < 0.5 * few.ratio_bias);  // and shrinks with the budget: observed 0.021 (base = 0.5), 0.150
 }
@@ -658,7 +660,7 @@ TEST_CASE("vattention(draw=ref): repeats collapse, so the sampled tail of D-hat 
   }
   INFO("max |z| against c(b, r)·tail: " << max_z << ", against the tail itself: " << hh_like);
   CHECK(rows_checked == 56);
-  CHECK(max_z < 4.5);    // observed 2.26 over 56 rows
+  CHECK(max_z < 4.0);    // observed 2.26 over 56 rows
   CHECK(hh_like > 4.5);  // the bias is visible: observed 33
 }
 
