@@ -87,7 +87,7 @@ DEFAULT_SPECS = [
     "ra(S=1,variant=unbiased,noise=scaled)",
     "nystrom(L=64,pinv=iterative)",
     "duo(sink=128,window=257,pattern=,threshold=0.5,fraction=-1,mix=0)",
-    "expected(budget=256,sink=4,cov=1,vnorm=1,eps=0,share=group,agg=mean)",
+    "expected(budget=256,sink=4,future=512,cov=1,vnorm=1,eps=0,stats=post,share=group,agg=mean)",
     "h2o(heavy=128,window=128,share=head,agg=mean)",
     "hyper(m=64,b=64,r=7,order=gray,mask=1)",
     "kdeformer(m=128,b=64,r=7,order=gray,probs=vnorm)",

@@ -62,6 +62,12 @@ std::string write_synth(const std::string& name, const SynthOptions& options, St
   return path;
 }
 
+std::string write_test_dump(const std::string& name, const DumpContents& contents, StoredType type) {
+  const std::string path = temp_path(name);
+  write_dump(path, contents, DumpWriteOptions{type, 0});
+  return path;
+}
+
 SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim,
                            std::vector<double> temperatures) {
   SynthOptions o;

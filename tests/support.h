@@ -36,6 +36,10 @@ std::string attnprobe_binary();
 std::string write_synth(const std::string& name, const SynthOptions& options, StoredType type = StoredType::kFloat32,
                         int gzip = 0);
 
+/// Writes `contents` as a temporary HDF5 dump named `name` (float64 by default) and returns its path.
+std::string write_test_dump(const std::string& name, const DumpContents& contents,
+                            StoredType type = StoredType::kFloat64);
+
 /// Generator options of a small synthetic dump (other fields at their defaults).
 SynthOptions synth_options(int layers, int heads, int batch, int64_t tokens, int dim,
                            std::vector<double> temperatures = {0.1, 1.0});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <regex>
@@ -14,6 +15,7 @@
 #include "attnprobe/estimators/selection/duo/duo.h"
 #include "attnprobe/exact/exact_attention.h"
 #include "attnprobe/io/dump.h"
+#include "attnprobe/io/dump_writer.h"
 #include "attnprobe/metrics/selection_metrics.h"
 #include "attnprobe/records/csv.h"
 #include "attnprobe/view/rounded_view.h"
@@ -92,11 +94,35 @@ std::vector<int64_t> group_topk_set(const HeadView& view, int64_t i, int64_t k, 
       seen, [&](int64_t j) { return combined[j]; }, k);
 }
 
+// R_τ of rotary embedding with the rotate_half pairing, as the spec writes it: diag(cos τθ) + diag(sin τθ)·J, θ each
+// pair's frequency repeated over both halves, J[f + h, f] = 1 and J[f, f + h] = −1 (h = p/2).
+MatrixD rope_matrix(const std::vector<double>& theta, double tau) {
+  const int64_t h = static_cast<int64_t>(theta.size()), p = 2 * h;
+  Eigen::VectorXd c(p), s(p);
+  for (int64_t f = 0; f < p; ++f) {
+    c(f) = std::cos(tau * theta[f % h]);
+    s(f) = std::sin(tau * theta[f % h]);
+  }
+  MatrixD J = MatrixD::Zero(p, p);
+  for (int64_t f = 0; f < h; ++f) {
+    J(f + h, f) = 1;
+    J(f, f + h) = -1;
+  }
+  return MatrixD(c.asDiagonal()) + MatrixD(s.asDiagonal()) * J;
+}
+
+// The rotary statistics of expected(stats=rope): frequencies and the number of future positions.
+struct RopeStats {
+  std::vector<double> theta;
+  int64_t future = 0;
+};
+
 // Expected Attention's kept prompt set from the definition, for the heads' prompt rows (one head: share=head):
 // μ, Σ of rows [sink, P) (divided by the count), z_j = s k·μ + s²/2 kᵀΣk for j in [sink, P), π = softmax z per
-// head, their mean over heads, times ‖v_j‖ (vnorm); the sinks and the budget − sink best.
+// head, their mean over heads, times ‖v_j‖ (vnorm); the sinks and the budget − sink best. With `rope`: μ, Σ of the
+// pre-RoPE rows R_iᵀq_i, then μ' = R̄μ, Σ' = R̄ΣR̄ᵀ with R̄ the mean of R_τ over τ = P..P + future − 1.
 std::vector<int64_t> expected_prompt_set(const HeadView& view, const std::vector<MatrixD>& prompts, int64_t budget,
-                                         int64_t sink, bool cov, bool vnorm) {
+                                         int64_t sink, bool cov, bool vnorm, const RopeStats* rope = nullptr) {
   const int64_t P = prompts.front().rows();
   std::vector<int64_t> kept(std::min(P, budget));
   if (P <= budget) {
@@ -104,14 +130,24 @@ std::vector<int64_t> expected_prompt_set(const HeadView& view, const std::vector
     return kept;
   }
   std::vector<double> score(P, 0.0);
-  for (const MatrixD& q : prompts) {
+  for (MatrixD q : prompts) {
     const int64_t rows = P - sink;
+    if (rope)
+      for (int64_t i = sink; i < P; ++i)
+        q.row(i) = (rope_matrix(rope->theta, static_cast<double>(i)).transpose() * q.row(i).transpose()).transpose();
     Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(q.cols());
     for (int64_t i = sink; i < P; ++i) mean += q.row(i) / static_cast<double>(rows);
     MatrixD sigma = MatrixD::Zero(q.cols(), q.cols());
     for (int64_t i = sink; i < P; ++i) {
       const Eigen::RowVectorXd d = q.row(i) - mean;
       sigma += d.transpose() * d / static_cast<double>(rows);
+    }
+    if (rope) {
+      MatrixD average = MatrixD::Zero(q.cols(), q.cols());
+      for (int64_t tau = P; tau < P + rope->future; ++tau)
+        average += rope_matrix(rope->theta, static_cast<double>(tau)) / static_cast<double>(rope->future);
+      mean = (average * mean.transpose()).transpose();
+      sigma = average * sigma * average.transpose();
     }
     std::vector<double> z(P, -INFINITY);
     for (int64_t j = sink; j < P; ++j) {
@@ -630,4 +666,126 @@ TEST_CASE("a sweep gives tova(heads=layer) every head of the layer and the keys 
     INFO(metric);
     CHECK(values_by_head(a, metric) == values_by_head(b, metric));
   }
+}
+
+TEST_CASE("expected(stats=rope) un-rotates the prompt's queries and averages the rotation over future positions",
+          "[selection][expected]") {
+  // The spec's R_τ is Hugging Face's rotation: q·cos + rotate_half(q)·sin, rotate_half(x) = (−x₂, x₁).
+  const std::vector<double> theta = {1.0, 0.3, 0.1, 0.03, 0.01, 0.003};  // p = 12
+  const RowVectorD x = synth_slice(1, 12, 1.0, 5).q.row(0);
+  const double tau = 37;
+  RowVectorD hf(12);
+  for (int f = 0; f < 6; ++f) {
+    hf(f) = x(f) * std::cos(tau * theta[f]) - x(f + 6) * std::sin(tau * theta[f]);
+    hf(f + 6) = x(f + 6) * std::cos(tau * theta[f]) + x(f) * std::sin(tau * theta[f]);
+  }
+  CHECK((rope_matrix(theta, tau) * x.transpose() - hf.transpose()).norm() < 1e-14);  // observed 2e-16
+
+  HeadView whole = causal_slice(200, 12, 53);
+  whole.rope_inv_freq = std::make_shared<const std::vector<double>>(theta);
+  struct Case {
+    std::string spec;
+    int64_t budget, sink, future;
+    bool cov, vnorm;
+    int group;
+  };
+  for (const Case& c :
+       {Case{"expected(budget=40,stats=rope,share=head)", 40, 4, 512, true, true, 1},
+        Case{"expected(budget=24,sink=0,future=7,cov=0,vnorm=0,stats=rope,share=head)", 24, 0, 7, false, false, 1},
+        Case{"expected(budget=30,sink=2,future=64,stats=rope)", 30, 2, 64, true, true, 3}}) {
+    INFO(c.spec);
+    HeadView view = c.group > 1 ? grouped(whole, c.group, false, 16) : last_rows(whole, 16);
+    const std::vector<MatrixD> prompts =
+        c.group > 1 ? group_queries(view, true) : std::vector<MatrixD>{view.prompt_qf.cast<double>()};
+    const RopeStats rope{theta, c.future};
+    const std::vector<int64_t> prompt = expected_prompt_set(view, prompts, c.budget, c.sink, c.cov, c.vnorm, &rope);
+    const std::vector<int64_t> post = expected_prompt_set(view, prompts, c.budget, c.sink, c.cov, c.vnorm);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < view.n(); ++i)
+      mismatches += stated_set(c.spec, view, i) != with_decode_keys(prompt, view, i);
+    CHECK(mismatches == 0);
+    // The rotation moves the choice: observed 17, 10 and 16 of the kept prompt keys differ from stats=post's.
+    std::vector<int64_t> moved;
+    std::set_difference(prompt.begin(), prompt.end(), post.begin(), post.end(), std::back_inserter(moved));
+    CHECK(moved.size() >= 5);
+  }
+  // Frequencies of 0 rotate nothing: stats=rope is stats=post, set for set.
+  HeadView still = last_rows(whole, 16);
+  still.rope_inv_freq = std::make_shared<const std::vector<double>>(6, 0.0);
+  for (int64_t i = 0; i < still.n(); ++i)
+    CHECK(stated_set("expected(budget=40,stats=rope)", still, i) == stated_set("expected(budget=40)", still, i));
+  // No frequencies, or as many as another head dim needs: it says what to add.
+  CHECK_THROWS_WITH(run_estimator("expected(stats=rope)", last_rows(causal_slice(200, 12, 53), 16)),
+                    Catch::Contains("rope_inv_freq"));
+  HeadView wrong = last_rows(whole, 16);
+  wrong.rope_inv_freq = std::make_shared<const std::vector<double>>(4, 0.1);
+  CHECK_THROWS_AS(run_estimator("expected(stats=rope)", wrong), InputError);
+}
+
+namespace {
+
+// One causal layer of 2 query heads over 1 kv head, 120 tokens of p = 8, with `extra` arrays and root attributes.
+std::string rope_dump(const std::string& name, const std::map<std::string, DumpArray>& extra,
+                      const std::map<std::string, std::string>& attributes) {
+  auto rows_of = [](const MatrixD& m) {
+    std::vector<double> values;
+    for (int64_t i = 0; i < m.rows(); ++i)
+      for (int64_t j = 0; j < m.cols(); ++j) values.push_back(m(i, j));
+    return values;
+  };
+  const HeadView a = synth_slice(120, 8, 0.3, 71), b = synth_slice(120, 8, 0.3, 72);
+  DumpLayer l;
+  l.name = "layer_00";
+  l.causal = 1;
+  MatrixD q(240, 8);
+  q << a.q, b.q;
+  l.datasets = {{"q", DumpArray{{1, 2, 120, 8}, rows_of(q)}},
+                {"k", DumpArray{{1, 1, 120, 8}, rows_of(a.k)}},
+                {"v", DumpArray{{1, 1, 120, 8}, rows_of(a.v)}}};
+  for (const auto& [member, array] : extra) l.datasets[member] = array;
+  DumpContents contents;
+  contents.attributes = attributes;
+  contents.layers.push_back(l);
+  return write_test_dump(name, contents);
+}
+
+}  // namespace
+
+TEST_CASE("a dump's rotary frequencies reach expected(stats=rope), and malformed ones are refused",
+          "[selection][dump]") {
+  const DumpArray theta{{4}, {1.0, 0.1, 0.01, 0.001}};
+  const std::string path = rope_dump("rope.h5", {{"rope_inv_freq", theta}}, {{"rope_layout", "half"}});
+  const Dump dump = Dump::open(path);
+  REQUIRE(dump.layer(0).rope_inv_freq);
+  CHECK(*dump.layer(0).rope_inv_freq == theta.values);
+  const std::string csv = temp_path("rope.csv");
+  const auto run = run_attnprobe("sweep " + path + " -e 'expected(budget=20,stats=rope,share=head)' --queries last:8 " +
+                                 "--metrics mass_recall --overwrite -q -o " + csv);
+  REQUIRE(run.exit_code == 0);
+  HeadView whole = dump.read_slice(0, 1, 0, 120);
+  whole.mask = Mask::kCausal;
+  REQUIRE(whole.rope_inv_freq);
+  const HeadView view = last_rows(whole, 8);
+  REQUIRE(view.rope_inv_freq);
+  const std::vector<double> expected = selection_metrics(
+      view, make_estimator(parse_spec("expected(budget=20,stats=rope,share=head)"), Device::kCpu)->kept_keys(view, {}),
+      parse_metrics("mass_recall"));
+  CHECK(values_by_head(csv, "mass_recall").at(1) == Approx(expected[0]).epsilon(1e-12));  // observed: equal
+  auto refused = [](const std::string& name, const std::map<std::string, DumpArray>& extra,
+                    const std::map<std::string, std::string>& attributes, const std::string& says) {
+    const auto r =
+        run_attnprobe("sweep " + rope_dump(name, extra, attributes) +
+                      " -e 'expected(stats=rope)' --queries last:8 --overwrite -q -o " + temp_path(name + ".csv"));
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains(says));
+  };
+  refused("rope-no-layout.h5", {{"rope_inv_freq", theta}}, {}, "rope_layout is missing");
+  refused("rope-interleaved.h5", {{"rope_inv_freq", theta}}, {{"rope_layout", "interleaved"}},
+          "rope_layout is 'interleaved'");
+  refused("rope-shape.h5", {{"rope_inv_freq", DumpArray{{8}, std::vector<double>(8, 0.1)}}}, {{"rope_layout", "half"}},
+          "one inverse frequency per pair of channels [4]");
+  refused("rope-nan.h5", {{"rope_inv_freq", DumpArray{{4}, {1.0, NAN, 0.01, 0.001}}}}, {{"rope_layout", "half"}},
+          "rope_inv_freq[1] = nan");
+  refused("rope-none.h5", {}, {}, "does not carry");
 }

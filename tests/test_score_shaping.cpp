@@ -200,11 +200,7 @@ struct ShapedDump {
   std::string write(const std::string& name, const DumpLayer& l) const {
     DumpContents contents;
     contents.layers.push_back(l);
-    const std::string path = temp_path(name);
-    DumpWriteOptions options;
-    options.type = StoredType::kFloat64;
-    write_dump(path, contents, options);
-    return path;
+    return write_test_dump(name, contents);
   }
   MatrixD q(int b, int h) const { return q_all.middleRows((b * heads + h) * n, n); }
   MatrixD k(int b, int g) const { return k_all.middleRows((b * kv_heads + g) * n, n); }

@@ -43,7 +43,7 @@ void print_estimator(const EstimatorDescription& d) {
 Action add_list(CLI::App& app) {
   auto only_variants = std::make_shared<bool>(false), only_causal = std::make_shared<bool>(false),
        only_full = std::make_shared<bool>(false), only_prompt = std::make_shared<bool>(false),
-       json = std::make_shared<bool>(false);
+       only_rotary = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
   auto markdown = std::make_shared<std::string>(), name = std::make_shared<std::string>();
   app.add_option("name", *name, "print only this estimator (e.g. `attnprobe list performer`)");
   app.add_flag("--variants", *only_variants,
@@ -58,6 +58,10 @@ Action add_list(CLI::App& app) {
   app.add_flag("--prompt", *only_prompt,
                "with --variants, print only the variants measured on decode rows only: they compress the cache "
                "from a prompt or replay it (the decode gate's settings, e.g. snapkv, h2o, streaming(roll=0))");
+  app.add_flag("--rotary", *only_rotary,
+               "with --variants, print only the variants that read a dump's rotary frequencies (rope_inv_freq, "
+               "e.g. expected(stats=rope)); without it --variants leaves them out, as dumps without the "
+               "frequencies cannot run them");
   app.add_flag("--json", *json,
                "print every estimator as JSON: parameters, defaults, target, capabilities, devices with their "
                "forms and parity tolerances, variants (what Python's attnprobe.estimators() returns)");
@@ -69,10 +73,10 @@ Action add_list(CLI::App& app) {
   app.footer(
       "Example:\n  attnprobe list\n  attnprobe list performer\n  attnprobe list --variants\n  attnprobe list --causal\n"
       "  attnprobe list --variants --causal\n  attnprobe list --variants --full\n  attnprobe list --variants "
-      "--prompt\n  attnprobe list --json\n  attnprobe "
+      "--prompt\n  attnprobe list --variants --prompt --rotary\n  attnprobe list --json\n  attnprobe "
       "list --markdown estimators\n\n"
       "A spec is name or name(key=value,...), e.g. yoso(m=32,tau=8); omitted keys take their defaults.");
-  return [only_variants, only_causal, only_full, only_prompt, json, markdown, name] {
+  return [only_variants, only_causal, only_full, only_prompt, only_rotary, json, markdown, name] {
     if (!markdown->empty()) {
       fmt::print("{}", markdown_table(*markdown));
       return 0;
@@ -86,7 +90,8 @@ Action add_list(CLI::App& app) {
         for (const std::string& spec : variants(*def))
           if ((!*only_causal || parse_spec(spec).causal()) &&
               (!*only_full || parse_spec(spec).capabilities().forms.has(Mask::kFull)) &&
-              (!*only_prompt || parse_spec(spec).capabilities().decode_only()))
+              (!*only_prompt || parse_spec(spec).capabilities().decode_only()) &&
+              parse_spec(spec).capabilities().rotary == *only_rotary)
             fmt::print("{}\n", spec);
       return 0;
     }

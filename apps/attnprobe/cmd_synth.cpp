@@ -39,6 +39,10 @@ Action add_synth(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--valid-lengths", o->valid_lengths, "valid tokens per batch item (writes a lengths dataset)");
   app.add_option("--seed", s.seed, "seed")->capture_default_str();
+  app.add_option("--rope-base", s.rope_base,
+                 "write rotary frequencies base^(-2f/p) per layer (rope_inv_freq, rope_layout = half) for "
+                 "expected(stats=rope); the queries and keys are not rotated by them (0: none)")
+      ->capture_default_str();
   app.add_option("--dtype", o->dtype, "float16, float32 or float64")->capture_default_str();
   app.add_option("--gzip", o->gzip, "gzip level 0..9 (0: uncompressed, contiguous)")
       ->capture_default_str()

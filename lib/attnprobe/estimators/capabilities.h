@@ -88,6 +88,9 @@ struct Capabilities {
   /// (tova(heads=layer)). A sweep gives its views the other heads' query rows, and for a layer the keys of the
   /// other kv heads (HeadView::group); a view without them is a group of one.
   SharedBy shared_by = SharedBy::kHead;
+  /// It reads the dump's rotary frequencies (HeadView::rope_inv_freq: expected(stats=rope)), so it runs only on
+  /// dumps that give them; `list --variants` leaves such settings to `--rotary` (the gate of a dump with them).
+  bool rotary = false;
   /// It honours a dump's score shaping (additive bias, ALiBi, soft-cap: view/score_shaping.h) on the CPU: the logits
   /// it computes are the model's. The others estimate softmax(s·QKᵀ) from q and k alone and are refused there.
   bool shaping = false;

@@ -203,6 +203,36 @@ void read_score_shaping(const Container& c, const std::string& path, LayerInfo& 
   }
 }
 
+// The rotary frequencies of a layer (docs/dumps.md, "Rotary frequencies"): layer_NN/rope_inv_freq, one inverse
+// frequency θ_f per pair of channels, and the root attribute rope_layout naming the pairing (only "half", Hugging
+// Face's rotate_half: channels f and f + P/2); what undoes the rotation of the dumped queries (expected(stats=rope)).
+void read_rotary_frequencies(const Container& c, const std::string& path, LayerInfo& info) {
+  const std::string name = c.member_name(info.group, "rope_inv_freq");
+  if (!c.has_tensor(name)) return;
+  const TensorInfo t = c.tensor(name);
+  require_input(info.dim % 2 == 0 && t.floating && t.shape == std::vector<int64_t>{info.dim / 2},
+                "'{}': {} must be a floating-point vector of one inverse frequency per pair of channels [{}] (head "
+                "dim {}), but it is {} {}.",
+                path, name, info.dim / 2, info.dim, t.dtype, shape_text(t.shape));
+  const std::string layout = c.string_attribute("rope_layout");
+  require_input(layout == "half",
+                "'{}': {} gives rotary frequencies, but the root attribute rope_layout is {}: attnprobe reads the "
+                "pairing of Hugging Face's rotate_half (channel f with f + {}), written rope_layout = \"half\". "
+                "Permute an interleaved model's channels to that pairing, or leave the frequencies out.",
+                path, name, layout.empty() ? "missing" : "'" + layout + "'", info.dim / 2);
+  require_input(!info.cross,
+                "'{}': {} gives rotary frequencies, but the layer is cross-attention (cross = 1), whose queries have "
+                "no positions to rotate by. Leave them out of this layer.",
+                path, name);
+  auto frequencies = std::make_shared<std::vector<double>>(static_cast<size_t>(info.dim / 2));
+  c.read(name, {0}, t.shape, frequencies->data());
+  for (size_t f = 0; f < frequencies->size(); ++f)
+    require_input(std::isfinite((*frequencies)[f]) && (*frequencies)[f] >= 0 && (*frequencies)[f] <= 1e6,
+                  "'{}': {}[{}] = {} is not an inverse frequency (finite, 0 to 1e6).", path, name, f,
+                  (*frequencies)[f]);
+  info.rope_inv_freq = std::move(frequencies);
+}
+
 }  // namespace
 
 Dump Dump::open(const std::string& path, const DumpOptions& options) {
@@ -367,6 +397,7 @@ Dump Dump::open(const std::string& path, const DumpOptions& options) {
     }
     read_geometry_attributes(c, path, info);
     read_score_shaping(c, path, info);
+    read_rotary_frequencies(c, path, info);
 
     // Optional real upstream gradients of the attention output: one per query head, [B, H, N, Pv]
     // (v's shape with q's heads; docs/dumps.md).
@@ -532,6 +563,7 @@ HeadView Dump::read_slice(int layer_number, int head, int batch, int64_t n) cons
   view.shaping.bias_before_softcap = info.bias_before_softcap;
   if (!info.alibi_slopes.empty()) view.shaping.alibi_slope = info.alibi_slopes[head];
   if (!info.bias_path.empty()) view.shaping.bias = read_bias(info, head, batch, view.n(), n);
+  view.rope_inv_freq = info.rope_inv_freq;
   return view;
 }
 

@@ -58,6 +58,9 @@ struct LayerInfo {
   std::vector<int64_t> bias_shape;
   bool shaped() const { return softcap > 0 || !alibi_slopes.empty() || !bias_path.empty(); }
   std::string shaping() const { return shaping_description(softcap, !alibi_slopes.empty(), !bias_path.empty()); }
+  /// The rotary embedding's inverse frequencies θ_f (docs/dumps.md, "Rotary frequencies"): layer_NN/rope_inv_freq
+  /// [P/2] with the root attribute rope_layout = "half"; null when the layer has none.
+  std::shared_ptr<const std::vector<double>> rope_inv_freq;
 };
 
 class Container;

@@ -143,6 +143,7 @@ const HeadView& view_of_case(HeadView& read, const SliceRef& slice, HeadView& st
                              read.q.topRows(slice.n), read.k.topRows(slice.n), read.v.topRows(slice.n), slice.mask);
     storage.window = slice.window;
     storage.shaping = read.shaping.cut(0, slice.n, slice.n);
+    storage.rope_inv_freq = read.rope_inv_freq;
     if (group) storage.group = prefix_group(group->rows, group->member, slice.n, group->keys);
   }
   if (last) {

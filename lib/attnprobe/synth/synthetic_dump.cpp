@@ -35,6 +35,10 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
   }
   require_usage(std::isfinite(o.spread) && o.spread >= 0, "synth: --spread {} must be a finite number >= 0",
                 format_real(o.spread));
+  require_usage(o.rope_base == 0 || (std::isfinite(o.rope_base) && o.rope_base > 1 && o.dim % 2 == 0),
+                "synth: --rope-base {} needs a finite base above 1 and an even --dim (one frequency per pair of "
+                "channels), or 0 for none",
+                format_real(o.rope_base));
   const int p = o.dim, pv = o.value_dim > 0 ? o.value_dim : o.dim;
   const double sqrt_p = std::sqrt(static_cast<double>(p));
 
@@ -43,6 +47,7 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
   contents.attributes["source"] = fmt::format("attnprobe synth: seed={} clusters={} temperatures={} spread={}", o.seed,
                                               o.clusters, fmt::join(o.temperatures, ","), o.spread);
   contents.attributes["created_by"] = fmt::format("attnprobe {} synth", kVersion);
+  if (o.rope_base > 0) contents.attributes["rope_layout"] = "half";
 
   for (int layer = 0; layer < o.layers; ++layer) {
     const double temperature = o.temperatures[layer % o.temperatures.size()];
@@ -52,6 +57,12 @@ DumpContents make_synthetic_dump(const SynthOptions& o) {
     out.scale = 1.0 / sqrt_p;
     out.causal = 0;
     if (!o.lengths.empty()) out.lengths = o.lengths;
+    if (o.rope_base > 0) {  // Hugging Face's default: 1 / base^(2f/p)
+      DumpArray& frequencies = out.datasets["rope_inv_freq"];
+      frequencies.shape = {static_cast<hsize_t>(p / 2)};
+      for (int f = 0; f < p / 2; ++f)
+        frequencies.values.push_back(std::pow(o.rope_base, -2.0 * f / static_cast<double>(p)));
+    }
     const std::vector<hsize_t> shape = {static_cast<hsize_t>(o.batch), static_cast<hsize_t>(o.heads),
                                         static_cast<hsize_t>(o.tokens), static_cast<hsize_t>(p)};
     DumpArray& q = out.datasets["q"];

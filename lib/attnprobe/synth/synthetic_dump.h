@@ -32,6 +32,10 @@ struct SynthOptions {
   double spread = 0.5;                            ///< σ, within-cluster noise
   std::vector<int64_t> lengths;                   ///< valid tokens per batch item (writes `lengths`)
   uint64_t seed = 0;
+  /// > 0: each layer gives rotary frequencies θ_f = rope_base^(−2f/p) (layer_NN/rope_inv_freq, root attribute
+  /// rope_layout = "half"; docs/dumps.md, "Rotary frequencies") for the estimators that read them; the queries and
+  /// keys are not rotated by them. 0: none.
+  double rope_base = 0;
   /// The type the dump will store: options whose values overflow it (a tiny temperature makes q and k
   /// about sqrt(sqrt(p)/T)) are refused, never written as inf.
   StoredType type = StoredType::kFloat32;

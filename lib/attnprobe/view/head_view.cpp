@@ -119,6 +119,7 @@ HeadView with_data(const HeadView& like, MatrixD q, MatrixD k, MatrixD v) {
   view.prefill = like.prefill;
   view.group = like.group;
   view.shaping = like.shaping;
+  view.rope_inv_freq = like.rope_inv_freq;
   return view;
 }
 
@@ -129,6 +130,7 @@ HeadView last_rows(const HeadView& whole, int64_t rows) {
   view.mask = whole.mask;
   view.window = whole.window;
   view.first_position = whole.first_position + whole.n() - rows;
+  view.rope_inv_freq = whole.rope_inv_freq;
   view.q = whole.q.bottomRows(rows);
   view.shaping = whole.shaping.cut(whole.n() - rows, rows, whole.keys());
   view.qf = whole.qf.bottomRows(rows);

@@ -60,6 +60,10 @@ struct HeadView {
   std::shared_ptr<const QueryGroup> group;
   /// What the model adds to or does with the scores before the softmax (bias, ALiBi, soft-cap); none by default.
   ScoreShaping shaping;
+  /// The rotary embedding's inverse frequencies θ_f (P/2 of them, rotate_half pairing of channels f and f + P/2)
+  /// when the dump gives them (docs/dumps.md, "Rotary frequencies"); null otherwise. The dumped q and k are rotated
+  /// already: this is only for the estimators that undo the rotation (expected(stats=rope)).
+  std::shared_ptr<const std::vector<double>> rope_inv_freq;
 
   int64_t n() const { return q.rows(); }  ///< query rows
   int64_t keys() const { return k.rows(); }
