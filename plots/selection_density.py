@@ -20,12 +20,13 @@ Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
 import argparse
 import csv
-import math
 import re
 import sys
 from collections import defaultdict
 
 import numpy as np
+
+from sweep_csv import sign_test
 
 METRICS = ["density", "spec_rel", "mass_recall", "tail_mass", "tail_gap", "topk_recall@10"]
 # The methods that are a setting of another estimator: drawn in its colour, dashed with squares.
@@ -73,12 +74,6 @@ def reduce_trials(paths, out):
             writer.writerow([dump, layer, head, method, "" if budget is None else budget, spec] +
                             [f"{values.get(m, float('nan')):.9g}" for m in METRICS])
     print(f"wrote {len(per_head)} rows to {out}")
-
-
-def sign_test(wins, n):
-    """Two-sided binomial sign test p-value of `wins` out of n under p = 1/2."""
-    tail = sum(math.comb(n, k) for k in range(0, min(wins, n - wins) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def draw(path, out, budgets):

@@ -214,14 +214,23 @@ def reduce_rows(paths, output, metrics):
     return kept
 
 
-def reduce_draw_main(doc, reduce_trials, draw, compare=False):
-    """The command line of a decode figure's script: `reduce TRIALS... -o DATA` (the sweeps to the committed data)
-    and `draw DATA -o PNG` (with `--compare CSV`, the `summarize --compare` table to print beside it)."""
+def sign_test(wins, n):
+    """Two-sided binomial sign test p-value of `wins` out of n under p = 1/2."""
+    tail = sum(math.comb(n, k) for k in range(0, min(wins, n - wins) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def reduce_draw_main(doc, reduce_trials, draw, compare=False, dumps=False):
+    """The command line of a decode figure's script: `reduce TRIALS... -o DATA` (the sweeps to the committed data;
+    with `dumps`, `--dump PATH...` too, passed on as reduce_trials' third argument) and `draw DATA -o PNG` (with
+    `--compare CSV`, the `summarize --compare` table to print beside it)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
     r = sub.add_parser("reduce")
     r.add_argument("trials", nargs="+")
     r.add_argument("-o", "--output", required=True)
+    if dumps:
+        r.add_argument("--dump", action="append", default=[], help="a dump the sweeps read")
     d = sub.add_parser("draw")
     d.add_argument("data")
     d.add_argument("-o", "--output", required=True)
@@ -229,7 +238,7 @@ def reduce_draw_main(doc, reduce_trials, draw, compare=False):
         d.add_argument("--compare", help="the CSV of `attnprobe summarize --compare` runs to print")
     args = parser.parse_args()
     if args.step == "reduce":
-        return reduce_trials(args.trials, args.output)
+        return reduce_trials(args.trials, args.output, args.dump) if dumps else reduce_trials(args.trials, args.output)
     return draw(args.data, args.output, args.compare) if compare else draw(args.data, args.output)
 
 

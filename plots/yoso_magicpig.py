@@ -16,8 +16,8 @@ Two steps, so that the figure is redrawn from data committed beside it:
       own target) and against softmax.
 Run with Debian's Python (/usr/bin/python3: matplotlib, numpy).
 """
-import argparse
 import csv
+import functools
 import math
 import os
 import re
@@ -26,6 +26,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from sweep_csv import reduce_draw_main, sign_test
+
 METRICS = ["density", "spec_rel", "angle"]
 
 
@@ -33,20 +35,27 @@ def spec_knobs(spec):
     return dict(re.findall(r"(\w+)=([^,)]+)", spec))
 
 
-def yoso_density(path, layer, head, batch, n, rows, m, tau):
-    """The expected share of the keys a row sees that collide with its query in at least one of m tau-bit hashes,
-    averaged over the last `rows` rows of the slice (causal: row t sees keys 0..t)."""
+@functools.lru_cache(maxsize=None)
+def decode_angles(path, layer, head, batch, n, rows):
+    """The angles between the last `rows` queries of a slice and its n keys (read once per slice: every YOSO
+    setting and reference of the slice reuses them)."""
     import attnprobe
     q, k, _, _, _ = attnprobe.load(path, layer, head, batch, length=n)
     qn = q[n - rows:] / np.linalg.norm(q[n - rows:], axis=1, keepdims=True)
     kn = k / np.linalg.norm(k, axis=1, keepdims=True)
-    angle = np.arccos(np.clip(qn @ kn.T, -1.0, 1.0))
+    return np.arccos(np.clip(qn @ kn.T, -1.0, 1.0))
+
+
+def yoso_density(path, layer, head, batch, n, rows, m, tau):
+    """The expected share of the keys a row sees that collide with its query in at least one of m tau-bit hashes,
+    averaged over the last `rows` rows of the slice (causal: row t sees keys 0..t)."""
+    angle = decode_angles(path, layer, head, batch, n, rows)
     hit = -np.expm1(m * np.log1p(-((1 - angle / np.pi) ** tau)))  # 1 - (1 - p)^m, stable for small p
     shares = [hit[i, : n - rows + i + 1].mean() for i in range(rows)]
     return float(np.mean(shares))
 
 
-def reduce_trials(paths, dumps, out):
+def reduce_trials(paths, out, dumps):
     by_label = {os.path.basename(d): d for d in dumps}
     cells = defaultdict(list)
     slices = defaultdict(set)  # (dump, layer, head, spec) -> {(batch, n, rows)}
@@ -79,12 +88,6 @@ def reduce_trials(paths, dumps, out):
             writer.writerow([dump, layer, head, method, knob, reference, spec,
                              *(f"{values[m]:.6g}" if m in values else "" for m in METRICS)])
     print(f"wrote {len(table)} rows to {out}")
-
-
-def sign_test(wins, n):
-    """Two-sided binomial sign test p-value of `wins` out of n under p = 1/2."""
-    tail = sum(math.comb(n, k) for k in range(0, min(wins, n - wins) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def line_of(row):
@@ -175,19 +178,7 @@ def draw(data, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("reduce")
-    r.add_argument("trials", nargs="+")
-    r.add_argument("--dump", action="append", default=[], help="a dump the sweeps read (YOSO's keys read need it)")
-    r.add_argument("-o", "--output", required=True)
-    d = sub.add_parser("draw")
-    d.add_argument("data")
-    d.add_argument("-o", "--output", required=True)
-    args = parser.parse_args()
-    if args.step == "reduce":
-        return reduce_trials(args.trials, args.dump, args.output)
-    return draw(args.data, args.output)
+    reduce_draw_main(__doc__, reduce_trials, draw, dumps=True)
 
 
 if __name__ == "__main__":
