@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -118,9 +119,17 @@ TEST_CASE("an interrupted sweep resumes to the same CSV as an uninterrupted one"
 }
 
 namespace {
+// Lines of `path` that end in a newline (0 while it does not exist).
+int64_t complete_lines(const std::string& path) {
+  const std::string text = std::filesystem::exists(path) ? read_text(path) : std::string();
+  return std::count(text.begin(), text.end(), '\n');
+}
+
 // Starts `attnprobe sweep DUMP ARGS... -o out` as a child of this process (so SIGINT is not ignored as in a
-// shell's background job), its output in out + ".log", and returns once its run.json exists.
-pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args, const std::string& out) {
+// shell's background job), its output in out + ".log", and returns once its CSV holds `rows` rows past the
+// header: a test that signals it must know that trials have begun, as on a loaded machine (CTest -j2 under a
+// sanitizer) the time from run.json to the first trial is not bounded by any fixed wait.
+pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args, const std::string& out, int64_t rows) {
   const std::string binary = attnprobe_binary(), log = out + ".log";
   std::vector<std::string> argv = {binary, "sweep", dump};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -139,17 +148,18 @@ pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args,
   }
   const std::string info = out + ".run.json";
   int status = 0;
-  for (int i = 0; i < 600 && child > 0 && !std::filesystem::exists(info); ++i) {
-    if (waitpid(child, &status, WNOHANG) == child) FAIL("the sweep ended before it started: " << read_text(log));
+  for (int i = 0; i < 1200 && child > 0 && (!std::filesystem::exists(info) || complete_lines(out) < 1 + rows); ++i) {
+    if (waitpid(child, &status, WNOHANG) == child) FAIL("the sweep ended before its first rows: " << read_text(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (complete_lines(out) < 1 + rows) FAIL("the sweep wrote no rows in 60 s: " << read_text(log));
   return child;
 }
 }  // namespace
 
 TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them and exits 130", "[cli][resume]") {
-  // 2 × 10⁵ short trials (~9 s on 2 threads, one slice per length): the signal, sent 0.3 s after
-  // run.json appears, lands mid-slice, where before the handler the slice's finished trials were lost.
+  // 2 × 10⁵ short trials (~9 s on 2 threads, one slice per length): the signal, sent once the first trial's
+  // rows are written, lands mid-slice, where before the handler the slice's finished trials were lost.
   for (const int signal : {SIGINT, SIGTERM}) {
     INFO("signal " << signal);
     const std::string out = temp_path(fmt::format("stopped-{}.csv", signal));
@@ -157,9 +167,8 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
     const pid_t child = start_sweep(demo_dump(),
                                     {"-e", "performer(M=16)", "--lengths", "32,64", "--trials", "100000", "--layers",
                                      "0", "--heads", "0", "--batch", "0", "--threads", "2"},
-                                    out);
+                                    out, 9);
     REQUIRE(child > 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     kill(child, signal);
     int status = 0;
     waitpid(child, &status, 0);
@@ -179,16 +188,18 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
 
 TEST_CASE("a second signal of either kind ends a stopping sweep at once", "[cli][resume]") {
   // ra(S=1024) at n = 1024 takes ~2.4 s per trial: after the first signal the sweep waits for it, and the
-  // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too.
+  // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too. The first signal
+  // goes 0.3 s after n = 64's four trials are written (36 rows), so inside n = 1024's first trial: sent before
+  // any trial began, it would end the sweep at once, with nothing to wait for.
   const std::string dump = write_synth("slow.h5", synth_options(1, 1, 1, 1024, 32));
   for (const auto& [first, second] :
        {std::pair{SIGINT, SIGTERM}, std::pair{SIGTERM, SIGINT}, std::pair{SIGINT, SIGINT}}) {
     INFO("signals " << first << " then " << second);
     const std::string out = temp_path(fmt::format("second-{}-{}.csv", first, second));
-    const pid_t child = start_sweep(
-        dump,
-        {"-e", "ra(S=1024)", "--lengths", "1024", "--trials", "4", "--layers", "0", "--heads", "0", "--threads", "1"},
-        out);
+    const pid_t child = start_sweep(dump,
+                                    {"-e", "ra(S=1024)", "--lengths", "64,1024", "--trials", "4", "--layers", "0",
+                                     "--heads", "0", "--threads", "1"},
+                                    out, 36);
     REQUIRE(child > 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     kill(child, first);
