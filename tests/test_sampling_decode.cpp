@@ -409,13 +409,20 @@ TEST_CASE("magicpig: kept keys and weights as defined under every anchor and mas
       {"magicpig(K=3,L=12,sink=2,window=9,min=2,floor=1e-4)", {3, 12, 2, 9, 2, 1e-4, true, true}, decode},  // auto
       {"magicpig(K=3,L=12,sink=2,window=9)", {3, 12, 2, 9, 2, 1e-4, false, true}, whole},  // auto, P = 0: row
       {"magicpig(K=3,L=12,sink=2,window=9)", {3, 12, 2, 9, 2, 1e-4, false, true}, full},
+      // anchor=row after a prompt, and L = 70 tables (two words of table bits in the row search).
+      {"magicpig(K=3,L=12,sink=2,window=9,min=2,floor=1e-4,anchor=row)", {3, 12, 2, 9, 2, 1e-4, false, true}, decode},
+      {"magicpig(K=2,L=70,sink=2,window=9,min=3,floor=0,anchor=row)", {2, 70, 2, 9, 3, 0, false, true}, whole},
   };
   for (const Case& c : cases) {
     INFO(c.spec << " mask " << mask_name(c.view.mask) << " rows " << c.view.n());
     for (uint32_t trial = 0; trial < 3; ++trial) {
       const EstimateContext ctx = context(c.spec, trial);
       const auto rows = parse_spec(c.spec).make()->kept_keys(c.view, ctx);
-      for (int64_t i = 0; i < c.view.n(); ++i) check_same_kept(rows(i), magicpig_row(c.view, i, c.o, ctx.key), 1e-9);
+      // Rows in either order: anchor=row searches 32 rows together, the first time one of them is asked for.
+      for (int64_t r = 0; r < c.view.n(); ++r) {
+        const int64_t i = trial == 1 ? c.view.n() - 1 - r : r;
+        check_same_kept(rows(i), magicpig_row(c.view, i, c.o, ctx.key), 1e-9);
+      }
       MatrixF out;
       parse_spec(c.spec).make()->estimate(c.view, ctx, out);
       const MatrixD want = attend(c.view, [&](int64_t i) { return magicpig_row(c.view, i, c.o, ctx.key); });

@@ -1,10 +1,15 @@
 #include "attnprobe/estimators/sampling/magicpig/magicpig.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numbers>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
@@ -63,15 +68,44 @@ struct Tables {
   bool moving = false;           ///< anchor=row with center=1: a centre per row
   int64_t h0 = 0, h1 = 0;        ///< the keys whose codes are stored: [h0, h1)
   MatrixD keys;                  ///< keys × p, the float32 keys widened
-  MatrixD planes_t;              ///< p × K·L, column l·K + b = g_{lK+b}
-  MatrixD key_proj;              ///< keys × K·L: g·k_j (moving)
-  MatrixD prefix;                ///< (keys + 1) × p: Σ_{i<j} k_i in index order (moving: the centre of any H_t)
-  RowVectorD centre;             ///< c of the stored codes (0 when center=0)
-  std::vector<uint32_t> codes;   ///< (h1 − h0) × L codes of x_j = k_j − c (not moving)
+  MatrixD planes_t;              ///< p × K·L, column l·K + b = g_{lK+b} (moving: column b·L + l)
+  /// Moving: g·k_j by bit, then key, then table: g_{lK+b}·k_j at (b·keys + j)·L + l, so that the keys' projections
+  /// of one bit lie in key order, read as one stream per bit while select_moving_rows goes through the keys.
+  std::vector<double> key_proj;
+  MatrixD prefix;               ///< (keys + 1) × p: Σ_{i<j} k_i in index order (moving: the centre of any H_t)
+  RowVectorD centre;            ///< c of the stored codes (0 when center=0)
+  std::vector<uint32_t> codes;  ///< (h1 − h0) × L codes of x_j = k_j − c (not moving)
   /// Not moving: per table, the stored keys as code·2³² + (j − h0), ascending, so a row finds the keys that share
   /// its code in a table by binary search instead of comparing every key's code (what a bucket gives MagicPIG).
   std::vector<std::vector<uint64_t>> buckets;
+  /// Moving: each row's keys of H_t that collide at least `min` times, ascending, found for a block of
+  /// kRowsAtOnce rows the first time one of them is asked for (rows are asked for from several threads).
+  mutable std::vector<std::vector<int64_t>> selected;
+  std::unique_ptr<std::once_flag[]> block_found;
 };
+
+// Moving rows searched together (select_moving_rows): a key's projections are read from memory once for the block,
+// and most of its bits are decided for all of the block's rows at once. 32: attend_kept's task of rows on the thread
+// pool (kept_keys.cpp), so that two threads do not wait for each other's block; 64 is 12% faster at n = 4096 but
+// slower at 1024.
+constexpr int64_t kRowsAtOnce = 32;
+
+// H_t = [begin, end) within the keys row i sees (E_t is the rest), and the centre c of its keys.
+struct HashedRange {
+  int64_t begin = 0, end = 0;
+  RowVectorD centre;
+};
+
+HashedRange hashed_range(const HeadView& view, const Tables& t, int64_t i) {
+  const KeyRange seen = view.visible(i);
+  HashedRange h{t.h0, t.h1, t.centre};
+  if (!t.fixed) h.begin = t.sink, h.end = view.position(i) - t.window + 1;
+  h.begin = std::clamp(h.begin, seen.begin, seen.end);
+  h.end = std::clamp(h.end, h.begin, seen.end);
+  if (t.moving && h.end > h.begin)
+    h.centre = (t.prefix.row(h.end) - t.prefix.row(h.begin)) / static_cast<double>(h.end - h.begin);
+  return h;
+}
 
 // Every projection g_f·x (f < K·L) at once, from the hyperplanes transposed (p × K·L): the loop runs across f in
 // vector lanes, each sum adding its p terms in index order. Centres and queries go through it and keys through
@@ -120,44 +154,119 @@ void codes_of(const double* projections, int64_t K, int64_t L, uint32_t* codes) 
   }
 }
 
+// Bit l of `positive` (64 to a word): key[l] − centre[l] > 0, for l < L; 8 compares at a time.
+void positive_bits(const double* key, const double* centre, int64_t L, uint64_t* positive) {
+  std::fill(positive, positive + (L + 63) / 64, 0);
+  int64_t l = 0;
+#if defined(__AVX512F__)
+  for (; l < L; l += 8) {
+    const __mmask8 lanes = L - l >= 8 ? 0xFF : static_cast<__mmask8>((1u << (L - l)) - 1);
+    const __m512d above =
+        _mm512_sub_pd(_mm512_maskz_loadu_pd(lanes, key + l), _mm512_maskz_loadu_pd(lanes, centre + l));
+    positive[l / 64] |= static_cast<uint64_t>(_mm512_mask_cmp_pd_mask(lanes, above, _mm512_setzero_pd(), _CMP_GT_OQ))
+                        << (l % 64);
+  }
+#endif
+  for (; l < L; ++l) positive[l / 64] |= static_cast<uint64_t>(key[l] - centre[l] > 0) << (l % 64);
+}
+
+// Moving: the selected keys of rows [i0, i1) into t.selected, by the bits' agreement table by table, not by codes.
+// - The planes are in bit-major order (column b·L + l is g_{lK+b}): bit b of every table is one run of L projections,
+//   compared at once. A table stays alive while each of its bits g·k_j − g·c > 0 agrees with the query's g·q > 0; a
+//   key stops being compared once fewer than `min` tables are alive (after ~log₂ L of the K bits for most keys). The
+//   tables alive after all K bits are its collisions.
+// - Rows next to each other have nearly the same centre: a key's bit is decided for all the block's rows at once
+//   where g·k_j lies above the largest g·c of the block or not above the smallest (g·k − g·c > 0 exactly when
+//   g·k > g·c in IEEE arithmetic, so these bounds decide what each row's comparison would); only the few bits
+//   between are compared row by row.
+// The same comparisons as forming each code, made until they decide.
+void select_moving_rows(const HeadView& view, const Tables& t, const MagicpigParams& o, int64_t i0, int64_t i1) {
+  const int64_t K = o.K, L = o.L, bits = K * L, rows = i1 - i0;
+  const int64_t words = (L + 63) / 64;  // a bit per table
+  std::vector<HashedRange> ranges(rows);
+  MatrixD centre_proj(rows, bits);  // g·c per row, so that g·x_j = g·k_j − g·c
+  RowVectorD lowest = RowVectorD::Constant(bits, std::numeric_limits<double>::infinity());
+  RowVectorD highest = RowVectorD::Constant(bits, -std::numeric_limits<double>::infinity());
+  std::vector<uint64_t> query_bits(static_cast<size_t>(rows * K * words), 0);  // [row][b][table bit]
+  std::vector<double> projections(bits);
+  int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    ranges[r] = hashed_range(view, t, i0 + r);
+    if (ranges[r].end <= ranges[r].begin) continue;
+    first = std::min(first, ranges[r].begin), last = std::max(last, ranges[r].end);
+    project_all(ranges[r].centre.data(), t.planes_t, centre_proj.row(r).data());
+    lowest = lowest.cwiseMin(centre_proj.row(r));
+    highest = highest.cwiseMax(centre_proj.row(r));
+    const RowVectorD q = view.qf.row(i0 + r).cast<double>();
+    project_all(q.data(), t.planes_t, projections.data());
+    for (int64_t b = 0; b < K; ++b)
+      for (int64_t l = 0; l < L; ++l)
+        query_bits[(r * K + b) * words + l / 64] |= static_cast<uint64_t>(projections[b * L + l] > 0) << (l % 64);
+  }
+  // Per key, bit b of table l: positive for every row of the block (above the highest centre), and unsure (above the
+  // lowest but not the highest), found level by level as the rows need them.
+  std::vector<uint64_t> all_positive(static_cast<size_t>(K * words)), unsure(static_cast<size_t>(K * words));
+  std::vector<uint64_t> all_alive(words, 0), alive(words);
+  for (int64_t l = 0; l < L; ++l) all_alive[l / 64] |= uint64_t{1} << (l % 64);
+  const int64_t n_keys = view.keys();
+  for (int64_t j = first; j < last; ++j) {
+    const auto key_bits = [&](int64_t b) { return &t.key_proj[static_cast<size_t>((b * n_keys + j) * L)]; };
+    int64_t levels_known = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (j < ranges[r].begin || j >= ranges[r].end) continue;
+      const double* centre = centre_proj.row(r).data();
+      alive = all_alive;
+      int64_t count = L;
+      for (int64_t b = 0; b < K && count >= o.min; ++b) {
+        uint64_t* positive = &all_positive[b * words];
+        uint64_t* between = &unsure[b * words];
+        if (b == levels_known) {
+          const double* key = key_bits(b);
+          positive_bits(key, highest.data() + b * L, L, positive);
+          positive_bits(key, lowest.data() + b * L, L, between);
+          for (int64_t w = 0; w < words; ++w) between[w] &= ~positive[w];
+          ++levels_known;
+        }
+        const uint64_t* query = &query_bits[(r * K + b) * words];
+        count = 0;
+        for (int64_t w = 0; w < words; ++w) {
+          uint64_t row_positive = positive[w];
+          for (uint64_t left = between[w] & alive[w]; left != 0; left &= left - 1) {
+            const int64_t l = 64 * w + std::countr_zero(left);
+            row_positive |= static_cast<uint64_t>(key_bits(b)[l] - centre[b * L + l] > 0) << l % 64;
+          }
+          alive[w] &= ~(row_positive ^ query[w]);  // bits past L: alive's are 0 already
+          count += std::popcount(alive[w]);
+        }
+      }
+      if (count >= o.min) t.selected[i0 + r].push_back(j);
+    }
+  }
+}
+
 KeptKeys row_keys(const HeadView& view, const Tables& t, const MagicpigParams& o, int64_t i) {
   const KeyRange seen = view.visible(i);
-  const int64_t position = view.position(i), p = view.p(), L = o.L, K = o.K;
-  // H_t = [hb, he) within the keys the row sees; E_t the rest.
-  int64_t hb = t.h0, he = t.h1;
-  if (!t.fixed) hb = t.sink, he = position - t.window + 1;
-  hb = std::clamp(hb, seen.begin, seen.end);
-  he = std::clamp(he, hb, seen.end);
-  RowVectorD centre = t.centre;
-  if (t.moving && he > hb) centre = (t.prefix.row(he) - t.prefix.row(hb)) / static_cast<double>(he - hb);
+  const int64_t p = view.p(), L = o.L, K = o.K;
+  const HashedRange hashed = hashed_range(view, t, i);
+  const int64_t hb = hashed.begin, he = hashed.end;
+  const RowVectorD& centre = hashed.centre;
   const RowVectorD q = view.qf.row(i).cast<double>();
-  std::vector<double> projections(static_cast<size_t>(K * L));
-  std::vector<uint32_t> query_codes(L);
-  project_all(q.data(), t.planes_t, projections.data());
-  codes_of(projections.data(), K, L, query_codes.data());
-  std::vector<double> centre_proj;  // g·c, so that g·x_j = g·k_j − g·c
-  if (t.moving) {
-    centre_proj.resize(K * L);
-    project_all(centre.data(), t.planes_t, centre_proj.data());
-  }
   KeptKeys kept{{}, {}, 0.0};  // keys_scored: table lookups, no scores
   append_range(kept.keys, seen.begin, hb);
   kept.log_weights.assign(kept.keys.size(), 0.0);
   // The keys of [hb, he) that collide with the query in at least `min` tables, ascending.
   std::vector<int64_t> selected;
   if (t.moving) {
-    for (int64_t j = hb; j < he; ++j) {
-      int64_t collisions = 0;
-      for (int64_t l = 0; l < L && collisions < o.min; ++l) {
-        uint32_t code = 0;
-        for (int64_t b = 0; b < K; ++b)
-          code |= static_cast<uint32_t>(t.key_proj(j, l * K + b) - centre_proj[l * K + b] > 0) << b;
-        collisions += code == query_codes[l];
-        if (collisions + (L - l - 1) < o.min) break;  // cannot reach min
-      }
-      if (collisions >= o.min) selected.push_back(j);
-    }
+    const int64_t block = i / kRowsAtOnce;
+    std::call_once(t.block_found[block], [&] {
+      select_moving_rows(view, t, o, block * kRowsAtOnce, std::min(view.n(), (block + 1) * kRowsAtOnce));
+    });
+    selected = t.selected[i];
   } else if (he > hb) {
+    std::vector<double> projections(static_cast<size_t>(K * L));
+    std::vector<uint32_t> query_codes(L);
+    project_all(q.data(), t.planes_t, projections.data());
+    codes_of(projections.data(), K, L, query_codes.data());
     std::vector<int32_t> collisions(static_cast<size_t>(t.h1 - t.h0), 0);
     for (int64_t l = 0; l < L; ++l) {
       const auto& bucket = t.buckets[l];
@@ -217,11 +326,25 @@ class Magicpig final : public KeptKeysEstimator {
       }
     }
     t.centre = RowVectorD::Zero(p);
-    if (t.moving) {
+    if (t.moving) {  // the planes in bit-major order for select_moving_rows: the same planes, the same sums
+      MatrixD by_bit(p, bits);
+      for (int64_t l = 0; l < o_.L; ++l)
+        for (int64_t b = 0; b < o_.K; ++b) by_bit.col(b * o_.L + l) = t.planes_t.col(l * o_.K + b);
+      t.planes_t = std::move(by_bit);
       t.prefix = MatrixD::Zero(n_keys + 1, p);
       for (int64_t j = 0; j < n_keys; ++j) t.prefix.row(j + 1) = t.prefix.row(j) + t.keys.row(j);
-      t.key_proj.resize(n_keys, bits);
-      project_rows(t.keys.data(), n_keys, t.planes_t, t.key_proj.data());
+      t.key_proj.resize(static_cast<size_t>(n_keys * bits));
+      constexpr int64_t kKeysAtOnce = 64;
+      MatrixD projections(kKeysAtOnce, bits);
+      for (int64_t j0 = 0; j0 < n_keys; j0 += kKeysAtOnce) {
+        const int64_t count = std::min(kKeysAtOnce, n_keys - j0);
+        project_rows(t.keys.row(j0).data(), count, t.planes_t, projections.data());
+        for (int64_t r = 0; r < count; ++r)
+          for (int64_t b = 0; b < o_.K; ++b)
+            std::copy_n(projections.row(r).data() + b * o_.L, o_.L, &t.key_proj[((b * n_keys + j0 + r) * o_.L)]);
+      }
+      t.selected.resize(view.n());
+      t.block_found = std::make_unique<std::once_flag[]>((view.n() + kRowsAtOnce - 1) / kRowsAtOnce);
       return [&view, tables, o = o_](int64_t i) { return row_keys(view, *tables, o, i); };
     }
     if (o_.center != 0 && t.h1 > t.h0) {

@@ -21,8 +21,8 @@
 // anchor=row's moving centre costs a subtraction per bit, not a rehash (yoso's lsh_codes hashes given rows, in
 // float32 with a float64 fallback near 0; the hash functions and the bit order are the same).
 // Random; a row reads its own query and keys ≤ t only (anchor=prefill: keys < P for its tables).
-// Cost: |H|·K·L·p hashing once per call (anchor=row with center=1: K·L·|H_t| sign tests per row), K·L·p per query,
-// L·|H_t| code comparisons, |E_t ∪ S_t|·(p + pv) attention.
+// Cost: |H|·K·L·p hashing once per call (anchor=row with center=1: up to K·L·|H_t| sign tests per row, most skipped:
+// select_moving_rows), K·L·p per query, L·|H_t| code comparisons, |E_t ∪ S_t|·(p + pv) attention.
 #include <cstdint>
 
 namespace attnprobe {
