@@ -17,8 +17,9 @@
 
 namespace attnprobe {
 
-/// kLayer: every head of the layer, each with its own kv head's keys (tova(heads=layer) only; no `share` value).
-enum class Share { kHead, kGroup, kLayer };
+/// A parameter's `share` is the capability it declares (Capabilities::shared_by): kLayer, every head of the layer with
+/// its own kv head's keys, is tova(heads=layer)'s only (no `share` value).
+using Share = SharedBy;
 enum class Aggregate { kMean, kMax, kLogit };
 
 /// The spec keys `share` and `agg` bound to a parameter struct's `share` and `agg` members, with their help.

@@ -96,10 +96,7 @@ class Tova final : public KeptKeysEstimator {
         [](const TovaParams& params, Capabilities& can) {
           // Both modes score keys as the reference code does in the model's dtype (the one-shot form once, from the
           // last prompt row): the replay's rounding declaration is theirs.
-          narrow_to_shared(params.heads == TovaHeads::kLayer   ? SharedBy::kLayer
-                           : params.heads == TovaHeads::kGroup ? SharedBy::kGroup
-                                                               : SharedBy::kHead,
-                           can);
+          narrow_to_shared(share_of(params.heads), can);
         },
     .ablations = {"tova(budget=64,mode=prefill)"},
     .make = [](const TovaParams& params) { return std::make_unique<Tova>(params); },
