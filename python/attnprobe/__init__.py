@@ -46,7 +46,7 @@ import numpy as np
 from . import _core
 from . import custom as _custom
 from ._core import InputError
-from .containers import Layer, Layers, write_dump
+from .containers import Layer, Layers, as_numpy, write_dump
 
 __version__ = _core.__version__
 
@@ -171,6 +171,14 @@ def _geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, q=Non
             *_shaping(q, k, bias, softcap, alibi_slope, bias_before_softcap))
 
 
+def _frequencies(rope_inv_freq) -> np.ndarray:
+    """Rotary inverse frequencies as a float64 vector (numpy or torch); the core checks their count and values."""
+    array = np.asarray(as_numpy(rope_inv_freq, "rope_inv_freq"), dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"rope_inv_freq must be a vector of P/2 inverse frequencies, got shape {array.shape}")
+    return array
+
+
 def _slice_geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, *shaping) -> None:
     if causal or mask is not None or q_positions is not None or cross or any(
             x is not None and x is not False for x in shaping):
@@ -226,23 +234,32 @@ class Slice(_core.Slice):
     ``cross``, ``bias``, ``softcap``, ``alibi_slope``, ``bias_before_softcap``). Attributes: ``n`` (query
     rows), ``keys``, ``p``, ``pv``, ``scale``, ``mask`` ("full", "causal" or "window:W"), ``causal``,
     ``cross``, ``q_positions`` (each row's key position; None for
-    cross-attention), ``bias`` (n_q x n_k or None), ``softcap``, ``alibi_slope`` (0: none), and ``q``, ``k``,
-    ``v`` (float64 copies).
+    cross-attention), ``bias`` (n_q x n_k or None), ``softcap``, ``alibi_slope`` (0: none), ``rope_inv_freq``,
+    and ``q``, ``k``, ``v`` (float64 copies).
+
+    ``rope_inv_freq``: the rotary embedding's P/2 inverse frequencies (Hugging Face's ``rotary_emb.inv_freq``,
+    ``rotate_half`` pairing: channel f with f + P/2), for the estimators that undo the rotation of the (already
+    rotated) q and k, ``expected(stats=rope)``; positions are the keys' indices from 0 (docs/dumps.md, "Rotary
+    frequencies"). That estimator compresses the prompt's query rows, which a decode Slice does not hold: sweep a
+    whole causal Slice with ``queries="last:W"`` (the last example).
 
         >>> s = attnprobe.Slice(q, k, v, scale)
         >>> estimates = [attnprobe.estimate("performer(M=64)", s, trial=t) for t in range(100)]
         >>> step = attnprobe.Slice(q[-16:], k, v, scale, mask="causal")   # 16 queries, 4096 keys
         >>> step.n, step.keys, step.q_positions[0]
         (16, 4096, 4080)
+        >>> rotary = attnprobe.Slice(q, k, v, mask="causal", rope_inv_freq=model.rotary_emb.inv_freq)
+        >>> attnprobe.sweep({"layer_00": rotary}, ["expected(stats=rope)"], queries="last:16", trials=1)
     """
 
     def __init__(self, q, k, v, scale: Optional[float] = None, causal: bool = False, *, mask: Optional[str] = None,
                  q_positions=None, cross: bool = False, bias=None, softcap: Optional[float] = None,
-                 alibi_slope: Optional[float] = None, bias_before_softcap: bool = False):
+                 alibi_slope: Optional[float] = None, bias_before_softcap: bool = False, rope_inv_freq=None):
         q, k, v = _matrices(q, k, v)
         super().__init__(q, k, v, None if scale is None else float(scale),
                          *_geometry(causal, mask, q_positions, cross, q, k, bias, softcap, alibi_slope,
-                                    bias_before_softcap))
+                                    bias_before_softcap),
+                         rope_inv_freq=None if rope_inv_freq is None else _frequencies(rope_inv_freq))
 
 
 def _slice_only(q, k, v, scale) -> bool:
@@ -755,7 +772,7 @@ def _memory_layer(key, value) -> Layer:
                      q_positions=None if np.array_equal(positions, default) else positions,
                      bias=None if bias is None else bias[None, None], softcap=value.softcap or None,
                      alibi_slopes=np.array([value.alibi_slope]) if value.alibi_slope else None,
-                     bias_before_softcap=value.bias_before_softcap)
+                     bias_before_softcap=value.bias_before_softcap, rope_inv_freq=value.rope_inv_freq)
     if isinstance(value, (tuple, list)) and len(value) == 3:
         q, k, v = (_as_array(x, f"{key}[{i}]") for i, x in enumerate(value))
         if not q.ndim == k.ndim == v.ndim or q.ndim not in (2, 3, 4):

@@ -33,7 +33,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .containers import Layer, Layers, as_numpy, head_bias
+from .containers import Layer, Layers, as_numpy, check_layer, head_bias
 
 TOLERANCE = 1e-3  # relative Frobenius error above which a capture is refused (float32 models land near 1e-7)
 
@@ -76,7 +76,8 @@ class LayerSpec:
 
 def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads: Optional[int] = None,
             kv_heads: Optional[int] = None, scale: Optional[float] = None, causal: Optional[bool] = None,
-            softcap: Optional[float] = None, validate: bool = True, gradients: bool = False) -> Layers:
+            softcap: Optional[float] = None, validate: bool = True, gradients: bool = False,
+            rope_inv_freq=None) -> Layers:
     """Runs ``model`` once on ``inputs`` and returns what its attention multiplied, layer by layer.
 
     ``inputs``: a tensor (``model(inputs)``), a tuple of positional arguments (``model(*inputs)``), a dict of
@@ -95,6 +96,11 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
     is applied in validation and written with the layers (attribute ``softcap``).
     ``gradients``: also keep ``dy``, the gradient of the scalar loss that ``inputs(model)`` returns with respect
     to each layer's attention output (the gradient metrics read it; not for nn.MultiheadAttention).
+    ``rope_inv_freq``: the rotary embedding's inverse frequencies [P/2] (``rotate_half`` pairing, Hugging Face's
+    ``model.model.rotary_emb.inv_freq``), one vector for every layer or a list of one per captured layer (models
+    whose layers use different bases); kept with each layer and written with the root attribute rope_layout =
+    "half", for ``expected(stats=rope)``. Not checked against the model (the captured q and k are rotated already):
+    give the frequencies the model rotates by, with the inputs starting at position 0.
 
     Returns :class:`attnprobe.Layers`, a mapping "layer_00" → :class:`attnprobe.Layer` (q, k, v as numpy
     ``[B, H, N, P]`` in the model's float type, bfloat16 widened to float32; ``scale``, ``causal``, ``bias``
@@ -104,6 +110,7 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
     raise :class:`CaptureError`.
 
         >>> layers = attnprobe.capture(llama.eval(), input_ids)               # SDPA calls, post-RoPE
+        >>> layers = attnprobe.capture(llama.eval(), input_ids, rope_inv_freq=llama.model.rotary_emb.inv_freq)
         >>> layers = attnprobe.capture(model, batch, hooks=[attnprobe.LayerSpec(
         ...     q=f"layers.{i}.rope:0", k=f"layers.{i}.rope:1", v=f"layers.{i}.v_proj",
         ...     out=f"layers.{i}.o_proj") for i in range(4)], heads=8, kv_heads=2)
@@ -121,12 +128,30 @@ def capture(model, inputs, *, hooks: Optional[Sequence[LayerSpec]] = None, heads
         records = _capture_hooks(torch, model, inputs, list(hooks), heads, kv_heads, gradients)
     else:
         records = _capture_auto(torch, model, inputs, gradients)
+    frequencies = _frequencies_per_layer(rope_inv_freq, len(records))
     layers = Layers()
     for index, record in enumerate(records):
         name = f"layer_{index:02d}"
         layers[name] = _finish(torch, name, record, heads, kv_heads, scale, causal, softcap, validate,
                                hooks is not None)
+        if frequencies is not None:
+            layers[name].rope_inv_freq = frequencies[index]
+            check_layer(layers[name], name)
     return layers
+
+
+def _frequencies_per_layer(rope_inv_freq, count: int) -> Optional[list]:
+    """capture()'s ``rope_inv_freq`` as one float64 vector per captured layer, or None."""
+    if rope_inv_freq is None:
+        return None
+    if isinstance(rope_inv_freq, (list, tuple)):
+        if len(rope_inv_freq) != count:
+            raise ValueError(f"rope_inv_freq gives {len(rope_inv_freq)} vectors for the {count} layers captured: give "
+                             "one per layer, or one vector for all of them")
+        vectors = list(rope_inv_freq)
+    else:
+        vectors = [rope_inv_freq] * count
+    return [np.asarray(as_numpy(x, "rope_inv_freq"), dtype=np.float64) for x in vectors]
 
 
 # ---- running the model ------------------------------------------------------------------------------------------

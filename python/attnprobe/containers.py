@@ -10,18 +10,21 @@ captured layer they write.
 
 A layer holds q [B, H, N, P], k and v [B, Hkv, N, P|Pv] (grouped-query attention: Hkv divides H, query
 head h reads kv head h // (H // Hkv); K/V are never repeated), optional dy [B, H, N, Pv] (upstream
-gradients of each query head's attention output), optional lengths [B] (valid tokens per batch item), scale and
-causal.
+gradients of each query head's attention output), optional lengths [B] (valid tokens per batch item), optional
+rope_inv_freq [P/2] (the rotary embedding's inverse frequencies, rotate_half pairing), scale and causal.
 
 Containers:
-  - hdf5: /layer_NN/{q,k,v,dy,lengths}, layer attributes scale and causal, root attributes model, source,
-    created_by; needs h5py; float16/32/64 (HDF5 has no bfloat16).
+  - hdf5: /layer_NN/{q,k,v,dy,lengths,rope_inv_freq}, layer attributes scale and causal, root attributes model,
+    source, created_by (and rope_layout = "half" with rotary frequencies); needs h5py; float16/32/64 (HDF5 has no
+    bfloat16).
   - safetensors: written here by hand (no `safetensors` package needed): 8-byte little-endian header
     length, the JSON header (tensors layer_NN.q ... with dtype, shape, data_offsets; `__metadata__` string
-    values model, source, created_by, layer_NN.scale, layer_NN.causal), then the raw little-endian bytes;
+    values model, source, created_by, layer_NN.scale, layer_NN.causal, rope_layout), then the raw little-endian bytes;
     float16/32/64 and bfloat16 (rounded to nearest even from float32, through torch when available).
   - npz: numpy's zip of .npy arrays layer_NN.q ..., 0-d arrays layer_NN.scale (float64) and
-    layer_NN.causal (int64), 0-d strings model/source/created_by; stored or deflated (compress=True).
+    layer_NN.causal (int64), 0-d strings model/source/created_by (and rope_layout); stored or deflated
+    (compress=True).
+Rotary frequencies are stored as float64 whatever ``dtype`` the dump's arrays take: they are not activations.
 This module needs numpy only (h5py for HDF5; torch, where installed, for bfloat16 rounding).
 """
 import dataclasses
@@ -66,7 +69,11 @@ class Layer:
     up to its own position. Score shaping (docs/dumps.md, "Score shaping"): ``bias`` an additive bias
     [B|1, H|1, Nq, Nk] (a 1 applies to every batch item or head), ``alibi_slopes`` one ALiBi slope per query
     head [H], ``softcap`` c > 0 (scores c·tanh(S/c)), applied before the bias unless ``bias_before_softcap``.
-    ``out`` is the model's own per-head attention output [B, H, N, Pv] where capture saw it (never written:
+    ``rope_inv_freq`` [P/2]: the rotary embedding's inverse frequencies when q and k were rotated by Hugging Face's
+    ``rotate_half`` pairing (channel f with f + P/2; e.g. ``model.model.rotary_emb.inv_freq``), written with the root
+    attribute rope_layout = "half" for ``expected(stats=rope)`` (docs/dumps.md, "Rotary frequencies"); the
+    positions are the tokens' indices from 0. ``out`` is the model's own per-head attention output [B, H, N, Pv]
+    where capture saw it (never written:
     it is what validation compared against), ``error`` the relative Frobenius error validation measured,
     ``origin`` where the layer was captured (e.g. "scaled_dot_product_attention call 0").
 
@@ -89,12 +96,13 @@ class Layer:
     alibi_slopes: Optional[np.ndarray] = None  # [H]: ALiBi slope of each query head
     softcap: Optional[float] = None  # c > 0: scores c·tanh(S/c)
     bias_before_softcap: bool = False
+    rope_inv_freq: Optional[np.ndarray] = None  # [P/2]: rotary inverse frequencies (rotate_half pairing)
     out: Optional[np.ndarray] = None  # [B, H, N, Pv]: the model's attention output, for validation only
     error: Optional[float] = None  # relative Frobenius error of exact attention against `out`
     origin: str = ""  # where capture found the layer
 
     def __post_init__(self):
-        for name in ("q", "k", "v", "dy", "lengths", "q_positions", "bias", "alibi_slopes", "out"):
+        for name in ("q", "k", "v", "dy", "lengths", "q_positions", "bias", "alibi_slopes", "rope_inv_freq", "out"):
             setattr(self, name, as_numpy(getattr(self, name), name))
 
     @property
@@ -132,7 +140,7 @@ class Layer:
         return Slice(q, self.k[batch, g, :keys], self.v[batch, g, :keys], self.scale, mask=mask,
                      q_positions=positions, bias=bias, softcap=self.softcap,
                      alibi_slope=None if self.alibi_slopes is None else float(self.alibi_slopes[head]),
-                     bias_before_softcap=bool(self.bias_before_softcap))
+                     bias_before_softcap=bool(self.bias_before_softcap), rope_inv_freq=self.rope_inv_freq)
 
     def last(self, rows: int) -> "Layer":
         """A decode layer: the last ``rows`` query rows (and their dy and out) with the whole cache of keys
@@ -231,6 +239,14 @@ def check_layer(layer, index):
             raise ValueError(f"layer {index}: alibi_slopes {slopes.shape} must be {h} finite slopes, one per query head")
     if layer.softcap is not None and not (math.isfinite(layer.softcap) and layer.softcap >= 0):
         raise ValueError(f"layer {index}: softcap {layer.softcap} must be a positive number (or None)")
+    if layer.rope_inv_freq is not None:
+        freq, p = np.asarray(layer.rope_inv_freq), q.shape[3]
+        if p % 2 or freq.shape != (p // 2,) or not np.issubdtype(freq.dtype, np.floating):
+            raise ValueError(f"layer {index}: rope_inv_freq {freq.dtype} {freq.shape} must be {p // 2} floats, one "
+                             f"inverse frequency per pair of channels of the head dim {p} (which must be even)")
+        if not np.all(np.isfinite(freq) & (freq >= 0) & (freq <= 1e6)):
+            raise ValueError(f"layer {index}: rope_inv_freq holds values that are not inverse frequencies (finite, "
+                             "0 to 1e6)")
 
 
 def bfloat16_bits(array):
@@ -273,9 +289,9 @@ def _scale(layer):
 
 
 def _tensors(layer, dtype):
-    """(member, array, stored dtype name) of one layer in write order: q, k, v, dy, bias, alibi_slopes (those
-    present). dtype None keeps each
-    array's own float type (float16/32/64; anything else is stored as float32)."""
+    """(member, array, stored dtype name) of one layer in write order: q, k, v, dy, bias, alibi_slopes,
+    rope_inv_freq (those present). dtype None keeps each array's own float type (float16/32/64; anything else is
+    stored as float32); rotary frequencies are float64 always."""
     out = [("q", layer.q), ("k", layer.k), ("v", layer.v)]
     for name in ("dy", "bias", "alibi_slopes"):
         if getattr(layer, name) is not None:
@@ -285,7 +301,14 @@ def _tensors(layer, dtype):
         array = np.asarray(array)
         stored = dtype or (array.dtype.name if array.dtype.name in ("float16", "float32", "float64") else "float32")
         result.append((name, array, stored))
+    if layer.rope_inv_freq is not None:
+        result.append(("rope_inv_freq", np.asarray(layer.rope_inv_freq), "float64"))
     return result
+
+
+def _rope_layout(named) -> dict:
+    """The root attribute that says how rotary frequencies pair channels, when a layer gives them."""
+    return {"rope_layout": "half"} if any(layer.rope_inv_freq is not None for _, layer in named) else {}
 
 
 def _checked(layers) -> list:
@@ -307,6 +330,8 @@ def write_hdf5(path, layers, dtype=None, model="", source="", compress=True):
         f.attrs["model"] = model
         f.attrs["source"] = source
         f.attrs["created_by"] = CREATED_BY
+        for name, value in _rope_layout(named).items():
+            f.attrs[name] = value
         for group_name, layer in named:
             group = f.create_group(group_name, track_order=True)
             group.attrs["scale"] = _scale(layer)
@@ -330,7 +355,7 @@ _SAFETENSORS_DTYPES = {"float16": ("F16", "<f2"), "float32": ("F32", "<f4"), "fl
 
 def write_safetensors(path, layers, dtype=None, model="", source=""):
     named = _checked(layers)
-    metadata = {"model": model, "source": source, "created_by": CREATED_BY}
+    metadata = {"model": model, "source": source, "created_by": CREATED_BY, **_rope_layout(named)}
     header = {}
     blobs = []
     offset = 0
@@ -372,6 +397,7 @@ def write_npz(path, layers, dtype=None, model="", source="", compress=True):
         raise ValueError("numpy has no bfloat16: write float16/float32, or use format='safetensors'")
     named = _checked(layers)
     arrays = {"model": np.array(model), "source": np.array(source), "created_by": np.array(CREATED_BY)}
+    arrays.update((name, np.array(value)) for name, value in _rope_layout(named).items())
     for prefix, layer in named:
         for name, array, stored in _tensors(layer, dtype):
             arrays[f"{prefix}.{name}"] = array.astype(stored)

@@ -74,7 +74,8 @@ void bind_slices(py::module_& m) {
   py::class_<Slice>(m, "Slice")
       .def(py::init([](py::array q, py::array k, py::array v, std::optional<double> scale, const std::string& mask,
                        std::optional<std::vector<int64_t>> positions, bool cross, std::optional<py::array> bias,
-                       double softcap, double alibi_slope, bool bias_first) {
+                       double softcap, double alibi_slope, bool bias_first,
+                       std::optional<std::vector<double>> rope_inv_freq) {
              const QKV in = prepared(q, k, v);
              const QueryPlacement placement =
                  parse_placement(mask, std::move(positions), cross, bias, softcap, alibi_slope, bias_first);
@@ -82,11 +83,18 @@ void bind_slices(py::module_& m) {
              slice->cross = cross;
              py::gil_scoped_release release;
              fill_view(slice->view, in, scale, placement, SliceId{}, nullptr);
+             if (rope_inv_freq) {  // as a dump's layer gives them (docs/dumps.md, "Rotary frequencies")
+               require_usage(!cross, "rope_inv_freq: cross-attention queries have no positions to rotate by");
+               const std::string problem = rotary_frequencies_problem(*rope_inv_freq, slice->view.p());
+               require_usage(problem.empty(), "rope_inv_freq: {}", problem);
+               slice->view.rope_inv_freq = std::make_shared<const std::vector<double>>(std::move(*rope_inv_freq));
+             }
              return slice;
            }),
            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = py::none(), py::arg("mask") = "full",
            py::arg("q_positions") = py::none(), py::arg("cross") = false, py::arg("bias") = py::none(),
-           py::arg("softcap") = 0.0, py::arg("alibi_slope") = 0.0, py::arg("bias_before_softcap") = false)
+           py::arg("softcap") = 0.0, py::arg("alibi_slope") = 0.0, py::arg("bias_before_softcap") = false,
+           py::arg("rope_inv_freq") = py::none())
       .def_property_readonly("softcap", [](const Slice& s) { return s.view.shaping.softcap; })
       .def_property_readonly("alibi_slope", [](const Slice& s) { return s.view.shaping.alibi_slope; })
       .def_property_readonly("bias_before_softcap", [](const Slice& s) { return s.view.shaping.bias_before_softcap; })
@@ -94,6 +102,12 @@ void bind_slices(py::module_& m) {
                              [](const Slice& s) -> py::object {
                                if (!s.view.shaping.bias) return py::none();
                                return to_numpy(MatrixD(*s.view.shaping.bias));
+                             })
+      .def_property_readonly("rope_inv_freq",
+                             [](const Slice& s) -> py::object {
+                               if (!s.view.rope_inv_freq) return py::none();
+                               const std::vector<double>& f = *s.view.rope_inv_freq;
+                               return py::array_t<double>(static_cast<py::ssize_t>(f.size()), f.data());
                              })
       .def_property_readonly("scale", [](const Slice& s) { return s.view.scale; })
       .def_property_readonly("mask", [](const Slice& s) { return mask_text(s.view.mask, s.view.window); })

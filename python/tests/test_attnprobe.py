@@ -914,6 +914,63 @@ def test_prompt_estimators_sweep_decode_rows_as_the_cli(tmp_path):
         attnprobe.sweep(DUMP, specs[:1], layers="1", heads="1", batch="1", lengths=[96], mask="causal")
 
 
+def test_rotary_frequencies_travel_with_layers_slices_writers_and_sweeps(tmp_path):
+    # expected(stats=rope) reads a layer's rope_inv_freq (docs/dumps.md, "Rotary frequencies"). A causal GQA layer
+    # written with them by each container, swept from memory as a Layer and as a Slice, gives the CLI's numbers from
+    # the written file; without them the CLI refuses the setting, naming the array.
+    rng = np.random.default_rng(3)
+    p, n = 16, 96
+    q = rng.standard_normal((1, 4, n, p)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, n, p)).astype(np.float32) for _ in range(2))
+    freq = 10000.0 ** (-np.arange(p // 2) * 2 / p)
+    layer = attnprobe.Layer(q=q, k=k, v=v, causal=1, rope_inv_freq=freq)
+    specs = cli("list", "--variants", "--prompt", "--rotary").stdout.split()
+    assert specs and all("stats=rope" in s for s in specs)
+    options = dict(lengths=[n], queries="last:16", mask="causal", trials=1, metrics="spec_rel,selection")
+    rows = []
+    for name in ("rope.h5", "rope.safetensors", "rope.npz"):
+        layer.write(tmp_path / name)
+        out = tmp_path / (name + ".csv")
+        cli("sweep", str(tmp_path / name), "--lengths", str(n), "--queries", "last:16", "--mask", "causal",
+            "--trials", "1", "--metrics", "spec_rel,selection", "-q", "-o", str(out),
+            *[a for s in specs for a in ("-e", s)])
+        table = attnprobe.read_csv(out)
+        assert np.isfinite(table[table["metric"] == "spec_rel"]["value"]).all() and len(table) > 0
+        rows.append(table["value"].to_numpy())
+    for other in rows[1:]:
+        assert np.array_equal(rows[0], other, equal_nan=True)  # the three containers carry the same frequencies
+    memory = attnprobe.sweep({"layer_00": layer}, specs, **options)
+    assert np.array_equal(memory["value"].to_numpy(), rows[0], equal_nan=True)
+    # A Slice carries them too (Layer.slice, load(as_slice=True)), and a sweep of it keeps them.
+    head = layer.slice(head=3)
+    assert np.array_equal(head.rope_inv_freq, freq)
+    loaded = attnprobe.load(tmp_path / "rope.h5", 0, 3, 0, as_slice=True)
+    assert np.array_equal(loaded.rope_inv_freq, freq)
+    one = attnprobe.sweep({"layer_00": head}, specs, **options)  # head 3 alone: its kv group is itself
+    alone = attnprobe.Layer(q=q[:, 3:4], k=k[:, 1:2], v=v[:, 1:2], causal=1, rope_inv_freq=freq)
+    assert np.array_equal(one["value"].to_numpy(), attnprobe.sweep({"layer_00": alone}, specs, **options)[
+        "value"].to_numpy(), equal_nan=True)
+    # Without them: the CLI and the Python sweep refuse, saying where they go.
+    attnprobe.Layer(q=q, k=k, v=v, causal=1).write(tmp_path / "plain.h5")
+    result = subprocess.run([BINARY, "sweep", str(tmp_path / "plain.h5"), "-e", specs[0], "--queries", "last:16",
+                             "--mask", "causal", "-q", "-o", str(tmp_path / "plain.csv")], capture_output=True,
+                            text=True)
+    assert result.returncode == 3 and "rope_inv_freq" in result.stderr, result.stderr
+    with pytest.raises(attnprobe.InputError, match="Slice\\(..., rope_inv_freq=...\\)"):
+        attnprobe.sweep({"layer_00": attnprobe.Layer(q=q, k=k, v=v, causal=1)}, specs[:1], **options)
+    # Bad frequencies are refused before anything is written or measured.
+    with pytest.raises(ValueError, match="rope_inv_freq: 3 values for a head dim of 16"):
+        attnprobe.Slice(q[0, 0], k[0, 0], v[0, 0], mask="causal", rope_inv_freq=freq[:3])
+    with pytest.raises(ValueError, match="rope_inv_freq: \\[2\\] = -1 is not an inverse frequency"):
+        attnprobe.Slice(q[0, 0], k[0, 0], v[0, 0], mask="causal", rope_inv_freq=np.where(np.arange(8) == 2, -1, freq))
+    with pytest.raises(ValueError, match="cross-attention queries have no positions"):
+        attnprobe.Slice(q[0, 0], k[0, 0], v[0, 0], cross=True, rope_inv_freq=freq)
+    for bad, message in ((freq[:5], "must be 8 floats"), (np.where(np.arange(8) == 1, np.inf, freq), "not inverse")):
+        with pytest.raises(ValueError, match=message):
+            attnprobe.Layer(q=q, k=k, v=v, causal=1, rope_inv_freq=bad).write(tmp_path / "bad.npz")
+        assert not (tmp_path / "bad.npz").exists()
+
+
 def test_decode_refusals_say_what_to_do():
     q, k, v, scale, _ = attnprobe.load(DUMP, 0, 0, 0, length=64)
     last = q[-4:]

@@ -117,6 +117,32 @@ def test_llama_by_hooks_after_rope_equals_the_wrapped_capture(sdpa):
 
 
 @needs_torch
+def test_llama_capture_keeps_the_rotary_frequencies_given_for_expected_stats_rope(sdpa, tmp_path):
+    # The model rotates q and k by 10000^(-2f/12) (rotate_half pairing, positions from 0): given to capture, the
+    # frequencies go with every layer (one vector for all, or one per layer), are written with the layers, and
+    # expected(stats=rope) sweeps them; its rows after a prompt are what the CLI gives from the written file.
+    model, tokens = llama_and_tokens()
+    freq = torch.tensor(10000.0) ** (-torch.arange(0, 12, 2).float() / 12)
+    layers = attnprobe.capture(model, tokens, rope_inv_freq=freq)
+    for layer in layers.values():
+        assert layer.rope_inv_freq.dtype == np.float64 and np.array_equal(layer.rope_inv_freq, freq.double().numpy())
+    per_layer = attnprobe.capture(model, tokens, rope_inv_freq=[freq, freq / 2])
+    assert np.array_equal(per_layer["layer_01"].rope_inv_freq, (freq / 2).double().numpy())
+    with pytest.raises(ValueError, match="gives 3 vectors for the 2 layers captured"):
+        attnprobe.capture(model, tokens, rope_inv_freq=[freq] * 3)
+    with pytest.raises(ValueError, match="must be 6 floats"):
+        attnprobe.capture(model, tokens, rope_inv_freq=freq[:4])
+    layers.write(tmp_path / "llama.safetensors")
+    spec = "expected(budget=8,sink=2,future=8,stats=rope)"
+    mine = attnprobe.sweep(layers, [spec], queries="last:8", mask="causal", trials=1, metrics="spec_rel")
+    out = tmp_path / "llama.csv"
+    subprocess.run([BINARY, "sweep", str(tmp_path / "llama.safetensors"), "-e", spec, "--queries", "last:8", "--mask",
+                    "causal", "--trials", "1", "--metrics", "spec_rel", "-q", "-o", str(out)], check=True)
+    theirs = attnprobe.read_csv(out)
+    assert len(mine) == 2 * 4 * 2 and np.array_equal(mine["value"].to_numpy(), theirs["value"].to_numpy())
+
+
+@needs_torch
 def test_llama_hooks_before_rope_are_refused_naming_the_layer(sdpa):
     model, tokens = llama_and_tokens()
     with pytest.raises(attnprobe.CaptureError) as caught:

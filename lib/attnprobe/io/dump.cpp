@@ -226,10 +226,8 @@ void read_rotary_frequencies(const Container& c, const std::string& path, LayerI
                 path, name);
   auto frequencies = std::make_shared<std::vector<double>>(static_cast<size_t>(info.dim / 2));
   c.read(name, {0}, t.shape, frequencies->data());
-  for (size_t f = 0; f < frequencies->size(); ++f)
-    require_input(std::isfinite((*frequencies)[f]) && (*frequencies)[f] >= 0 && (*frequencies)[f] <= 1e6,
-                  "'{}': {}[{}] = {} is not an inverse frequency (finite, 0 to 1e6).", path, name, f,
-                  (*frequencies)[f]);
+  const std::string problem = rotary_frequencies_problem(*frequencies, info.dim);
+  require_input(problem.empty(), "'{}': {}{}.", path, name, problem);
   info.rope_inv_freq = std::move(frequencies);
 }
 

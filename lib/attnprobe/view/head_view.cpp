@@ -207,4 +207,14 @@ std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD&
       bq, bk, bv, scale, score, kMaxRowNorm, kMaxScore);
 }
 
+std::string rotary_frequencies_problem(const std::vector<double>& inv_freq, int64_t p) {
+  if (p % 2 != 0 || 2 * static_cast<int64_t>(inv_freq.size()) != p)
+    return fmt::format("{} values for a head dim of {}: rotary frequencies pair channels, one per pair ({})",
+                       inv_freq.size(), p, p % 2 != 0 ? "an odd head dim has none" : fmt::format("{}", p / 2));
+  for (size_t f = 0; f < inv_freq.size(); ++f)
+    if (!(std::isfinite(inv_freq[f]) && inv_freq[f] >= 0 && inv_freq[f] <= 1e6))
+      return fmt::format("[{}] = {} is not an inverse frequency (finite, 0 to 1e6)", f, inv_freq[f]);
+  return "";
+}
+
 }  // namespace attnprobe

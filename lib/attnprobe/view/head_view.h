@@ -106,4 +106,9 @@ std::shared_ptr<const QueryGroup> prefix_group(const std::vector<const MatrixF*>
 /// by max|x|·√width, which cannot itself overflow.
 std::string magnitude_problem(const MatrixD& q, const MatrixD& k, const MatrixD& v, double scale);
 
+/// "" when `inv_freq` can be the rotary inverse frequencies of a head of dim p (HeadView::rope_inv_freq): p even, p/2
+/// values, each finite in [0, 1e6]; else what is wrong, naming the first bad value by its index (the dump readers
+/// and the Python Slice refuse them).
+std::string rotary_frequencies_problem(const std::vector<double>& inv_freq, int64_t p);
+
 }  // namespace attnprobe

@@ -128,8 +128,9 @@ class Expected final : public KeptKeysEstimator {
                       (view.rope_inv_freq && 2 * static_cast<int64_t>(view.rope_inv_freq->size()) == view.p()),
                   "expected(stats=rope) un-rotates the prompt's queries by the model's rotary frequencies, which this "
                   "slice does not carry: give the dump's layer a rope_inv_freq array of P/2 inverse frequencies and "
-                  "the root attribute rope_layout = \"half\" (docs/dumps.md, \"Rotary frequencies\"), or use "
-                  "stats=post.");
+                  "the root attribute rope_layout = \"half\" (docs/dumps.md, \"Rotary frequencies\"; in Python: "
+                  "Layer(..., rope_inv_freq=...), Slice(..., rope_inv_freq=...) or capture(..., rope_inv_freq=...)), "
+                  "or use stats=post.");
     ScoreTies ties;
     auto kept = std::make_shared<const std::vector<int64_t>>(kept_prompt(view, P, params_, ctx.precision, ties));
     return rows_after_prompt(view, std::move(kept), P, ties);
