@@ -268,6 +268,24 @@ TEST_CASE("quest with one-key pages and moba with one-key blocks are topk", "[se
                        view.n()));
 }
 
+TEST_CASE("quest scores its rows' pages 32 rows at a time: any order, any row twice, the same kept keys",
+          "[selection]") {
+  // A row's page bounds come from its block of 32 rows, scored together the first time one is asked for, and are
+  // handed over once; asked again, the row is scored alone. 100 rows: blocks of 32, 32, 32 and 4.
+  const HeadView view = masked_slice(100, 12, Mask::kCausal, 40, 5);
+  for (const std::string spec : {"quest(page=8,budget=30)", "quest(page=3,budget=11,last=1)"}) {
+    const auto estimator = parse_spec(spec).make();
+    const auto rows = estimator->kept_keys(view, {make_random_key(1, spec, 0)});
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < view.n(); ++r) {
+      const int64_t i = view.n() - 1 - r;  // the last block first, its last row first
+      const std::vector<int64_t> once = rows(i).keys, again = rows(i).keys;
+      mismatches += (once != again) + (once != stated_set(spec, view, i));
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
 TEST_CASE("quest rounding the page count down is not exact when the page does not divide the keys", "[selection]") {
   // Row 99 sees 100 keys in 7 pages of 16 (the last holds 4): floor keeps 6 pages, ceil all 7.
   const HeadView view = masked_slice(100, 8, Mask::kCausal, 0, 2);

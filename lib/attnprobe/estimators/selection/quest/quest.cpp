@@ -1,7 +1,10 @@
 #include "attnprobe/estimators/selection/quest/quest.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "attnprobe/estimators/registry.h"
@@ -54,50 +57,141 @@ struct PageBounds {
 
 // U_b = Σ_d max(q_d·M_bd, q_d·m_bd) in float64 of `count` pages into upper[0..count), channel d of page b at
 // low[d·stride + b] and high[d·stride + b]: four interleaved partial sums per page (channel d into part d mod 4, the
-// channels past the last multiple of 4 into part 0), a fixed order, as the scores. The pages sit side by side so the
-// loop over them vectorises (whole pages from PageBounds), and go in blocks whose partial sums stay in the L1 cache;
-// a partial edge page is one page of stride 1.
+// channels past the last multiple of 4 into part 0), a fixed order, as the scores. Since M_bd ≥ m_bd, the larger
+// product is q_d·M_bd when q_d ≥ 0 and q_d·m_bd otherwise (rounding keeps the order; equal bounds give equal
+// products): one product per channel, of the bound its sign picks, with the same value. 16 pages at a time, their
+// four sums in registers (the pages sit side by side: whole pages from PageBounds; a partial edge page is one page
+// of stride 1). quest.cpp is compiled with -ffp-contract=off (lib/CMakeLists.txt) so that the product and the sum stay
+// two roundings: fused into one FMA, the bounds and so the kept pages would change.
 void page_bounds(const float* q, const float* low, const float* high, int64_t stride, int64_t count, int64_t p,
                  double* upper) {
-  constexpr int64_t kPagesPerBlock = 512;
+  constexpr int64_t kLanes = 16;
   const int64_t grouped = p - p % 4;
-  double part[4][kPagesPerBlock];
-  for (int64_t block = 0; block < count; block += kPagesPerBlock) {
-    const int64_t pages = std::min(kPagesPerBlock, count - block);
-    for (auto& sums : part) std::fill(sums, sums + pages, 0.0);
-    for (int64_t d = 0; d < p; ++d) {
-      double* sum = part[d < grouped ? d % 4 : 0];
-      const double qd = q[d];
-      const float* page_high = high + d * stride + block;
-      const float* page_low = low + d * stride + block;
-      for (int64_t b = 0; b < pages; ++b)
-        sum[b] += std::max(qd * static_cast<double>(page_high[b]), qd * static_cast<double>(page_low[b]));
-    }
-    for (int64_t b = 0; b < pages; ++b) upper[block + b] = (part[0][b] + part[1][b]) + (part[2][b] + part[3][b]);
+  // Per channel, q_d in float64 and the bounds its sign picks.
+  std::vector<double> weight(p);
+  std::vector<const float*> bounds(p);
+  for (int64_t d = 0; d < p; ++d) {
+    weight[d] = q[d];
+    bounds[d] = (weight[d] >= 0 ? high : low) + d * stride;
   }
+  auto sum_pages = [&]<int64_t Lanes>(int64_t b0, std::integral_constant<int64_t, Lanes>, int64_t lanes) {
+    const int64_t width = Lanes == kLanes ? kLanes : lanes;
+    double part[4][Lanes] = {};
+    auto add_channel = [&](int64_t d, double* sum) {
+      const double qd = weight[d];
+      const float* bound = bounds[d] + b0;
+      for (int64_t b = 0; b < width; ++b) sum[b] += qd * static_cast<double>(bound[b]);
+    };
+    for (int64_t d = 0; d < grouped; d += 4)  // each part's index fixed in the code, so the sums stay in registers
+      for (int64_t c = 0; c < 4; ++c) add_channel(d + c, part[c]);
+    for (int64_t d = grouped; d < p; ++d) add_channel(d, part[0]);
+    for (int64_t b = 0; b < lanes; ++b) upper[b0 + b] = (part[0][b] + part[1][b]) + (part[2][b] + part[3][b]);
+  };
+  int64_t b0 = 0;
+  for (; b0 + kLanes <= count; b0 += kLanes) sum_pages(b0, std::integral_constant<int64_t, kLanes>{}, kLanes);
+  if (b0 < count) sum_pages(b0, std::integral_constant<int64_t, kLanes - 1>{}, count - b0);
 }
+
+// A row's visible pages: [first, last] (index b − first in its bounds), its whole ones [whole_begin, whole_end)
+// (bounded from PageBounds), the partial pages at either edge bounded on their own.
+struct RowPages {
+  int64_t first, last, whole_begin, whole_end;
+  RowPages(KeyRange seen, int64_t page)
+      : first(seen.begin / page),
+        last((seen.end - 1) / page),
+        whole_begin((seen.begin + page - 1) / page),
+        whole_end(std::max(whole_begin, seen.end / page)) {}
+  int64_t count() const { return last - first + 1; }
+};
+
+// The rows' bounds U_b of their whole pages, for kRowsAtOnce rows at a time: the pages go in tiles whose page bounds
+// stay in the L2 cache while every row of the block (and each of its scoring heads) sums its bounds over them, so the
+// bounds (2 MiB at 65536 keys) are read from memory once per block rather than once per row. Each bound's sums are
+// page_bounds' whatever the tiling, so a row's bounds are the same as one row at a time. A row's bounds are handed
+// over once; asked for again, they are computed for it alone.
+class WholePageScores {
+ public:
+  static constexpr int64_t kRowsAtOnce = 32;  ///< attend_kept's task of rows (kept_keys.cpp): no two tasks share one
+  static constexpr int64_t kPagesPerTile = 512;
+
+  WholePageScores(const HeadView& view, const QuestParams& params, std::shared_ptr<const PageBounds> bounds)
+      : view_(view),
+        params_(params),
+        bounds_(std::move(bounds)),
+        heads_(scoring_heads(view, params.share)),
+        blocks_((view.n() + kRowsAtOnce - 1) / kRowsAtOnce) {}
+
+  /// Row i's bounds per scoring head (index b − first over its visible pages), its whole pages filled.
+  std::vector<std::vector<double>> take(int64_t i) {
+    Block& block = blocks_[i / kRowsAtOnce];
+    std::lock_guard<std::mutex> lock(block.mutex);
+    if (!block.computed) compute(i / kRowsAtOnce * kRowsAtOnce, block);
+    std::vector<std::vector<double>>& mine = block.upper[i % kRowsAtOnce];
+    if (mine.empty()) return rows_scores(i, i + 1).front();  // taken before
+    return std::move(mine);
+  }
+  const ScoringHeads& heads() const { return heads_; }
+
+ private:
+  struct Block {
+    std::mutex mutex;
+    bool computed = false;
+    std::vector<std::vector<std::vector<double>>> upper;  ///< [row in block][head][page − first]
+  };
+
+  void compute(int64_t i0, Block& block) {
+    block.upper = rows_scores(i0, std::min(view_.n(), i0 + kRowsAtOnce));
+    block.computed = true;
+  }
+
+  std::vector<std::vector<std::vector<double>>> rows_scores(int64_t i0, int64_t i1) const {
+    const int64_t page = params_.page, rows = i1 - i0;
+    std::vector<RowPages> pages;
+    std::vector<std::vector<std::vector<double>>> upper(rows);
+    int64_t begin = std::numeric_limits<int64_t>::max(), end = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowPages& row = pages.emplace_back(view_.visible(i0 + r), page);
+      upper[r].assign(heads_.size(), std::vector<double>(row.count()));
+      if (row.whole_end > row.whole_begin) begin = std::min(begin, row.whole_begin), end = std::max(end, row.whole_end);
+    }
+    for (int64_t tile = begin; tile < end; tile += kPagesPerTile)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t from = std::max(tile, pages[r].whole_begin);
+        const int64_t to = std::min({tile + kPagesPerTile, end, pages[r].whole_end});
+        if (to <= from) continue;
+        for (int h = 0; h < heads_.size(); ++h)
+          page_bounds(heads_.rows[h]->row(i0 + r).data(), bounds_->low.data() + from, bounds_->high.data() + from,
+                      bounds_->pages, to - from, view_.p(), upper[r][h].data() + (from - pages[r].first));
+      }
+    return upper;
+  }
+
+  const HeadView& view_;
+  QuestParams params_;
+  std::shared_ptr<const PageBounds> bounds_;
+  ScoringHeads heads_;
+  std::vector<Block> blocks_;
+};
 
 class Quest final : public KeptKeysEstimator {
  public:
   explicit Quest(QuestParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    auto bounds = std::make_shared<const PageBounds>(view.kf, params_.page);
-    return [&view, params = params_, bounds, precision = ctx.precision](int64_t i) {
+    auto scores =
+        std::make_shared<WholePageScores>(view, params_, std::make_shared<const PageBounds>(view.kf, params_.page));
+    return [&view, params = params_, scores, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
-      const int64_t page = params.page, first = seen.begin / page, last = (seen.end - 1) / page;
-      const int64_t pages = last - first + 1;
-      // U_b of each page (index b − first), its keys clipped to the row's, for each scoring head's query.
-      const ScoringHeads heads = scoring_heads(view, params.share);
-      std::vector<std::vector<double>> upper(heads.size(), std::vector<double>(pages));
-      // Whole pages [whole_begin, whole_end) from the shared bounds; the partial pages at either edge on their own.
-      const int64_t whole_begin = (seen.begin + page - 1) / page, whole_end = std::max(whole_begin, seen.end / page);
-      for (int h = 0; h < heads.size(); ++h)
-        page_bounds(heads.rows[h]->row(i).data(), bounds->low.data() + whole_begin, bounds->high.data() + whole_begin,
-                    bounds->pages, whole_end - whole_begin, view.p(), upper[h].data() + (whole_begin - first));
+      const int64_t page = params.page;
+      const RowPages row(seen, page);
+      const int64_t first = row.first, last = row.last, pages = row.count();
+      // U_b of each page (index b − first), its keys clipped to the row's, for each scoring head's query: the whole
+      // pages from the shared bounds, the partial pages at either edge on their own.
+      const ScoringHeads& heads = scores->heads();
+      std::vector<std::vector<double>> upper = scores->take(i);
       RowVectorF low(view.p()), high(view.p());
       for (int64_t b = first; b <= last; ++b) {
-        if (b >= whole_begin && b < whole_end) continue;
+        if (b >= row.whole_begin && b < row.whole_end) continue;
         key_bounds(view.kf, std::max(seen.begin, b * page), std::min(seen.end, (b + 1) * page), low.data(),
                    high.data());
         for (int h = 0; h < heads.size(); ++h)
