@@ -629,6 +629,59 @@ TEST_CASE("tova(heads=layer) keeps one cache for the layer, scored by every head
   CHECK(rounded.group->keys[0] == rounded.group->keys[1]);  // one copy per kv head, shared as before
 }
 
+namespace {
+
+// Head 1 of a layer of 4 query heads over 2 kv heads, its own slice `base`, the other heads' query rows `rows` (index
+// 1 unused) and the other kv head's keys `other_keys`, cut to its last `last` rows (0: whole).
+HeadView layer_of(const HeadView& base, const std::vector<MatrixF>& rows, const MatrixF& other_keys, int64_t last) {
+  std::vector<const MatrixF*> members = {&rows[0], nullptr, &rows[2], &rows[3]};
+  std::vector<const MatrixF*> keys = {nullptr, nullptr, &other_keys, &other_keys};
+  HeadView whole = base;
+  whole.group = prefix_group(members, 1, base.keys(), keys);
+  return last > 0 ? last_rows(whole, last) : whole;
+}
+
+}  // namespace
+
+TEST_CASE("shared kept sets read no later token of any head of their kv group or layer", "[selection][share][leak]") {
+  // The conformance leak harness runs views without a group. Here every variant whose kept sets a kv group or the
+  // layer share (Capabilities::shared_by) runs as head 1 of a 4-head, 2-kv-head layer, and the tokens from position j
+  // on are replaced in every head's queries and in both kv heads' keys (and the view's values): the rows before j
+  // must keep their bits. Causal forms over the whole slice; the methods that compress a prompt or replay a cache
+  // over 48 decode rows after a prompt of 112.
+  constexpr int64_t n = 160, kDecodeRows = 48;
+  HeadView base = causal_slice(n, 8, 31);
+  base.rope_inv_freq = std::make_shared<const std::vector<double>>(std::vector<double>{1.0, 0.1, 0.01, 0.001});
+  const MatrixF other_keys = causal_slice(n, 8, 32).kf;
+  std::vector<MatrixF> rows(4);
+  for (const int m : {0, 2, 3}) rows[m] = 0.6f * base.qf + 0.8f * causal_slice(n, 8, 40 + m).qf;
+  int64_t settings = 0;
+  for (const EstimatorDef* def : registered_estimators())
+    for (const std::string& spec : variants(*def)) {
+      const Capabilities can = parse_spec(spec).capabilities();
+      if (can.shared_by == SharedBy::kHead) continue;
+      const bool whole = can.forms.has(Mask::kCausal);
+      if (!whole && !(can.prompt && can.decode.has(Mask::kCausal))) continue;
+      ++settings;
+      const int64_t last = whole ? 0 : kDecodeRows, first_position = n - (whole ? n : kDecodeRows);
+      const HeadView view = layer_of(base, rows, other_keys, last);
+      const MatrixF out = run_estimator(spec, view);
+      for (const int64_t j : whole ? std::vector<int64_t>{40, 101} : std::vector<int64_t>{125, 150}) {
+        INFO(spec << ", tokens from " << j << " replaced");
+        std::vector<MatrixF> changed_rows = rows;
+        MatrixF changed_keys = other_keys;
+        const HeadView noise = causal_slice(n, 8, 77 + j);
+        for (const int m : {0, 2, 3}) changed_rows[m].bottomRows(n - j) = -1.5f * noise.qf.bottomRows(n - j);
+        changed_keys.bottomRows(n - j) = 2.0f * noise.kf.bottomRows(n - j);
+        const HeadView changed = layer_of(with_tokens_replaced(base, j, 91 + j), changed_rows, changed_keys, last);
+        const MatrixF moved = run_estimator(spec, changed);
+        CHECK(rows_identical(out, moved, j - first_position));
+        CHECK_FALSE(rows_identical(out, moved, out.rows()));  // the replaced tokens reach the later rows
+      }
+    }
+  CHECK(settings >= 20);  // observed 24: causal forms, and those that compress a prompt or replay a cache
+}
+
 TEST_CASE("a sweep gives tova(heads=layer) every head of the layer and the keys of every kv head",
           "[selection][share][cli]") {
   const std::string csv = temp_path("layer-share.csv");
