@@ -46,7 +46,7 @@ import numpy as np
 from . import _core
 from . import custom as _custom
 from ._core import InputError
-from .containers import Layer, Layers, as_numpy, write_dump
+from .containers import Layer, Layers, as_frequencies, write_dump
 
 __version__ = _core.__version__
 
@@ -171,14 +171,6 @@ def _geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, q=Non
             *_shaping(q, k, bias, softcap, alibi_slope, bias_before_softcap))
 
 
-def _frequencies(rope_inv_freq) -> np.ndarray:
-    """Rotary inverse frequencies as a float64 vector (numpy or torch); the core checks their count and values."""
-    array = np.asarray(as_numpy(rope_inv_freq, "rope_inv_freq"), dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"rope_inv_freq must be a vector of P/2 inverse frequencies, got shape {array.shape}")
-    return array
-
-
 def _slice_geometry(causal: bool, mask: Optional[str], q_positions, cross: bool, *shaping) -> None:
     if causal or mask is not None or q_positions is not None or cross or any(
             x is not None and x is not False for x in shaping):
@@ -259,7 +251,7 @@ class Slice(_core.Slice):
         super().__init__(q, k, v, None if scale is None else float(scale),
                          *_geometry(causal, mask, q_positions, cross, q, k, bias, softcap, alibi_slope,
                                     bias_before_softcap),
-                         rope_inv_freq=None if rope_inv_freq is None else _frequencies(rope_inv_freq))
+                         rope_inv_freq=None if rope_inv_freq is None else as_frequencies(rope_inv_freq))
 
 
 def _slice_only(q, k, v, scale) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .containers import Layer, Layers, as_numpy, check_layer, head_bias
+from .containers import Layer, Layers, as_frequencies, as_numpy, check_layer, head_bias
 
 TOLERANCE = 1e-3  # relative Frobenius error above which a capture is refused (float32 models land near 1e-7)
 
@@ -151,7 +151,7 @@ def _frequencies_per_layer(rope_inv_freq, count: int) -> Optional[list]:
         vectors = list(rope_inv_freq)
     else:
         vectors = [rope_inv_freq] * count
-    return [np.asarray(as_numpy(x, "rope_inv_freq"), dtype=np.float64) for x in vectors]
+    return [as_frequencies(x) for x in vectors]
 
 
 # ---- running the model ------------------------------------------------------------------------------------------

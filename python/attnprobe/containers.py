@@ -58,6 +58,15 @@ def as_numpy(x: Any, name: str) -> Optional[np.ndarray]:
     raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
 
 
+def as_frequencies(rope_inv_freq) -> np.ndarray:
+    """Rotary inverse frequencies (numpy or torch) as a float64 vector; their count and values are checked where
+    they meet a head dim (check_layer, the core's Slice)."""
+    array = np.asarray(as_numpy(rope_inv_freq, "rope_inv_freq"), dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"rope_inv_freq must be a vector of P/2 inverse frequencies, got shape {array.shape}")
+    return array
+
+
 @dataclasses.dataclass
 class Layer:
     """One attention layer as a dump holds it: what :func:`attnprobe.capture` returns per layer and what

@@ -189,6 +189,7 @@ void select_moving_rows(const HeadView& view, const Tables& t, const MagicpigPar
   RowVectorD highest = RowVectorD::Constant(bits, -std::numeric_limits<double>::infinity());
   std::vector<uint64_t> query_bits(static_cast<size_t>(rows * K * words), 0);  // [row][b][table bit]
   std::vector<double> projections(bits);
+  const std::vector<double> zero(L, 0.0);  // the query's bits are its projections' signs: g·q − 0 > 0
   int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
   for (int64_t r = 0; r < rows; ++r) {
     ranges[r] = hashed_range(view, t, i0 + r);
@@ -200,8 +201,7 @@ void select_moving_rows(const HeadView& view, const Tables& t, const MagicpigPar
     const RowVectorD q = view.qf.row(i0 + r).cast<double>();
     project_all(q.data(), t.planes_t, projections.data());
     for (int64_t b = 0; b < K; ++b)
-      for (int64_t l = 0; l < L; ++l)
-        query_bits[(r * K + b) * words + l / 64] |= static_cast<uint64_t>(projections[b * L + l] > 0) << (l % 64);
+      positive_bits(projections.data() + b * L, zero.data(), L, &query_bits[(r * K + b) * words]);
   }
   // Per key, bit b of table l: positive for every row of the block (above the highest centre), and unsure (above the
   // lowest but not the highest), found level by level as the rows need them.
