@@ -188,31 +188,43 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
 
 TEST_CASE("a second signal of either kind ends a stopping sweep at once", "[cli][resume]") {
   // ra(S=1024) at n = 1024 takes ~2.4 s per trial: after the first signal the sweep waits for it, and the
-  // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too. The first signal
-  // goes 0.3 s after n = 64's four trials are written (36 rows), so inside n = 1024's first trial: sent before
-  // any trial began, it would end the sweep at once, with nothing to wait for.
+  // second (Ctrl-C, then a scheduler's SIGTERM, or the other way round) must not wait too. The first signal must
+  // find one of n = 1024's trials running: it goes after n = 64's four trials are written (36 rows), but the time
+  // from there to n = 1024's first trial (its float64 reference) has no bound on a loaded machine (CTest -j2 under a
+  // sanitizer: a fixed 0.3 s fell short twice). A sweep that ends within 0.3 s of the first signal had no trial to
+  // wait for (or finished it): it is run again, the first signal sent twice as late.
   const std::string dump = write_synth("slow.h5", synth_options(1, 1, 1, 1024, 32));
   for (const auto& [first, second] :
        {std::pair{SIGINT, SIGTERM}, std::pair{SIGTERM, SIGINT}, std::pair{SIGINT, SIGINT}}) {
     INFO("signals " << first << " then " << second);
-    const std::string out = temp_path(fmt::format("second-{}-{}.csv", first, second));
-    const pid_t child = start_sweep(dump,
-                                    {"-e", "ra(S=1024)", "--lengths", "64,1024", "--trials", "4", "--layers", "0",
-                                     "--heads", "0", "--threads", "1"},
-                                    out, 36);
-    REQUIRE(child > 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    kill(child, first);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const auto sent = std::chrono::steady_clock::now();
-    kill(child, second);
-    int status = 0;
-    waitpid(child, &status, 0);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
-    INFO(read_text(out + ".log") << "waited " << waited << " s");
-    REQUIRE(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == second);
-    CHECK(waited < 1);  // observed ~0.01 s; a trial takes ~2.4 s
+    bool measured = false;
+    for (int attempt = 0; attempt < 5 && !measured; ++attempt) {
+      const std::string out = temp_path(fmt::format("second-{}-{}-{}.csv", first, second, attempt));
+      const pid_t child = start_sweep(dump,
+                                      {"-e", "ra(S=1024)", "--lengths", "64,1024", "--trials", "4", "--layers", "0",
+                                       "--heads", "0", "--threads", "1"},
+                                      out, 36);
+      REQUIRE(child > 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300 << attempt));
+      kill(child, first);
+      int status = 0;
+      bool ended = false;
+      for (int wait = 0; wait < 30 && !ended; ++wait) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ended = waitpid(child, &status, WNOHANG) == child;
+      }
+      if (ended) continue;  // no trial held it: run again, later
+      const auto sent = std::chrono::steady_clock::now();
+      kill(child, second);
+      waitpid(child, &status, 0);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+      INFO(read_text(out + ".log") << "waited " << waited << " s, attempt " << attempt);
+      REQUIRE(WIFSIGNALED(status));
+      CHECK(WTERMSIG(status) == second);
+      CHECK(waited < 1);  // observed ~0.01 s; a trial takes ~2.4 s
+      measured = true;
+    }
+    CHECK(measured);  // observed: the first attempt; under ASan beside a busy core, the first or the second
   }
 }
 
