@@ -152,23 +152,28 @@ pid_t start_sweep(const std::string& dump, const std::vector<std::string>& args,
     if (waitpid(child, &status, WNOHANG) == child) FAIL("the sweep ended before its first rows: " << read_text(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (complete_lines(out) < 1 + rows) FAIL("the sweep wrote no rows in 60 s: " << read_text(log));
+  if (complete_lines(out) < 1 + rows)
+    FAIL("the sweep wrote fewer than " << rows << " rows in 60 s: " << read_text(log));
   return child;
 }
 }  // namespace
 
 TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them and exits 130", "[cli][resume]") {
-  // 2 × 10⁵ short trials (~9 s on 2 threads, one slice per length): the signal, sent once the first trial's
-  // rows are written, lands mid-slice, where before the handler the slice's finished trials were lost.
+  // Rows are written per slice (one length here), so the signal must land inside a slice with trials finished:
+  // 10⁴ short trials at n = 16 (~0.5 s on 2 threads) are written first, then the signal goes 0.3 s into
+  // n = 1024's (~2.8 s; its float64 reference takes ~10 ms). Where before the handler the running slice's finished
+  // trials were lost, they must be in the CSV: more rows than n = 16's alone.
+  const int64_t trials = 10000;
+  const std::string dump = write_synth("stopped.h5", synth_options(1, 1, 1, 1024, 32));
   for (const int signal : {SIGINT, SIGTERM}) {
     INFO("signal " << signal);
     const std::string out = temp_path(fmt::format("stopped-{}.csv", signal));
     const std::string info = temp_path(fmt::format("stopped-{}.csv.run.json", signal));
-    const pid_t child = start_sweep(demo_dump(),
-                                    {"-e", "performer(M=16)", "--lengths", "32,64", "--trials", "100000", "--layers",
-                                     "0", "--heads", "0", "--batch", "0", "--threads", "2"},
-                                    out, 9);
+    const pid_t child = start_sweep(
+        dump, {"-e", "performer(M=16)", "--lengths", "16,1024", "--trials", std::to_string(trials), "--threads", "2"},
+        out, 9 * trials);
     REQUIRE(child > 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     kill(child, signal);
     int status = 0;
     waitpid(child, &status, 0);
@@ -180,7 +185,9 @@ TEST_CASE("Ctrl-C or SIGTERM stops a sweep after its running trials, writes them
     CHECK(json["finished"].is_null());
     CHECK(json["interrupted"].is_string());
     const CsvContents rows = read_csv(out);  // whole trials only: 9 metric rows each
-    CHECK(rows.trials.size() > 0);
+    CHECK(static_cast<int64_t>(rows.trials.size()) >
+          9 * trials);  // observed: 1346 of n = 1024's trials beside n = 16's
+    CHECK(static_cast<int64_t>(rows.trials.size()) < 18 * trials);
     CHECK(rows.trials.size() % 9 == 0);
     CHECK(json["rows_written"] == rows.trials.size());
   }
