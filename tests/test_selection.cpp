@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "attnprobe/common/error.h"
@@ -268,21 +269,36 @@ TEST_CASE("quest with one-key pages and moba with one-key blocks are topk", "[se
                        view.n()));
 }
 
-TEST_CASE("quest scores its rows' pages 32 rows at a time: any order, any row twice, the same kept keys",
+TEST_CASE("quest and sparq score their rows 32 at a time: any order, any row twice, the same kept keys",
           "[selection]") {
-  // A row's page bounds come from its block of 32 rows, scored together the first time one is asked for, and are
-  // handed over once; asked again, the row is scored alone. 100 rows: blocks of 32, 32, 32 and 4.
+  // A row's page bounds (quest) or approximate logits (sparq) come from its block of 32 rows, scored together the
+  // first time one is asked for, and are handed over once; asked again, the row is scored alone. 100 rows: blocks of
+  // 32, 32, 32 and 4. The kept keys and sparq's completion (its α from the approximate logits) must not depend on it.
   const HeadView view = masked_slice(100, 12, Mask::kCausal, 40, 5);
-  for (const std::string spec : {"quest(page=8,budget=30)", "quest(page=3,budget=11,last=1)"}) {
+  for (const std::string spec : {"quest(page=8,budget=30)", "quest(page=3,budget=11,last=1)",
+                                 "sparq(r=3,k=20,window=4)", "sparq(r=12,k=9,window=0)", "sparq(r=5,k=30,window=30)"}) {
+    INFO(spec);
     const auto estimator = parse_spec(spec).make();
-    const auto rows = estimator->kept_keys(view, {make_random_key(1, spec, 0)});
-    int64_t mismatches = 0;
+    const EstimateContext ctx{make_random_key(1, spec, 0)};
+    const auto rows = estimator->kept_keys(view, ctx);
+    int64_t mismatches = 0, completions = 0;
     for (int64_t r = 0; r < view.n(); ++r) {
       const int64_t i = view.n() - 1 - r;  // the last block first, its last row first
-      const std::vector<int64_t> once = rows(i).keys, again = rows(i).keys;
-      mismatches += (once != again) + (once != stated_set(spec, view, i));
+      const KeptKeys once = rows(i), again = rows(i), fresh = estimator->kept_keys(view, ctx)(i);
+      for (const KeptKeys* other : {&again, &fresh}) {
+        mismatches += (once.keys != other->keys) + (once.completions.size() != other->completions.size());
+        for (size_t c = 0; c < std::min(once.completions.size(), other->completions.size()); ++c)
+          mismatches += once.completions[c].log_mass != other->completions[c].log_mass;
+      }
+      completions += static_cast<int64_t>(once.completions.size());
+      if (spec.rfind("quest", 0) == 0) mismatches += once.keys != stated_set(spec, view, i);
     }
     CHECK(mismatches == 0);
+    // sparq: one completion (the value mean) on each row that does not keep every key it sees (row i sees i + 1 keys:
+    // the rows seeing more than k)
+    const std::map<std::string, int64_t> rows_with_completion = {
+        {"sparq(r=3,k=20,window=4)", 80}, {"sparq(r=12,k=9,window=0)", 91}, {"sparq(r=5,k=30,window=30)", 70}};
+    CHECK(completions == (rows_with_completion.count(spec) ? rows_with_completion.at(spec) : 0));
   }
 }
 
@@ -352,6 +368,48 @@ TEST_CASE("selection ties keep the older key", "[selection]") {
   CHECK(stated_set("topk(k=2)", view, 40) == std::vector<int64_t>{10, 20});
   CHECK(stated_set("topk(k=1,window=12)", view, 40) ==
         std::vector<int64_t>{10, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40});
+}
+
+TEST_CASE("best_by_score keeps the set a full sort by score then older key keeps", "[selection]") {
+  // best_by_score deals the scores into buckets and orders only the bucket the cut falls in; the definition is the
+  // first `count` of the candidates sorted by (score descending, index ascending). Scores drawn from a few values
+  // (ties everywhere, in the cut's bucket too), spread over 30 orders of magnitude (most in one bucket), ±0, an
+  // infinity (the nth_element path), all equal, and candidates out of order with a gap in the indices.
+  std::mt19937_64 draw(7);
+  std::uniform_int_distribution<int> level(0, 5);
+  std::normal_distribution<double> normal;
+  const int64_t first = 3, keys = 3000;
+  std::vector<std::vector<double>> settings(7, std::vector<double>(keys));
+  for (int64_t j = 0; j < keys; ++j) {
+    settings[0][j] = normal(draw);
+    settings[1][j] = 0.25 * level(draw);
+    settings[2][j] = std::pow(10.0, 30 * normal(draw) / 3) * (j % 2 ? 1 : -1);
+    settings[3][j] = j % 3 == 0 ? 0.0 : j % 3 == 1 ? -0.0 : 1e-300;
+    settings[4][j] = j == 17 ? INFINITY : normal(draw);
+    settings[5][j] = 1.5;
+    settings[6][j] = j < 100 ? 1e300 + 1e284 * normal(draw) : normal(draw);  // the rest in the lowest bucket
+  }
+  std::vector<int64_t> candidates;
+  for (int64_t j = keys - 1; j >= 0; --j)
+    if (j % 7 != 3) candidates.push_back(first + j);
+  int checked = 0;
+  for (size_t s = 0; s < settings.size(); ++s)
+    for (const int64_t count : {int64_t{1}, int64_t{2}, int64_t{150}, int64_t{1000}, int64_t{2570}}) {
+      INFO("setting " << s << ", count " << count);
+      const std::vector<double>& scores = settings[s];
+      std::vector<int64_t> sorted = candidates;
+      std::stable_sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) {
+        const double sa = scores[a - first], sb = scores[b - first];
+        return sa > sb || (sa == sb && a < b);
+      });
+      sorted.resize(count);
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<int64_t> best = best_by_score(candidates, scores, first, count);
+      std::sort(best.begin(), best.end());
+      CHECK(best == sorted);
+      ++checked;
+    }
+  CHECK(checked == 35);
 }
 
 TEST_CASE("positional selections have no full form", "[selection]") {

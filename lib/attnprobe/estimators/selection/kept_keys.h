@@ -22,6 +22,10 @@
 
 namespace attnprobe {
 
+/// Rows per task of attend_kept on the pool (a thread takes a task's rows in order; RowBlocks shares work among
+/// them).
+inline constexpr int64_t kKeptRowsPerTask = 32;
+
 /// out (n × pv): each row's softmax over its kept keys (logits ℓ_j + ω_j) and completion terms applied to V and
 /// the completions' values, float32 like the exact kernel; rows in parallel on `pool`. Nothing kept: the zero row.
 /// `stored` below float32: FlashAttention-2's points over the kept keys (ATTNPROBE_KEPT_KEYS_ATTENDED): the row sum of
@@ -127,6 +131,7 @@ void positional_forms(int64_t sink, int64_t window, Capabilities& can);
 
 /// The `count` best of `candidates` (absolute indices into the row's visible range starting at `first`) by
 /// (score descending, index ascending); scores[j − first] is key j's score. Every candidate when count ≥ their number.
+/// A set: in no particular order (callers sort it or test membership).
 /// Below float32 the scores are compared as a device stores them in `precision` (each rounded from float32:
 /// store_as), so scores that round to one value tie and the older key wins; `ties` (when given) then adds the
 /// ranking's ScoreTies. float32 ranks the float64 scores as they are.

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/selection/kept_keys.h"
+#include "attnprobe/estimators/selection/row_blocks.h"
 
 namespace attnprobe {
 namespace {
@@ -104,91 +104,56 @@ struct RowPages {
   int64_t count() const { return last - first + 1; }
 };
 
-// The rows' bounds U_b of their whole pages, for kRowsAtOnce rows at a time: the pages go in tiles whose page bounds
-// stay in the L2 cache while every row of the block (and each of its scoring heads) sums its bounds over them, so the
-// bounds (2 MiB at 65536 keys) are read from memory once per block rather than once per row: a decode step of 16 rows
-// at 65536 keys takes 3.83 ms against 4.05–4.15 ms one row at a time. Each bound's sums are page_bounds' whatever
-// the tiling, so a row's bounds are the same as one row at a time. A row's bounds are handed over once; asked for
-// again, they are computed for it alone.
-class WholePageScores {
- public:
-  static constexpr int64_t kRowsAtOnce = 32;  ///< attend_kept's task of rows (kept_keys.cpp): no two tasks share one
-  static constexpr int64_t kPagesPerTile = 512;
-
-  WholePageScores(const HeadView& view, const QuestParams& params, std::shared_ptr<const PageBounds> bounds)
-      : view_(view),
-        params_(params),
-        bounds_(std::move(bounds)),
-        heads_(scoring_heads(view, params.share)),
-        blocks_((view.n() + kRowsAtOnce - 1) / kRowsAtOnce) {}
-
-  /// Row i's bounds per scoring head (index b − first over its visible pages), its whole pages filled.
-  std::vector<std::vector<double>> take(int64_t i) {
-    Block& block = blocks_[i / kRowsAtOnce];
-    std::lock_guard<std::mutex> lock(block.mutex);
-    if (!block.computed) compute(i / kRowsAtOnce * kRowsAtOnce, block);
-    std::vector<std::vector<double>>& mine = block.upper[i % kRowsAtOnce];
-    if (mine.empty()) return rows_scores(i, i + 1).front();  // taken before
-    return std::move(mine);
+// Rows [i0, i1)'s bounds U_b of their whole pages per scoring head ([row][head][page − first], the partial pages at
+// either edge left for the row): the pages go in tiles whose page bounds stay in the L2 cache while every row (and
+// each of its scoring heads) sums its bounds over them, so for a block of RowBlocks the bounds (2 MiB at 65536 keys)
+// are read from memory once rather than once per row: a decode step of 16 rows at 65536 keys takes 3.83 ms against
+// 4.05–4.15 ms one row at a time. Each bound's sums are page_bounds' whatever the tiling, so a row's bounds are the
+// same as one row at a time.
+std::vector<std::vector<std::vector<double>>> whole_page_scores(const HeadView& view, const QuestParams& params,
+                                                                const PageBounds& bounds, const ScoringHeads& heads,
+                                                                int64_t i0, int64_t i1) {
+  constexpr int64_t kPagesPerTile = 512;
+  const int64_t page = params.page, rows = i1 - i0;
+  std::vector<RowPages> pages;
+  std::vector<std::vector<std::vector<double>>> upper(rows);
+  int64_t begin = std::numeric_limits<int64_t>::max(), end = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowPages& row = pages.emplace_back(view.visible(i0 + r), page);
+    upper[r].assign(heads.size(), std::vector<double>(row.count()));
+    if (row.whole_end > row.whole_begin) begin = std::min(begin, row.whole_begin), end = std::max(end, row.whole_end);
   }
-  const ScoringHeads& heads() const { return heads_; }
-
- private:
-  struct Block {
-    std::mutex mutex;
-    bool computed = false;
-    std::vector<std::vector<std::vector<double>>> upper;  ///< [row in block][head][page − first]
-  };
-
-  void compute(int64_t i0, Block& block) {
-    block.upper = rows_scores(i0, std::min(view_.n(), i0 + kRowsAtOnce));
-    block.computed = true;
-  }
-
-  std::vector<std::vector<std::vector<double>>> rows_scores(int64_t i0, int64_t i1) const {
-    const int64_t page = params_.page, rows = i1 - i0;
-    std::vector<RowPages> pages;
-    std::vector<std::vector<std::vector<double>>> upper(rows);
-    int64_t begin = std::numeric_limits<int64_t>::max(), end = 0;
+  for (int64_t tile = begin; tile < end; tile += kPagesPerTile)
     for (int64_t r = 0; r < rows; ++r) {
-      const RowPages& row = pages.emplace_back(view_.visible(i0 + r), page);
-      upper[r].assign(heads_.size(), std::vector<double>(row.count()));
-      if (row.whole_end > row.whole_begin) begin = std::min(begin, row.whole_begin), end = std::max(end, row.whole_end);
+      const int64_t from = std::max(tile, pages[r].whole_begin);
+      const int64_t to = std::min({tile + kPagesPerTile, end, pages[r].whole_end});
+      if (to <= from) continue;
+      for (int h = 0; h < heads.size(); ++h)
+        page_bounds(heads.rows[h]->row(i0 + r).data(), bounds.low.data() + from, bounds.high.data() + from,
+                    bounds.pages, to - from, view.p(), upper[r][h].data() + (from - pages[r].first));
     }
-    for (int64_t tile = begin; tile < end; tile += kPagesPerTile)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t from = std::max(tile, pages[r].whole_begin);
-        const int64_t to = std::min({tile + kPagesPerTile, end, pages[r].whole_end});
-        if (to <= from) continue;
-        for (int h = 0; h < heads_.size(); ++h)
-          page_bounds(heads_.rows[h]->row(i0 + r).data(), bounds_->low.data() + from, bounds_->high.data() + from,
-                      bounds_->pages, to - from, view_.p(), upper[r][h].data() + (from - pages[r].first));
-      }
-    return upper;
-  }
-
-  const HeadView& view_;
-  QuestParams params_;
-  std::shared_ptr<const PageBounds> bounds_;
-  ScoringHeads heads_;
-  std::vector<Block> blocks_;
-};
+  return upper;
+}
 
 class Quest final : public KeptKeysEstimator {
  public:
   explicit Quest(QuestParams params) : params_(params) {}
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
-    auto scores =
-        std::make_shared<WholePageScores>(view, params_, std::make_shared<const PageBounds>(view.kf, params_.page));
-    return [&view, params = params_, scores, precision = ctx.precision](int64_t i) {
+    auto bounds = std::make_shared<const PageBounds>(view.kf, params_.page);
+    auto shared_heads = std::make_shared<const ScoringHeads>(scoring_heads(view, params_.share));
+    auto scores = std::make_shared<RowBlocks<std::vector<std::vector<double>>>>(
+        view.n(), [&view, params = params_, bounds, shared_heads](int64_t i0, int64_t i1) {
+          return whole_page_scores(view, params, *bounds, *shared_heads, i0, i1);
+        });
+    return [&view, params = params_, shared_heads, scores, precision = ctx.precision](int64_t i) {
+      const ScoringHeads& heads = *shared_heads;
       const KeyRange seen = view.visible(i);
       const int64_t page = params.page;
       const RowPages row(seen, page);
       const int64_t first = row.first, last = row.last, pages = row.count();
       // U_b of each page (index b − first), its keys clipped to the row's, for each scoring head's query: the whole
       // pages from the shared bounds, the partial pages at either edge on their own.
-      const ScoringHeads& heads = scores->heads();
       std::vector<std::vector<double>> upper = scores->take(i);
       RowVectorF low(view.p()), high(view.p());
       for (int64_t b = first; b <= last; ++b) {

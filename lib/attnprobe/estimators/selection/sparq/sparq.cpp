@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 
 #include "attnprobe/common/error.h"
 #include "attnprobe/estimators/registry.h"
 #include "attnprobe/estimators/selection/kept_keys.h"
+#include "attnprobe/estimators/selection/row_blocks.h"
 
 namespace attnprobe {
 namespace {
@@ -30,23 +32,75 @@ std::vector<int64_t> top_channels(const ScoringHeads& heads, int64_t row, int64_
   return channels;
 }
 
-// ŝ_j = q_I·k_{j,I} / τ over the keys [seen.begin, seen.end) (index j − seen.begin), τ = √(p·‖q_I‖₁/‖q‖₁), float64
-// sums over the channels in ascending order; all zero for a query whose chosen channels are all zero.
-std::vector<double> approximate_logits(const float* q, const MatrixF& k, KeyRange seen,
-                                       const std::vector<int64_t>& channels, int64_t p) {
-  double norm = 0, covered = 0;
-  for (int64_t d = 0; d < p; ++d) norm += std::abs(static_cast<double>(q[d]));
-  for (int64_t d : channels) covered += std::abs(static_cast<double>(q[d]));
-  std::vector<double> scores(seen.size(), 0.0);
-  if (covered == 0) return scores;
-  const double tau = std::sqrt(static_cast<double>(p) * covered / norm);
-  for (int64_t j = seen.begin; j < seen.end; ++j) {
-    const float* key = k.row(j).data();
-    double dot = 0;
-    for (int64_t d : channels) dot += static_cast<double>(q[d]) * static_cast<double>(key[d]);
-    scores[j - seen.begin] = dot / tau;
+// Rows [i0, i1)'s approximate logits per scoring head ([row][head][j − seen.begin]; none for a row that keeps every
+// key it sees): ŝ_j = q_I·k_{j,I} / τ with I the row's top_channels, τ = √(p·‖q_I‖₁/‖q‖₁), each a float64 sum over
+// the channels in ascending order, starting from 0, then one division; all zero for a query whose chosen channels
+// are all zero. The keys go in tiles, widened channel-major (the channels some row uses), while every row of the
+// block sums its scores over the tile, each key's chain in a vector lane: a decode step reads the keys once for all
+// its rows (key by key for each row, every key row was read whole 16 times, and each key's chain of r dependent
+// multiply-adds waited on the last). The chains are the same operations in the same order whatever the tiling, so a
+// row's scores are those it has alone.
+std::vector<std::vector<std::vector<double>>> approximate_logits(const HeadView& view, const ScoringHeads& heads,
+                                                                 const SparqParams& params, int64_t i0, int64_t i1) {
+  constexpr int64_t kKeysPerTile = 128;
+  const int64_t p = view.p(), rows = i1 - i0, r = std::min(params.r, p);
+  struct RowQuery {
+    KeyRange seen;
+    std::vector<int64_t> channels;
+    std::vector<std::vector<double>> weights;  ///< [head][c]: q_{channels[c]} widened
+    std::vector<double> tau;                   ///< per head; 0: the head's scores stay zero
+  };
+  std::vector<RowQuery> queries(rows);
+  std::vector<std::vector<std::vector<double>>> logits(rows);
+  std::vector<char> used(p, 0);
+  int64_t begin = std::numeric_limits<int64_t>::max(), end = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    RowQuery& query = queries[row];
+    query.seen = view.visible(i0 + row);
+    if (params.k >= query.seen.size()) continue;  // kept whole: nothing ranked
+    query.channels = top_channels(heads, i0 + row, p, r);
+    for (int64_t d : query.channels) used[d] = 1;
+    begin = std::min(begin, query.seen.begin), end = std::max(end, query.seen.end);
+    for (int h = 0; h < heads.size(); ++h) {
+      const float* q = heads.rows[h]->row(i0 + row).data();
+      double norm = 0, covered = 0;
+      for (int64_t d = 0; d < p; ++d) norm += std::abs(static_cast<double>(q[d]));
+      for (int64_t d : query.channels) covered += std::abs(static_cast<double>(q[d]));
+      query.tau.push_back(covered == 0 ? 0.0 : std::sqrt(static_cast<double>(p) * covered / norm));
+      std::vector<double>& weight = query.weights.emplace_back();
+      for (int64_t d : query.channels) weight.push_back(static_cast<double>(q[d]));
+      logits[row].emplace_back(query.seen.size(), 0.0);
+    }
   }
-  return scores;
+  std::vector<int64_t> channels_used;
+  for (int64_t d = 0; d < p; ++d)
+    if (used[d]) channels_used.push_back(d);
+  std::vector<double> tile(static_cast<size_t>(p * kKeysPerTile)), dot(kKeysPerTile);
+  for (int64_t j0 = begin; j0 < end; j0 += kKeysPerTile) {
+    const int64_t j1 = std::min(end, j0 + kKeysPerTile);
+    const float* keys = view.kf.row(j0).data();
+    for (int64_t d : channels_used) {  // a channel's column at a time: contiguous stores, gathered loads
+      double* column = tile.data() + d * kKeysPerTile;
+      for (int64_t l = 0; l < j1 - j0; ++l) column[l] = static_cast<double>(keys[l * p + d]);
+    }
+    for (int64_t row = 0; row < rows; ++row) {
+      const RowQuery& query = queries[row];
+      const int64_t from = std::max(j0, query.seen.begin) - j0, to = std::min(j1, query.seen.end) - j0;
+      if (query.channels.empty() || to <= from) continue;
+      for (size_t h = 0; h < query.tau.size(); ++h) {
+        if (query.tau[h] == 0) continue;
+        std::fill(dot.begin() + from, dot.begin() + to, 0.0);
+        for (size_t c = 0; c < query.channels.size(); ++c) {
+          const double weight = query.weights[h][c];
+          const double* column = tile.data() + query.channels[c] * kKeysPerTile;
+          for (int64_t l = from; l < to; ++l) dot[l] += weight * column[l];
+        }
+        double* out = logits[row][h].data();  // key j0 + l at j0 + l − seen.begin
+        for (int64_t l = from; l < to; ++l) out[j0 + l - query.seen.begin] = dot[l] / query.tau[h];
+      }
+    }
+  }
+  return logits;
 }
 
 // log((1 − α)/α) with α = Σ_S softmax_{V_t}(ŝ)_j: the log of the dropped keys' exponential sum over the kept
@@ -107,7 +161,12 @@ class Sparq final : public KeptKeysEstimator {
 
   KeptRows kept_keys(const HeadView& view, const EstimateContext& ctx) const override {
     auto prefix = params_.realloc ? std::make_shared<const ValuePrefix>(view) : nullptr;
-    return [&view, params = params_, prefix, precision = ctx.precision](int64_t i) {
+    auto shared_heads = std::make_shared<const ScoringHeads>(scoring_heads(view, params_.share));
+    auto logits = std::make_shared<RowBlocks<std::vector<std::vector<double>>>>(
+        view.n(), [&view, params = params_, shared_heads](int64_t i0, int64_t i1) {
+          return approximate_logits(view, *shared_heads, params, i0, i1);
+        });
+    return [&view, params = params_, prefix, shared_heads, logits, precision = ctx.precision](int64_t i) {
       const KeyRange seen = view.visible(i);
       const int64_t p = view.p(), r = std::min(params.r, p);
       // keys_scored: the partial keys of r channels, r/p of a key each, over every key the row sees.
@@ -118,29 +177,30 @@ class Sparq final : public KeptKeysEstimator {
       }
       const int64_t t = view.position(i);
       append_range(kept.keys, std::max(seen.begin, t - params.window + 1), std::min(seen.end, t + 1));
-      const std::vector<int64_t> rest = keys_outside(seen, kept.keys);
-      const ScoringHeads heads = scoring_heads(view, params.share);
-      const std::vector<int64_t> channels = top_channels(heads, i, p, r);
-      std::vector<std::vector<double>> scores;
+      std::vector<int64_t> rest = keys_outside(seen, kept.keys);
+      const ScoringHeads& heads = *shared_heads;
+      std::vector<std::vector<double>> scores = logits->take(i);
       int own = 0;
-      for (int h = 0; h < heads.size(); ++h) {
+      for (int h = 0; h < heads.size(); ++h)
         if (heads.rows[h] == &view.qf) own = h;
-        scores.push_back(approximate_logits(heads.rows[h]->row(i).data(), view.kf, seen, channels, p));
-      }
-      // α needs the own head's ŝ over all of V_t; aggregate_scores may overwrite the candidates' entries.
-      std::vector<double> own_scores = params.realloc ? scores[own] : std::vector<double>();
+      // α needs the own head's ŝ over all of V_t; aggregate_scores may overwrite the candidates' entries (one head:
+      // it hands them back as they are).
+      const bool alone = scores.size() == 1;
+      std::vector<double> own_scores = params.realloc && !alone ? scores[own] : std::vector<double>();
       const std::vector<double> shared =
           aggregate_scores(std::move(scores), rest, seen.begin, params.agg, /*logits=*/true);
+      const std::vector<double>& own_logits = alone ? shared : own_scores;
       const int64_t wanted = params.k - static_cast<int64_t>(kept.keys.size());
-      const std::vector<int64_t> best = best_by_score(rest, shared, seen.begin, wanted, precision, &kept.ties);
-      kept.keys.insert(kept.keys.end(), best.begin(), best.end());
+      const std::vector<int64_t> best =
+          best_by_score(std::move(rest), shared, seen.begin, wanted, precision, &kept.ties);
+      kept.keys.insert(kept.keys.begin(), best.begin(), best.end());  // older than the window: no sort needed
       finish_kept(kept.keys);
       if (params.realloc) {
         Completion mean{0.0, true, prefix->mean(seen), {}};
         if (kept.keys.empty())  // α = 0: the value mean alone (absolute log-mass 0, the only term)
           mean.relative = false;
         else
-          mean.log_mass = log_dropped_over_kept(own_scores, seen, kept.keys);
+          mean.log_mass = log_dropped_over_kept(own_logits, seen, kept.keys);
         kept.completions.push_back(std::move(mean));
       }
       return kept;
