@@ -392,7 +392,6 @@ TEST_CASE("best_by_score keeps the set a full sort by score then older key keeps
   std::vector<int64_t> candidates;
   for (int64_t j = keys - 1; j >= 0; --j)
     if (j % 7 != 3) candidates.push_back(first + j);
-  int checked = 0;
   for (size_t s = 0; s < settings.size(); ++s)
     for (const int64_t count : {int64_t{1}, int64_t{2}, int64_t{150}, int64_t{1000}, int64_t{2570}}) {
       INFO("setting " << s << ", count " << count);
@@ -407,9 +406,7 @@ TEST_CASE("best_by_score keeps the set a full sort by score then older key keeps
       std::vector<int64_t> best = best_by_score(candidates, scores, first, count);
       std::sort(best.begin(), best.end());
       CHECK(best == sorted);
-      ++checked;
     }
-  CHECK(checked == 35);
 }
 
 TEST_CASE("positional selections have no full form", "[selection]") {

@@ -263,12 +263,17 @@ namespace {
 // lower — and only the bucket the cut falls in is ordered. Two linear passes where nth_element's indirect comparisons
 // were a sixth of a sparq decode step (65536 candidates per row). Infinite or NaN scores, or all equal, take
 // nth_element.
-std::vector<int64_t> best_of(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
-                             int64_t count) {
-  const auto better = [&](int64_t a, int64_t b) {
+// best_by_score's order on candidate keys a and b: the higher score, and on equal scores the older key.
+auto higher_then_older(const std::vector<double>& scores, int64_t first) {
+  return [&scores, first](int64_t a, int64_t b) {
     const double sa = scores[a - first], sb = scores[b - first];
     return sa > sb || (sa == sb && a < b);
   };
+}
+
+std::vector<int64_t> best_of(std::vector<int64_t> candidates, const std::vector<double>& scores, int64_t first,
+                             int64_t count) {
+  const auto better = higher_then_older(scores, first);
   const size_t n = candidates.size();
   std::vector<double> value(n);  // the candidates' scores, gathered
   double low = INFINITY, high = -INFINITY;
@@ -336,11 +341,7 @@ std::vector<int64_t> best_by_score(std::vector<int64_t> candidates, const std::v
   const std::vector<double> stored = rounding ? stored_scores(scores, precision) : std::vector<double>();
   const std::vector<double>& compared = rounding ? stored : scores;
   if (rounding && ties) {  // a full order for the tie counts (the rounded path is an emulation already)
-    const auto better = [&](int64_t a, int64_t b) {
-      const double sa = compared[a - first], sb = compared[b - first];
-      return sa > sb || (sa == sb && a < b);
-    };
-    std::sort(candidates.begin(), candidates.end(), better);
+    std::sort(candidates.begin(), candidates.end(), higher_then_older(compared, first));
     *ties += ranking_ties(candidates, compared, first, count);
     candidates.resize(count);
     return candidates;
